@@ -1,0 +1,238 @@
+//! Transport configuration: a plain struct with `Default` and `&mut Self`
+//! setters, validated when an endpoint is bound.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// Default largest frame body: 8 MiB. Large enough for big actor messages,
+/// small enough that a hostile prefix cannot make a node reserve much.
+pub const DEFAULT_MAX_FRAME_SIZE: usize = 8 * 1024 * 1024;
+/// Default outbound queue capacity: 4 MiB of encoded frames per connection,
+/// about 40,000 100-byte messages, eight 5,000-message bursts.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 4 * 1024 * 1024;
+/// Default write buffer: 64 KiB, the size at which loopback writes stop
+/// getting cheaper per byte (see `../shared/BENCH.md`).
+pub const DEFAULT_WRITE_BUFFER_SIZE: usize = 64 * 1024;
+/// Default read buffer: 64 KiB, matching the write size so one read takes in
+/// a whole batch.
+pub const DEFAULT_READ_BUFFER_SIZE: usize = 64 * 1024;
+/// Default handshake timeout.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time a graceful close waits for the queue to drain.
+pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings for an [`Endpoint`](crate::Endpoint) and its connections.
+///
+/// ```
+/// use std::time::Duration;
+/// let mut config = transport::TransportConfig::default();
+/// config
+///     .set_max_frame_size(1 << 20)
+///     .set_handshake_timeout(Duration::from_secs(2));
+/// assert_eq!(config.max_frame_size(), 1 << 20);
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    pub(crate) max_frame_size: usize,
+    pub(crate) queue_capacity: usize,
+    pub(crate) write_buffer_size: usize,
+    pub(crate) read_buffer_size: usize,
+    pub(crate) send_buffer_size: Option<u32>,
+    pub(crate) recv_buffer_size: Option<u32>,
+    pub(crate) nodelay: bool,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) close_timeout: Duration,
+    pub(crate) accept_backlog: u32,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            write_buffer_size: DEFAULT_WRITE_BUFFER_SIZE,
+            read_buffer_size: DEFAULT_READ_BUFFER_SIZE,
+            send_buffer_size: None,
+            recv_buffer_size: None,
+            nodelay: true,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            close_timeout: DEFAULT_CLOSE_TIMEOUT,
+            accept_backlog: 1024,
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Largest frame body accepted or sent, in bytes. Default 8 MiB
+    /// ([`DEFAULT_MAX_FRAME_SIZE`]). Checked before anything is allocated;
+    /// a larger inbound frame closes the connection, a larger outbound one
+    /// is refused to the caller. Both nodes should agree.
+    pub fn set_max_frame_size(&mut self, bytes: usize) -> &mut Self {
+        self.max_frame_size = bytes;
+        self
+    }
+
+    /// Bytes of encoded frames a connection queues before `send().await`
+    /// waits and `try_send` returns `Full`. Default 4 MiB
+    /// ([`DEFAULT_QUEUE_CAPACITY`]). Memory per connection is bounded by
+    /// about twice this plus one maximum frame (one buffer filling while the
+    /// other is written). Larger values let bursts run further ahead.
+    pub fn set_queue_capacity(&mut self, bytes: usize) -> &mut Self {
+        self.queue_capacity = bytes;
+        self
+    }
+
+    /// Initial capacity of each pooled write buffer. Default 64 KiB
+    /// ([`DEFAULT_WRITE_BUFFER_SIZE`]). Buffers grow as needed up to the
+    /// queue capacity and are reused.
+    pub fn set_write_buffer_size(&mut self, bytes: usize) -> &mut Self {
+        self.write_buffer_size = bytes;
+        self
+    }
+
+    /// Bytes requested from the socket per read. Default 64 KiB
+    /// ([`DEFAULT_READ_BUFFER_SIZE`]). Larger reads take in more frames per
+    /// syscall at the cost of memory per connection.
+    pub fn set_read_buffer_size(&mut self, bytes: usize) -> &mut Self {
+        self.read_buffer_size = bytes;
+        self
+    }
+
+    /// `SO_SNDBUF` for every socket; `None` (the default) keeps the kernel's
+    /// auto-tuning.
+    pub fn set_send_buffer_size(&mut self, bytes: Option<u32>) -> &mut Self {
+        self.send_buffer_size = bytes;
+        self
+    }
+
+    /// `SO_RCVBUF` for every socket; `None` (the default) keeps the kernel's
+    /// auto-tuning.
+    pub fn set_recv_buffer_size(&mut self, bytes: Option<u32>) -> &mut Self {
+        self.recv_buffer_size = bytes;
+        self
+    }
+
+    /// `TCP_NODELAY`. Default on: the writer already batches, so Nagle's
+    /// algorithm would only add delay to a lone message.
+    pub fn set_nodelay(&mut self, on: bool) -> &mut Self {
+        self.nodelay = on;
+        self
+    }
+
+    /// Time the peer has to complete its handshake. Default 5 s
+    /// ([`DEFAULT_HANDSHAKE_TIMEOUT`]). Bounds what a half-open connection
+    /// can hold.
+    pub fn set_handshake_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Time a TCP connect may take. Default 5 s.
+    pub fn set_connect_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Time a graceful close waits for queued frames to be written. Default
+    /// 5 s; after it the connection is dropped with what is left unsent.
+    pub fn set_close_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.close_timeout = timeout;
+        self
+    }
+
+    /// Listen backlog. Default 1024.
+    pub fn set_accept_backlog(&mut self, backlog: u32) -> &mut Self {
+        self.accept_backlog = backlog;
+        self
+    }
+
+    /// The maximum frame body size.
+    pub fn max_frame_size(&self) -> usize {
+        self.max_frame_size
+    }
+
+    /// The outbound queue capacity in bytes.
+    pub fn queue_capacity(&self) -> usize {
+        self.queue_capacity
+    }
+
+    /// The handshake timeout.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.handshake_timeout
+    }
+
+    /// Checks every setting.
+    ///
+    /// # Errors
+    /// The first invalid setting found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, v) in [
+            ("max_frame_size", self.max_frame_size),
+            ("queue_capacity", self.queue_capacity),
+            ("write_buffer_size", self.write_buffer_size),
+            ("read_buffer_size", self.read_buffer_size),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Zero { name });
+            }
+        }
+        for (name, d) in [
+            ("handshake_timeout", self.handshake_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::Zero { name });
+            }
+        }
+        if self.max_frame_size as u64 > u64::from(u32::MAX) {
+            return Err(ConfigError::FrameSizeTooLarge {
+                value: self.max_frame_size,
+                limit: u64::from(u32::MAX),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        TransportConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn zero_sizes_are_rejected_by_name() {
+        let mut c = TransportConfig::default();
+        c.set_queue_capacity(0);
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "queue_capacity must be greater than zero"
+        );
+        let mut c = TransportConfig::default();
+        c.set_handshake_timeout(Duration::ZERO);
+        assert_eq!(
+            c.validate().unwrap_err(),
+            ConfigError::Zero {
+                name: "handshake_timeout"
+            }
+        );
+    }
+
+    #[test]
+    fn frame_size_must_fit_u32() {
+        let mut c = TransportConfig::default();
+        c.set_max_frame_size(u32::MAX as usize + 1);
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::FrameSizeTooLarge { .. })
+        ));
+    }
+}

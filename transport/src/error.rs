@@ -1,0 +1,196 @@
+//! Error types: one enum per concern, all `#[non_exhaustive]`.
+
+use std::{io, net::SocketAddr, time::Duration};
+
+use crate::frame::Frame;
+
+/// A violation of the framing rules. The stream cannot be resynchronised
+/// after one, so the connection that produced it is closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The length prefix is above the configured maximum. Raise
+    /// [`TransportConfig::set_max_frame_size`](crate::TransportConfig::set_max_frame_size)
+    /// on both nodes if such frames are legitimate.
+    #[error("frame length {len} exceeds limit {max}")]
+    TooLarge {
+        /// The length the frame claims (or would have).
+        len: u64,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The kind byte is not one this protocol version assigns; the peer
+    /// speaks another protocol or is corrupt.
+    #[error("unknown frame kind {kind:#04x}")]
+    UnknownKind {
+        /// The byte received.
+        kind: u8,
+    },
+    /// The stream ended inside a frame; the peer crashed or was cut off.
+    #[error("stream ended inside a frame: have {have} bytes, frame needs {need}")]
+    Truncated {
+        /// Bytes received of the last frame.
+        have: usize,
+        /// Bytes the frame needed (header included).
+        need: u64,
+    },
+}
+
+/// Why a handshake failed. Both sides of a mismatch report it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// The first bytes were not this protocol's magic: the peer speaks
+    /// something else (HTTP, TLS, a port scanner). Check the address.
+    #[error("bad protocol magic {got:02x?}, expected {expected:02x?}")]
+    BadMagic {
+        /// The four bytes received.
+        got: [u8; 4],
+        /// This protocol's magic.
+        expected: [u8; 4],
+    },
+    /// The peer runs another protocol version; upgrade one of the nodes.
+    #[error("protocol version mismatch: local {local}, peer {peer}")]
+    VersionMismatch {
+        /// Our version.
+        local: u16,
+        /// The peer's version.
+        peer: u16,
+    },
+    /// The peer did not finish its handshake in time (it is slow, stuck or
+    /// hostile). Raise the handshake timeout if the network is slow.
+    #[error("handshake did not complete within {timeout:?} (received {received} bytes)")]
+    Timeout {
+        /// The configured handshake timeout.
+        timeout: Duration,
+        /// Bytes of the peer's handshake received before the deadline.
+        received: usize,
+    },
+    /// The peer sent another frame where its hello belonged.
+    #[error("expected a hello frame, got {kind:#04x}")]
+    UnexpectedFrame {
+        /// The kind byte received.
+        kind: u8,
+    },
+    /// The hello frame's body does not parse.
+    #[error("malformed hello: {reason}")]
+    Malformed {
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// The peer's hello frame is larger than a hello can be.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The peer closed the connection before completing the handshake.
+    #[error("peer closed the connection during the handshake (received {received} bytes)")]
+    Eof {
+        /// Bytes of the peer's handshake received.
+        received: usize,
+    },
+}
+
+/// An invalid [`TransportConfig`](crate::TransportConfig), reported at
+/// bind/connect time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A size or duration that must be positive is zero.
+    #[error("{name} must be greater than zero")]
+    Zero {
+        /// The setting's name.
+        name: &'static str,
+    },
+    /// The maximum frame size does not fit the 32-bit length prefix.
+    #[error("max frame size {value} exceeds the protocol limit {limit}")]
+    FrameSizeTooLarge {
+        /// The configured value.
+        value: usize,
+        /// `u32::MAX`.
+        limit: u64,
+    },
+    /// The advertised address is longer than the hello frame allows.
+    #[error("advertised address is {len} bytes, limit {limit}")]
+    AddressTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Everything that can go wrong on a connection.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// A socket operation failed.
+    #[error("io error: {0}")]
+    Io(#[from] io::Error),
+    /// The peer broke the framing rules; the connection was closed.
+    #[error("framing error: {0}")]
+    Frame(#[from] FrameError),
+    /// The handshake failed; the connection was closed.
+    #[error("handshake failed: {0}")]
+    Handshake(#[from] HandshakeError),
+    /// The configuration is invalid.
+    #[error("invalid config: {0}")]
+    Config(#[from] ConfigError),
+    /// The connection is closed (locally or by the peer); open a new one.
+    #[error("connection closed")]
+    Closed,
+    /// A connect attempt did not finish within the connect timeout.
+    #[error("connect to {addr} timed out after {after:?}")]
+    ConnectTimeout {
+        /// The address dialled.
+        addr: SocketAddr,
+        /// The timeout.
+        after: Duration,
+    },
+}
+
+/// A failed inbound connection: the listener keeps accepting others.
+#[derive(Debug, thiserror::Error)]
+#[error("inbound connection from {peer}: {error}")]
+pub struct AcceptError {
+    /// The remote socket address.
+    pub peer: SocketAddr,
+    /// What went wrong.
+    pub error: TransportError,
+}
+
+/// A refused [`try_send`](crate::Sender::try_send); the frame comes back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrySendError<T = Frame> {
+    /// The outbound queue is at its capacity; retry later or use
+    /// [`send`](crate::Sender::send), which waits.
+    #[error("outbound queue full")]
+    Full(T),
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed(T),
+    /// The frame is larger than the maximum frame size; it can never be sent.
+    #[error(transparent)]
+    TooLarge(FrameError),
+}
+
+impl<T> TrySendError<T> {
+    /// The frame handed back, if the error carries it.
+    pub fn into_inner(self) -> Option<T> {
+        match self {
+            Self::Full(t) | Self::Closed(t) => Some(t),
+            Self::TooLarge(_) => None,
+        }
+    }
+}
+
+/// A refused [`send`](crate::Sender::send).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed,
+    /// The frame is larger than the maximum frame size; it can never be sent.
+    #[error(transparent)]
+    TooLarge(#[from] FrameError),
+}

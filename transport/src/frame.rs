@@ -1,0 +1,383 @@
+//! Sans-IO frame codec.
+//!
+//! Every frame on the wire is a 4-byte big-endian body length, a 1-byte
+//! kind, then the body:
+//!
+//! ```text
+//! +----------------+--------+-----------------------------+
+//! | body len: u32  | kind:u8|  body (body len bytes)      |
+//! +----------------+--------+-----------------------------+
+//!   0            3     4      5 ...
+//! ```
+//!
+//! This module imports nothing from tokio: [`encode`] appends to a
+//! `BytesMut`, [`decode`] takes complete frames off the front of one and
+//! returns `Ok(None)` when more bytes are needed. The length is checked
+//! against the configured maximum before anything is reserved, so a hostile
+//! 4 GiB prefix costs nothing.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::error::FrameError;
+
+/// Bytes before the body: the 4-byte length and the 1-byte kind.
+pub const HEADER_LEN: usize = 5;
+
+/// The kind byte of a frame.
+///
+/// Kinds below `0x10` are the transport's own control frames and are never
+/// handed to the application; `Message` and `System` are the application's.
+/// Any other value is rejected by [`decode`] with [`FrameError::UnknownKind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum FrameKind {
+    /// Handshake greeting: node identity (see `docs/PROTOCOL.md`).
+    Hello = 0x01,
+    /// Orderly close; the body is a UTF-8 reason.
+    Close = 0x02,
+    /// Liveness probe; the body is opaque and echoed in the ack.
+    Heartbeat = 0x03,
+    /// Answer to a heartbeat, carrying the probe's body.
+    HeartbeatAck = 0x04,
+    /// An application message (user data lane).
+    Message = 0x10,
+    /// An application control message (watch, terminated, ...).
+    System = 0x11,
+}
+
+impl FrameKind {
+    /// Maps a wire byte to a kind; `None` for unassigned values.
+    pub fn from_u8(byte: u8) -> Option<Self> {
+        Some(match byte {
+            0x01 => Self::Hello,
+            0x02 => Self::Close,
+            0x03 => Self::Heartbeat,
+            0x04 => Self::HeartbeatAck,
+            0x10 => Self::Message,
+            0x11 => Self::System,
+            _ => return None,
+        })
+    }
+
+    /// True for the transport's own frames, which the application never sees.
+    pub fn is_control(self) -> bool {
+        (self as u8) < 0x10
+    }
+}
+
+/// One decoded frame: a kind and a body that is a zero-copy slice of the
+/// buffer it was read into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// What the body means.
+    pub kind: FrameKind,
+    /// The body, without header.
+    pub body: Bytes,
+}
+
+impl Frame {
+    /// An application message frame.
+    pub fn message(body: impl Into<Bytes>) -> Self {
+        Self {
+            kind: FrameKind::Message,
+            body: body.into(),
+        }
+    }
+
+    /// Bytes this frame takes on the wire, header included.
+    pub fn encoded_len(&self) -> usize {
+        HEADER_LEN + self.body.len()
+    }
+}
+
+/// Checks `body_len` against `max_frame_size`.
+///
+/// # Errors
+/// [`FrameError::TooLarge`] naming both sizes.
+#[inline]
+pub fn check_len(body_len: usize, max_frame_size: usize) -> Result<(), FrameError> {
+    if body_len > max_frame_size {
+        return Err(FrameError::TooLarge {
+            len: body_len as u64,
+            max: max_frame_size,
+        });
+    }
+    Ok(())
+}
+
+/// Appends the 5-byte header of a frame with a body of `body_len` bytes.
+///
+/// The caller has checked the length (see [`check_len`]); lengths above
+/// `u32::MAX` cannot be represented and are a caller bug.
+#[inline]
+pub fn encode_header(kind: FrameKind, body_len: usize, dst: &mut BytesMut) {
+    debug_assert!(body_len <= u32::MAX as usize);
+    dst.put_u32(body_len as u32);
+    dst.put_u8(kind as u8);
+}
+
+/// Appends `frame` to `dst`.
+///
+/// # Errors
+/// [`FrameError::TooLarge`] if the body exceeds `max_frame_size`; `dst` is
+/// then unchanged.
+pub fn encode(frame: &Frame, dst: &mut BytesMut, max_frame_size: usize) -> Result<(), FrameError> {
+    check_len(frame.body.len(), max_frame_size)?;
+    dst.reserve(frame.encoded_len());
+    encode_header(frame.kind, frame.body.len(), dst);
+    dst.extend_from_slice(&frame.body);
+    Ok(())
+}
+
+/// Removes one complete frame from the front of `src`.
+///
+/// Returns `Ok(None)` when `src` holds less than a whole frame; in that case
+/// nothing is consumed, and room for the rest of the frame is reserved once
+/// its length is known and accepted. The body is split off `src` without
+/// copying.
+///
+/// # Errors
+/// - [`FrameError::TooLarge`] when the length prefix exceeds
+///   `max_frame_size` (checked before any allocation);
+/// - [`FrameError::UnknownKind`] for an unassigned kind byte.
+///
+/// After an error the stream is out of sync and must be closed.
+#[inline]
+pub fn decode(src: &mut BytesMut, max_frame_size: usize) -> Result<Option<Frame>, FrameError> {
+    let Some(header) = src.get(..HEADER_LEN) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    check_len(len, max_frame_size)?;
+    let kind = FrameKind::from_u8(header[4]).ok_or(FrameError::UnknownKind { kind: header[4] })?;
+    let total = HEADER_LEN + len;
+    if src.len() < total {
+        src.reserve(total - src.len());
+        return Ok(None);
+    }
+    src.advance(HEADER_LEN);
+    let body = src.split_to(len).freeze();
+    Ok(Some(Frame { kind, body }))
+}
+
+/// Checks what is left when the stream ends: nothing is fine, anything else
+/// is a truncated frame.
+///
+/// # Errors
+/// [`FrameError::Truncated`] naming how many bytes were there and how many
+/// the frame needed (the header size when even that was incomplete).
+pub fn decode_eof(src: &BytesMut) -> Result<(), FrameError> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    let need = match src.get(..4) {
+        Some(h) => HEADER_LEN as u64 + u64::from(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
+        None => HEADER_LEN as u64,
+    };
+    Err(FrameError::Truncated {
+        have: src.len(),
+        need,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MAX: usize = 1 << 20;
+
+    fn sample() -> Vec<Frame> {
+        vec![
+            Frame::message(Bytes::from_static(b"hello")),
+            Frame {
+                kind: FrameKind::System,
+                body: Bytes::new(),
+            },
+            Frame {
+                kind: FrameKind::Heartbeat,
+                body: Bytes::from(vec![7u8; 300]),
+            },
+            Frame {
+                kind: FrameKind::Close,
+                body: Bytes::from_static(b"bye"),
+            },
+        ]
+    }
+
+    #[test]
+    fn header_layout_is_length_then_kind() {
+        let mut buf = BytesMut::new();
+        encode(&Frame::message(Bytes::from_static(b"abc")), &mut buf, MAX).unwrap();
+        assert_eq!(&buf[..], &[0, 0, 0, 3, 0x10, b'a', b'b', b'c']);
+    }
+
+    #[test]
+    fn roundtrip_many() {
+        let mut buf = BytesMut::new();
+        for f in sample() {
+            encode(&f, &mut buf, MAX).unwrap();
+        }
+        let mut out = Vec::new();
+        while let Some(f) = decode(&mut buf, MAX).unwrap() {
+            out.push(f);
+        }
+        assert_eq!(out, sample());
+        assert!(buf.is_empty());
+        decode_eof(&buf).unwrap();
+    }
+
+    /// Feeds the encoded stream split at every byte offset, as a socket may.
+    #[test]
+    fn decode_split_at_every_offset() {
+        let mut wire = BytesMut::new();
+        for f in sample() {
+            encode(&f, &mut wire, MAX).unwrap();
+        }
+        for cut in 0..=wire.len() {
+            let mut buf = BytesMut::from(&wire[..cut]);
+            let mut out = Vec::new();
+            while let Some(f) = decode(&mut buf, MAX).unwrap() {
+                out.push(f);
+            }
+            buf.extend_from_slice(&wire[cut..]);
+            while let Some(f) = decode(&mut buf, MAX).unwrap() {
+                out.push(f);
+            }
+            assert_eq!(out, sample(), "split at {cut}");
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn byte_by_byte() {
+        let mut wire = BytesMut::new();
+        for f in sample() {
+            encode(&f, &mut wire, MAX).unwrap();
+        }
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for b in wire.iter() {
+            buf.put_u8(*b);
+            while let Some(f) = decode(&mut buf, MAX).unwrap() {
+                out.push(f);
+            }
+        }
+        assert_eq!(out, sample());
+    }
+
+    #[test]
+    fn length_checked_before_allocation() {
+        // A 4 GiB - 1 length: must fail at once, without reserving.
+        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 0x10][..]);
+        let cap_before = buf.capacity();
+        let err = decode(&mut buf, MAX).unwrap_err();
+        assert_eq!(
+            err,
+            FrameError::TooLarge {
+                len: 0xffff_ffff,
+                max: MAX
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "frame length 4294967295 exceeds limit 1048576"
+        );
+        assert_eq!(buf.capacity(), cap_before);
+    }
+
+    #[test]
+    fn unknown_kind_is_an_error() {
+        let mut buf = BytesMut::from(&[0, 0, 0, 1, 0x7f, 0][..]);
+        let err = decode(&mut buf, MAX).unwrap_err();
+        assert_eq!(err, FrameError::UnknownKind { kind: 0x7f });
+        assert_eq!(err.to_string(), "unknown frame kind 0x7f");
+    }
+
+    #[test]
+    fn encode_refuses_oversized() {
+        let mut buf = BytesMut::new();
+        let err = encode(&Frame::message(vec![0u8; 11]), &mut buf, 10).unwrap_err();
+        assert_eq!(err.to_string(), "frame length 11 exceeds limit 10");
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn truncated_at_eof() {
+        let mut buf = BytesMut::from(&[0, 0, 0, 9, 0x10, 1, 2][..]);
+        assert_eq!(decode(&mut buf, MAX).unwrap(), None);
+        let err = decode_eof(&buf).unwrap_err();
+        assert_eq!(err, FrameError::Truncated { have: 7, need: 14 });
+        assert_eq!(
+            decode_eof(&BytesMut::from(&[0, 0][..])).unwrap_err(),
+            FrameError::Truncated { have: 2, need: 5 }
+        );
+    }
+
+    #[test]
+    fn control_kinds() {
+        assert!(FrameKind::Hello.is_control());
+        assert!(FrameKind::HeartbeatAck.is_control());
+        assert!(!FrameKind::Message.is_control());
+        assert!(!FrameKind::System.is_control());
+        for b in 0..=255u8 {
+            if let Some(k) = FrameKind::from_u8(b) {
+                assert_eq!(k as u8, b);
+            }
+        }
+    }
+
+    fn kind_strategy() -> impl Strategy<Value = FrameKind> {
+        prop_oneof![
+            Just(FrameKind::Hello),
+            Just(FrameKind::Close),
+            Just(FrameKind::Heartbeat),
+            Just(FrameKind::HeartbeatAck),
+            Just(FrameKind::Message),
+            Just(FrameKind::System),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn encode_decode_is_identity(
+            frames in proptest::collection::vec(
+                (kind_strategy(), proptest::collection::vec(any::<u8>(), 0..600)), 0..20),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let frames: Vec<Frame> = frames
+                .into_iter()
+                .map(|(kind, body)| Frame { kind, body: Bytes::from(body) })
+                .collect();
+            let mut wire = BytesMut::new();
+            for f in &frames {
+                encode(f, &mut wire, MAX).unwrap();
+            }
+            let cut = cut.index(wire.len() + 1);
+            let mut buf = BytesMut::from(&wire[..cut]);
+            let mut out = Vec::new();
+            while let Some(f) = decode(&mut buf, MAX).unwrap() {
+                out.push(f);
+            }
+            buf.extend_from_slice(&wire[cut..]);
+            while let Some(f) = decode(&mut buf, MAX).unwrap() {
+                out.push(f);
+            }
+            prop_assert_eq!(out, frames);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096), max in 0usize..2048) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            // Whatever happens, decoding terminates with frames, None or an error.
+            loop {
+                match decode(&mut buf, max) {
+                    Ok(Some(f)) => prop_assert!(f.body.len() <= max),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            let _ = decode_eof(&buf);
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! The outbound path: senders encode into a shared buffer, one writer task
+//! owns the socket's write half.
+//!
+//! ```text
+//!  Sender::send ─┐  lock, append frame,        ┌──────────── writer task ─────────────┐
+//!  Sender::send ─┼─► unlock (wake writer if  ──►│ lock, swap `buf` with the empty spare │
+//!  Sender::send ─┘   it was idle)               │ unlock, write it all, flush, repeat;  │
+//!                                               │ queue empty: mark idle and wait       │
+//!                                               └───────────────────────────────────────┘
+//! ```
+//!
+//! This is smart batching: a lone frame goes out at once (the writer is idle
+//! and is woken), while under load every frame appended during one write
+//! shares the next. Nothing waits on a timer. Senders never allocate: they
+//! copy or encode into a buffer that the writer recycles.
+
+use std::{
+    mem,
+    sync::{Arc, MutexGuard, PoisonError},
+};
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::{
+    conn::Shared,
+    error::{FrameError, SendError, TransportError, TrySendError},
+    frame::{self, Frame, FrameKind, HEADER_LEN},
+};
+
+/// What the senders share with the writer, under one short lock.
+#[derive(Debug)]
+pub(crate) struct OutQueue {
+    /// Encoded frames waiting for the writer.
+    pub(crate) buf: BytesMut,
+    /// Frames in `buf`.
+    pub(crate) frames: u64,
+    /// The writer found the queue empty and waits to be notified.
+    pub(crate) writer_idle: bool,
+    /// Some sender waits for room.
+    pub(crate) space_waiters: bool,
+    pub(crate) state: OutState,
+}
+
+/// The life of the outbound side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OutState {
+    Open,
+    /// Flush what is queued, then send Close with this reason.
+    Closing(String),
+    /// Nothing more is accepted.
+    Closed,
+}
+
+impl OutQueue {
+    pub(crate) fn new(buf: BytesMut) -> Self {
+        Self {
+            buf,
+            frames: 0,
+            writer_idle: false,
+            space_waiters: false,
+            state: OutState::Open,
+        }
+    }
+}
+
+/// Why a push did not happen; the caller turns it into its own error type.
+/// `Full` and `Closed` hand the uncalled encoder back.
+enum Refused<F> {
+    Full(F),
+    Closed(F),
+    TooLarge(FrameError),
+}
+
+/// A cheap, cloneable handle that queues frames on one connection.
+///
+/// Method groups:
+/// - waiting for room: [`send`](Self::send), [`send_with`](Self::send_with);
+/// - never waiting: [`try_send`](Self::try_send),
+///   [`try_send_with`](Self::try_send_with).
+///
+/// `*_with` variants encode the body straight into the connection's
+/// outbound buffer, with no intermediate allocation.
+#[derive(Clone)]
+pub struct Sender {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
+
+/// Truncates a half-written frame if the encoder panics, so the stream
+/// never carries a frame with a wrong length.
+struct Rollback<'a> {
+    buf: &'a mut BytesMut,
+    start: usize,
+}
+
+impl Drop for Rollback<'_> {
+    fn drop(&mut self) {
+        if self.start != usize::MAX {
+            self.buf.truncate(self.start);
+        }
+    }
+}
+
+impl Sender {
+    #[inline]
+    fn lock(&self) -> MutexGuard<'_, OutQueue> {
+        // Encoders that panic are rolled back (see `Rollback`), so the queue
+        // is consistent even if the lock was poisoned.
+        self.shared
+            .out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends one frame whose body `encode` writes, if there is room.
+    #[inline]
+    fn push<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+        wait_on_full: bool,
+    ) -> Result<(), Refused<F>> {
+        let mut q = self.lock();
+        if q.state != OutState::Open {
+            return Err(Refused::Closed(encode));
+        }
+        // Admit while under capacity; an empty queue admits any legal frame
+        // so a frame larger than the capacity cannot wait forever.
+        if q.buf.len() >= self.shared.capacity {
+            q.space_waiters |= wait_on_full;
+            return Err(Refused::Full(encode));
+        }
+        let q = &mut *q;
+        let start = q.buf.len();
+        let mut guard = Rollback {
+            buf: &mut q.buf,
+            start,
+        };
+        frame::encode_header(kind, 0, guard.buf);
+        encode(guard.buf);
+        let body_len = guard.buf.len() - start - HEADER_LEN;
+        if let Err(e) = frame::check_len(body_len, self.shared.max_frame_size) {
+            // Dropping the guard truncates.
+            return Err(Refused::TooLarge(e));
+        }
+        guard.buf[start..start + 4].copy_from_slice(&(body_len as u32).to_be_bytes());
+        guard.start = usize::MAX;
+        q.frames += 1;
+        let wake = mem::take(&mut q.writer_idle);
+        drop(guard);
+        if wake {
+            self.shared.writer_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Queues `frame`, waiting while the queue is full (backpressure).
+    ///
+    /// The body is copied into the pooled outbound buffer; the `Bytes` is
+    /// released when this returns.
+    ///
+    /// # Errors
+    /// [`SendError::TooLarge`] for a body above the maximum frame size,
+    /// [`SendError::Closed`] once the connection is closing or closed.
+    pub async fn send(&self, frame: Frame) -> Result<(), SendError> {
+        frame::check_len(frame.body.len(), self.shared.max_frame_size)?;
+        let body = &frame.body;
+        self.send_with(frame.kind, |b| b.extend_from_slice(body))
+            .await
+    }
+
+    /// Queues a frame whose body `encode` appends to the buffer it is given,
+    /// waiting while the queue is full.
+    ///
+    /// `encode` runs under the connection's queue lock: keep it to encoding.
+    /// If the body it writes exceeds the maximum frame size, the frame is
+    /// removed again and nothing is sent.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_with<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<(), SendError> {
+        let mut encode = match self.push(kind, encode, false) {
+            Ok(()) => return Ok(()),
+            Err(Refused::Full(f)) => f,
+            Err(Refused::Closed(_)) => return Err(SendError::Closed),
+            Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
+        };
+        loop {
+            // Register interest before re-checking, so a writer that frees
+            // room between the check and the await cannot be missed.
+            let notified = self.shared.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            encode = match self.push(kind, encode, true) {
+                Ok(()) => return Ok(()),
+                Err(Refused::Full(f)) => f,
+                Err(Refused::Closed(_)) => return Err(SendError::Closed),
+                Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
+            };
+            notified.await;
+        }
+    }
+
+    /// Queues `frame` if there is room now.
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] and [`TrySendError::Closed`] hand the frame
+    /// back; [`TrySendError::TooLarge`] names the size and the limit.
+    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendError<Frame>> {
+        if let Err(e) = frame::check_len(frame.body.len(), self.shared.max_frame_size) {
+            return Err(TrySendError::TooLarge(e));
+        }
+        let body = &frame.body;
+        match self.push(frame.kind, |b| b.extend_from_slice(body), false) {
+            Ok(()) => Ok(()),
+            Err(Refused::Full(_)) => Err(TrySendError::Full(frame)),
+            Err(Refused::Closed(_)) => Err(TrySendError::Closed(frame)),
+            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+        }
+    }
+
+    /// Queues a frame encoded by `encode` if there is room now.
+    ///
+    /// # Errors
+    /// `Full` and `Closed` hand `encode` back uncalled.
+    pub fn try_send_with<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<(), TrySendError<F>> {
+        match self.push(kind, encode, false) {
+            Ok(()) => Ok(()),
+            Err(Refused::Full(f)) => Err(TrySendError::Full(f)),
+            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f)),
+            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+        }
+    }
+
+    /// Queues a control frame regardless of capacity (it is tiny and must
+    /// not wait behind user data).
+    pub(crate) fn push_control(&self, kind: FrameKind, body: &[u8]) {
+        let mut q = self.lock();
+        if q.state == OutState::Closed {
+            return;
+        }
+        frame::encode_header(kind, body.len(), &mut q.buf);
+        q.buf.put_slice(body);
+        q.frames += 1;
+        let wake = mem::take(&mut q.writer_idle);
+        drop(q);
+        if wake {
+            self.shared.writer_wake.notify_one();
+        }
+    }
+
+    /// Bytes queued and not yet handed to the socket.
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().buf.len()
+    }
+
+    /// True once the connection no longer accepts frames.
+    pub fn is_closed(&self) -> bool {
+        self.lock().state != OutState::Open
+    }
+}
+
+enum Step {
+    Wait,
+    Write {
+        frames: u64,
+        close: bool,
+        wake_senders: bool,
+    },
+}
+
+/// The writer task: drain → one write → flush, until closed.
+pub(crate) async fn run<W: AsyncWrite + Unpin>(
+    mut io: W,
+    shared: Arc<Shared>,
+    mut spare: BytesMut,
+) -> (Result<(), TransportError>, BytesMut) {
+    let res = drive(&mut io, &shared, &mut spare).await;
+    spare.clear();
+    (res, spare)
+}
+
+async fn drive<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    shared: &Shared,
+    spare: &mut BytesMut,
+) -> Result<(), TransportError> {
+    loop {
+        let step = {
+            let mut q = shared.out.lock().unwrap_or_else(PoisonError::into_inner);
+            if !q.buf.is_empty() {
+                mem::swap(&mut q.buf, spare);
+                Step::Write {
+                    frames: mem::take(&mut q.frames),
+                    close: false,
+                    wake_senders: mem::take(&mut q.space_waiters),
+                }
+            } else {
+                match &q.state {
+                    OutState::Open => {
+                        q.writer_idle = true;
+                        Step::Wait
+                    }
+                    OutState::Closing(reason) => {
+                        frame::encode_header(FrameKind::Close, reason.len(), spare);
+                        spare.put_slice(reason.as_bytes());
+                        q.state = OutState::Closed;
+                        Step::Write {
+                            frames: 1,
+                            close: true,
+                            wake_senders: mem::take(&mut q.space_waiters),
+                        }
+                    }
+                    OutState::Closed => return Ok(()),
+                }
+            }
+        };
+        let (frames, close, wake_senders) = match step {
+            Step::Wait => {
+                tokio::select! {
+                    biased;
+                    () = shared.cancel.cancelled() => return Ok(()),
+                    () = shared.writer_wake.notified() => continue,
+                }
+            }
+            Step::Write {
+                frames,
+                close,
+                wake_senders,
+            } => (frames, close, wake_senders),
+        };
+        if wake_senders {
+            shared.space.notify_waiters();
+        }
+        let mut writes = 0u64;
+        let mut pos = 0;
+        while pos < spare.len() {
+            let n = tokio::select! {
+                biased;
+                () = shared.cancel.cancelled() => return Ok(()),
+                r = io.write(&spare[pos..]) => r?,
+            };
+            if n == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+            }
+            pos += n;
+            writes += 1;
+        }
+        tokio::select! {
+            biased;
+            () = shared.cancel.cancelled() => return Ok(()),
+            r = io.flush() => r?,
+        }
+        shared
+            .stats
+            .record_write(frames, spare.len() as u64, writes);
+        spare.clear();
+        if close {
+            // Half-close: the peer reads our Close, then EOF.
+            let _ = io.shutdown().await;
+            return Ok(());
+        }
+    }
+}
