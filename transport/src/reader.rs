@@ -37,6 +37,12 @@ pub const MAX_READ_SIZE: usize = 1024 * 1024;
 /// All methods run on the connection's reader task, in order. Keep
 /// `on_frame` short (dispatch, count, or collect); do slow work elsewhere.
 pub trait Handler: Send + 'static {
+    /// Called once before the first frame, with a sender for this same
+    /// connection (keep it to reply).
+    fn on_start(&mut self, sender: &Sender) {
+        let _ = sender;
+    }
+
     /// One application frame ([`FrameKind::Message`] or
     /// [`FrameKind::System`]). The body is a slice of the read buffer; the
     /// buffer is reused once every such slice is dropped.
@@ -162,6 +168,9 @@ pub(crate) async fn run<R: AsyncRead + Unpin, H: Handler>(
     mut handler: H,
     config: Arc<TransportConfig>,
 ) {
+    handler.on_start(&Sender {
+        shared: shared.clone(),
+    });
     let result = drive(&mut io, &mut buf, &shared, &mut handler, &config).await;
     match result {
         Ok(()) => {}

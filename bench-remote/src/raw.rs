@@ -1,0 +1,144 @@
+//! The pattern over the raw transport: frames through `transport`'s
+//! batching writer and zero-copy reader, no actors.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering::Relaxed},
+};
+
+use anyhow::{Context, Result, anyhow};
+use bytes::{BufMut, Bytes};
+use transport::{
+    ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Inbound, Sender, TransportConfig,
+    TrySendError,
+};
+
+use crate::pattern::{Link, Marker, Outcome, Shape, TAG_MARKER, TAG_PAYLOAD, drive, marker_from};
+
+struct RawLink {
+    conn: Connection,
+    sender: Sender,
+    inbound: Inbound,
+    payload: Vec<u8>,
+}
+
+impl Link for RawLink {
+    async fn send_burst(&mut self, n: u64, marker: Marker) -> Result<()> {
+        let payload = &self.payload[..];
+        for _ in 0..n {
+            self.sender
+                .send_with(FrameKind::Message, |b| {
+                    b.put_u8(TAG_PAYLOAD);
+                    b.put_slice(payload);
+                })
+                .await?;
+        }
+        self.sender
+            .send_with(FrameKind::Message, |b| marker.encode(b))
+            .await?;
+        Ok(())
+    }
+
+    async fn recv_marker(&mut self) -> Result<Marker> {
+        let f = self.inbound.recv().await.ok_or_else(|| {
+            anyhow!(
+                "connection to the receiver ended: {}",
+                self.conn
+                    .close_reason()
+                    .map_or_else(|| "unknown".into(), |r| r.to_string())
+            )
+        })?;
+        marker_from(&f.body)
+    }
+}
+
+/// Counts payloads and echoes markers on the reader task.
+struct Echo {
+    sender: Option<Sender>,
+    count: u64,
+    received: Arc<AtomicU64>,
+    pending: Vec<Bytes>,
+}
+
+impl Handler for Echo {
+    fn on_start(&mut self, sender: &Sender) {
+        self.sender = Some(sender.clone());
+    }
+
+    fn on_frame(&mut self, frame: Frame) {
+        if frame.body.first() == Some(&TAG_MARKER) {
+            let sender = self.sender.as_ref().expect("on_start runs first");
+            if self.pending.is_empty() {
+                match sender.try_send(frame) {
+                    Ok(()) => return,
+                    Err(TrySendError::Full(f)) => self.pending.push(f.body),
+                    // Closed: the sender side is gone, nothing to echo to.
+                    Err(_) => {}
+                }
+            } else {
+                self.pending.push(frame.body);
+            }
+        } else {
+            self.count += 1;
+        }
+    }
+
+    async fn on_batch_end(&mut self) {
+        self.received.store(self.count, Relaxed);
+        if let Some(sender) = &self.sender {
+            for body in self.pending.drain(..) {
+                let _ = sender.send(Frame::message(body)).await;
+            }
+        }
+    }
+}
+
+/// The result of a raw run.
+#[derive(Debug)]
+pub struct RawRun {
+    /// Timing and round-trips.
+    pub outcome: Outcome,
+    /// Payloads the receiver counted (warm-up included).
+    pub received: u64,
+    /// Counters of the sending connection.
+    pub stats: ConnStats,
+}
+
+/// Runs the pattern once over the transport, both nodes in this process.
+pub async fn run(shape: Shape, config: TransportConfig, verbose: bool) -> Result<RawRun> {
+    let any = "127.0.0.1:0".parse().expect("literal address");
+    let a = Endpoint::bind(any, config.clone()).await?;
+    let b = Endpoint::bind(any, config).await?;
+    let received = Arc::new(AtomicU64::new(0));
+    let (out, inc) = tokio::join!(a.connect(b.local_addr()), b.accept());
+    let out = out.context("connect")?;
+    let inc = inc.context("endpoint closed")??;
+    let server = inc.start(Echo {
+        sender: None,
+        count: 0,
+        received: received.clone(),
+        pending: Vec::new(),
+    });
+    let (conn, inbound) = out.start_channel(64);
+    let mut link = RawLink {
+        sender: conn.sender(),
+        conn,
+        inbound,
+        payload: vec![7u8; shape.payload],
+    };
+    let outcome = tokio::spawn(async move {
+        let r = drive(&mut link, shape, verbose).await;
+        (r, link)
+    })
+    .await?;
+    let (outcome, link) = outcome;
+    let outcome = outcome?;
+    let stats = link.conn.stats();
+    link.conn.close("benchmark done").await;
+    server.closed().await;
+    Ok(RawRun {
+        outcome,
+        received: received.load(Relaxed),
+        stats,
+    })
+}
