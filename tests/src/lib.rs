@@ -1,1 +1,191 @@
-//! Test harness.
+//! Test harness for the integration tests: real endpoints on `127.0.0.1:0`,
+//! bounded waits, and a hand-written handshake for tests that play a
+//! misbehaving peer with a raw socket.
+//!
+//! # Layout
+//! - [`TIMEOUT`], [`within`], [`eventually`]: every wait is bounded and
+//!   fails with a message that says what was awaited.
+//! - [`endpoint`], [`pair`], [`connect`]: endpoints and started connections.
+//! - [`raw_connect`], [`client_preface`]: a raw `TcpStream` peer that
+//!   speaks bytes by hand.
+
+use std::{future::Future, net::SocketAddr, time::Duration};
+
+use bytes::BytesMut;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+use transport::{
+    Connection, Endpoint, Established, Inbound, TransportConfig,
+    handshake::{Handshake, Hello},
+};
+
+/// The longest any single awaited event may take before a test fails. Far
+/// above what any event needs on a loaded CI machine, so a failure means a
+/// hang, not slowness.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Inbound channel capacity (batches) used by [`connect`].
+pub const INBOUND_BATCHES: usize = 64;
+
+/// Awaits `fut` for at most [`TIMEOUT`].
+///
+/// # Panics
+/// If `fut` does not complete in time, naming `what` was awaited.
+#[track_caller]
+pub fn within<F: Future>(what: &str, fut: F) -> impl Future<Output = F::Output> {
+    let caller = std::panic::Location::caller();
+    let what = what.to_owned();
+    async move {
+        match tokio::time::timeout(TIMEOUT, fut).await {
+            Ok(v) => v,
+            Err(_) => panic!("timed out after {TIMEOUT:?} waiting for {what} (at {caller})"),
+        }
+    }
+}
+
+/// Waits until `cond` holds, re-checking after yielding to the scheduler
+/// (never sleeping), for at most [`TIMEOUT`]. For state that is published
+/// by another task without an event to await, such as counters.
+///
+/// # Panics
+/// If `cond` does not hold in time, naming `what` was awaited.
+#[track_caller]
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) -> impl Future<Output = ()> {
+    within(what, async move {
+        while !cond() {
+            tokio::task::yield_now().await;
+        }
+    })
+}
+
+/// An endpoint bound to `127.0.0.1:0` with `config`.
+///
+/// # Panics
+/// If binding fails.
+pub async fn endpoint(config: TransportConfig) -> Endpoint {
+    Endpoint::bind(loopback(), config)
+        .await
+        .expect("binding 127.0.0.1:0 succeeds")
+}
+
+/// Two endpoints with the default configuration.
+pub async fn pair() -> (Endpoint, Endpoint) {
+    (
+        endpoint(TransportConfig::default()).await,
+        endpoint(TransportConfig::default()).await,
+    )
+}
+
+/// `127.0.0.1:0`.
+pub fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// Dials `server` from `client` and accepts on `server`, returning both
+/// handshakes completed but not started.
+///
+/// # Panics
+/// If the connect or the accept fails or does not finish within [`TIMEOUT`].
+pub async fn establish(
+    client: &Endpoint,
+    server: &Endpoint,
+) -> (Established<TcpStream>, Established<TcpStream>) {
+    let (dialed, accepted) = within("connect and accept", async {
+        tokio::join!(client.connect(server.local_addr()), server.accept())
+    })
+    .await;
+    let dialed = dialed.expect("connect succeeds");
+    let accepted = accepted
+        .expect("endpoint is open")
+        .expect("inbound handshake succeeds");
+    assert_eq!(dialed.peer().uid, server.uid());
+    assert_eq!(accepted.peer().uid, client.uid());
+    (dialed, accepted)
+}
+
+/// A started connection from `client` to `server`, with inbound channels:
+/// `(client side, client inbound, server side, server inbound)`.
+pub async fn connect(
+    client: &Endpoint,
+    server: &Endpoint,
+) -> (Connection, Inbound, Connection, Inbound) {
+    let (dialed, accepted) = establish(client, server).await;
+    let (c, c_in) = dialed.start_channel(INBOUND_BATCHES);
+    let (s, s_in) = accepted.start_channel(INBOUND_BATCHES);
+    (c, c_in, s, s_in)
+}
+
+/// Sends one frame each way on a fresh connection between `client` and
+/// `server` and checks it arrives: proves both endpoints still work.
+pub async fn assert_round_trip(client: &Endpoint, server: &Endpoint) {
+    let (c, mut c_in, s, mut s_in) = connect(client, server).await;
+    c.send(transport::Frame::message(&b"ping"[..]))
+        .await
+        .expect("send ping");
+    let got = within("ping", s_in.recv()).await.expect("ping arrives");
+    assert_eq!(&got.body[..], b"ping");
+    s.send(transport::Frame::message(&b"pong"[..]))
+        .await
+        .expect("send pong");
+    let got = within("pong", c_in.recv()).await.expect("pong arrives");
+    assert_eq!(&got.body[..], b"pong");
+}
+
+/// A raw TCP connection to `addr`, for speaking bytes by hand.
+///
+/// # Panics
+/// If the connect fails.
+pub async fn raw_connect(addr: SocketAddr) -> TcpStream {
+    within("raw connect", TcpStream::connect(addr))
+        .await
+        .expect("raw connect succeeds")
+}
+
+/// The bytes a well-behaved node sends first: preface and hello frame,
+/// built by the transport's own sans-IO handshake.
+pub fn client_preface(uid: u64, addr: &str) -> BytesMut {
+    let hello = Hello {
+        uid,
+        addr: addr.to_owned(),
+    };
+    let mut hs = Handshake::new(hello, std::time::Instant::now(), TIMEOUT);
+    let mut out = BytesMut::new();
+    assert!(hs.poll_transmit(&mut out));
+    out
+}
+
+/// Completes a handshake by hand on a raw stream: sends our preface and
+/// hello, reads the endpoint's and checks it is `expected_uid`'s. Returns
+/// any bytes the endpoint sent after its hello.
+///
+/// # Panics
+/// If the endpoint's handshake is invalid or does not arrive in time.
+pub async fn raw_handshake(stream: &mut TcpStream, expected_uid: u64) -> BytesMut {
+    stream
+        .write_all(&client_preface(0x5eed, "raw-peer:1"))
+        .await
+        .expect("write hello");
+    let mut hs = Handshake::new(
+        Hello {
+            uid: 0x5eed,
+            addr: "raw-peer:1".into(),
+        },
+        std::time::Instant::now(),
+        TIMEOUT,
+    );
+    let mut buf = BytesMut::new();
+    within("endpoint's hello", async {
+        loop {
+            if let Some(peer) = hs.handle_input(&mut buf).expect("valid endpoint hello") {
+                assert_eq!(peer.uid, expected_uid);
+                return;
+            }
+            let n = stream.read_buf(&mut buf).await.expect("read hello");
+            assert_ne!(n, 0, "endpoint closed during the handshake");
+        }
+    })
+    .await;
+    buf
+}

@@ -1,1 +1,10 @@
+//! Integration tests over real sockets on `127.0.0.1`, built as one binary
+//! (one link step, one process, tests run in parallel inside it).
 
+mod it {
+    mod backpressure;
+    mod bad_input;
+    mod close;
+    mod control;
+    mod ordering;
+}
