@@ -371,11 +371,8 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096), max in 0usize..2048) {
             let mut buf = BytesMut::from(&bytes[..]);
             // Whatever happens, decoding terminates with frames, None or an error.
-            loop {
-                match decode(&mut buf, max) {
-                    Ok(Some(f)) => prop_assert!(f.body.len() <= max),
-                    Ok(None) | Err(_) => break,
-                }
+            while let Ok(Some(f)) = decode(&mut buf, max) {
+                prop_assert!(f.body.len() <= max);
             }
             let _ = decode_eof(&buf);
         }
