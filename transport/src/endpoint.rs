@@ -103,13 +103,29 @@ impl Endpoint {
         advertised: Option<String>,
         config: TransportConfig,
     ) -> Result<Self, TransportError> {
+        Self::bind_with(addr, config, |local| {
+            advertised.unwrap_or_else(|| local.to_string())
+        })
+        .await
+    }
+
+    /// As [`bind`](Self::bind), advertising what `advertise` makes of the
+    /// bound address (useful with port 0, e.g. `|a| format!("sys@{a}")`).
+    ///
+    /// # Errors
+    /// As [`bind_advertised`](Self::bind_advertised).
+    pub async fn bind_with(
+        addr: SocketAddr,
+        config: TransportConfig,
+        advertise: impl FnOnce(SocketAddr) -> String,
+    ) -> Result<Self, TransportError> {
         config.validate()?;
         let socket = new_socket(&addr, &config)?;
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
         let listener = socket.listen(config.accept_backlog)?;
         let local_addr = listener.local_addr()?;
-        let advertised = advertised.unwrap_or_else(|| local_addr.to_string());
+        let advertised = advertise(local_addr);
         if advertised.len() > MAX_ADDR_LEN {
             return Err(ConfigError::AddressTooLong {
                 len: advertised.len(),
