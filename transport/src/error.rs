@@ -26,6 +26,14 @@ pub enum FrameError {
         /// The byte received.
         kind: u8,
     },
+    /// A known frame kind arrived where the protocol does not allow it: a
+    /// hello after the handshake, or application frames after the peer's
+    /// Close. The peer has a bug.
+    #[error("unexpected frame kind {kind:#04x} for the connection state")]
+    Unexpected {
+        /// The kind byte received.
+        kind: u8,
+    },
     /// The stream ended inside a frame; the peer crashed or was cut off.
     #[error("stream ended inside a frame: have {have} bytes, frame needs {need}")]
     Truncated {

@@ -23,7 +23,7 @@ use tokio::{
 use crate::{
     config::TransportConfig,
     conn::{CloseReason, Shared},
-    error::TransportError,
+    error::{FrameError, TransportError},
     frame::{self, Frame, FrameKind},
     pool::ReadSize,
     writer::{OutState, Sender},
@@ -219,7 +219,7 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
                 FrameKind::Heartbeat => control.push_control(FrameKind::HeartbeatAck, &f.body),
                 FrameKind::HeartbeatAck => {}
                 kind => {
-                    return Err(crate::HandshakeError::UnexpectedFrame { kind: kind as u8 }.into());
+                    return Err(FrameError::Unexpected { kind: kind as u8 }.into());
                 }
             }
         }

@@ -221,3 +221,16 @@ async fn truncated_frame_then_eof_is_reported() {
     );
     assert_round_trip(&client, &server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_after_the_handshake_is_a_framing_error() {
+    let (client, server) = nodes().await;
+    // A second, well-formed hello once the connection is established.
+    let hello = client_preface(9, "again:1");
+    let reason = closed_after(&server, &hello[8..], false).await;
+    assert_eq!(frame_error(&reason), &FrameError::Unexpected { kind: 0x01 });
+    let shown = reason.to_string();
+    assert!(!shown.contains("handshake failed"), "{shown}");
+    assert!(shown.contains("unexpected frame kind 0x01"), "{shown}");
+    assert_round_trip(&client, &server).await;
+}
