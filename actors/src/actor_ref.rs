@@ -1,0 +1,553 @@
+//! Typed actor refs: the same API whether the actor is local, on another
+//! node, or the reply slot of an `ask`.
+
+use std::{
+    any::Any,
+    fmt,
+    future::Future,
+    marker::PhantomData,
+    pin::Pin,
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+use tokio::sync::oneshot;
+
+use crate::{
+    actor::StopReason,
+    error::{AskError, SendError, SerializationError},
+    mailbox::{Envelope, Mailbox, Refused, SystemMsg},
+    path::ActorPath,
+    remote::{Recipient, RemoteTarget, TellError},
+    serialization::{RemoteMessage, manifest_id},
+    system::{SystemInner, current_system},
+    watch::{SystemSink, Watch, WatchSink, Watchers},
+};
+
+/// Decodes a remote message on the actor's own task.
+pub(crate) type DecodeFn<M> = fn(&[u8]) -> Result<M, SerializationError>;
+
+/// The runtime side of a local actor: its mailbox, path and watchers.
+pub(crate) struct Cell<M> {
+    pub(crate) mailbox: Mailbox<M>,
+    pub(crate) path: ActorPath,
+    pub(crate) watchers: Watchers,
+    pub(crate) system: Weak<SystemInner>,
+    /// Set when the actor becomes reachable from other nodes.
+    pub(crate) decode: OnceLock<DecodeFn<M>>,
+    pub(crate) registered: AtomicBool,
+}
+
+impl<M: Send + 'static> SystemSink for Cell<M> {
+    fn push_terminated(&self, t: crate::Terminated) {
+        self.mailbox.push_system(SystemMsg::Terminated(t));
+    }
+}
+
+impl<M: RemoteMessage> Cell<M> {
+    /// Makes this actor reachable from other nodes under its path.
+    pub(crate) fn register_remote(self: &Arc<Self>) {
+        if self.registered.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.decode.set(M::decode);
+        if let Some(sys) = self.system.upgrade() {
+            let target: Arc<dyn RemoteTarget> = self.clone();
+            sys.register_target(self.path.elements(), target);
+        }
+    }
+}
+
+impl<M: RemoteMessage> RemoteTarget for Cell<M> {
+    fn manifest(&self) -> u32 {
+        manifest_id(M::MANIFEST)
+    }
+
+    fn manifest_name(&self) -> &'static str {
+        M::MANIFEST
+    }
+
+    fn push_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused> {
+        self.mailbox.push_remote_batch(batch)
+    }
+
+    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.mailbox.wait_space())
+    }
+
+    fn add_watcher(&self, sink: WatchSink) {
+        self.watchers.add(&self.path, sink);
+    }
+
+    fn stop(&self) {
+        self.mailbox.push_system(SystemMsg::Stop);
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// The reply slot of an `ask`: completes a oneshot.
+pub(crate) struct Promise<M> {
+    tx: Mutex<Option<oneshot::Sender<M>>>,
+    path: ActorPath,
+    system: Weak<SystemInner>,
+    registered: AtomicBool,
+}
+
+impl<M: Send + 'static> Promise<M> {
+    fn complete(&self, m: M) -> Result<(), M> {
+        match self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            Some(tx) => tx.send(m),
+            None => Err(m),
+        }
+    }
+}
+
+impl<M: RemoteMessage> RemoteTarget for Promise<M> {
+    fn manifest(&self) -> u32 {
+        manifest_id(M::MANIFEST)
+    }
+
+    fn manifest_name(&self) -> &'static str {
+        M::MANIFEST
+    }
+
+    fn push_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused> {
+        for bytes in batch.drain(..) {
+            let sys = self.system.upgrade();
+            let decoded = match &sys {
+                Some(s) => s.with_current(|| M::decode(&bytes)),
+                None => M::decode(&bytes),
+            };
+            match decoded {
+                Ok(m) => {
+                    if self.complete(m).is_err()
+                        && let Some(s) = &sys
+                    {
+                        s.dead_letter(
+                            std::any::type_name::<M>(),
+                            &self.path,
+                            "ask already answered or timed out",
+                        );
+                    }
+                }
+                Err(e) => {
+                    if let Some(s) = &sys {
+                        s.dead_letter(
+                            std::any::type_name::<M>(),
+                            &self.path,
+                            &format!("reply does not decode: {e}"),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
+
+    fn add_watcher(&self, sink: WatchSink) {
+        sink.deliver(crate::Terminated {
+            path: self.path.clone(),
+            reason: StopReason::NotFound,
+        });
+    }
+
+    fn stop(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// A ref to an actor on another node.
+pub(crate) struct RemoteRef<M> {
+    pub(crate) recipient: Arc<Recipient>,
+    pub(crate) manifest: u32,
+    pub(crate) _msg: PhantomData<fn(M)>,
+    pub(crate) encode: fn(&M, &mut bytes::BytesMut) -> Result<(), SerializationError>,
+}
+
+enum Inner<M> {
+    Local(Arc<Cell<M>>),
+    Promise(Arc<Promise<M>>),
+    Remote(Arc<RemoteRef<M>>),
+    /// A path that resolved to nothing: every message is a dead letter.
+    Dead(ActorPath, Weak<SystemInner>),
+}
+
+/// A typed handle to an actor, local or remote. Cheap to clone, and
+/// serializable inside messages (as its path) when `M` is a
+/// [`RemoteMessage`], so a receiver can reply through it.
+///
+/// Method groups:
+/// - sending: [`tell`](Self::tell) (never waits), [`send`](Self::send)
+///   (waits for room), [`ask`](Self::ask) (request-reply with timeout);
+/// - life: [`stop`](Self::stop), [`watch`](Self::watch);
+/// - identity: [`path`](Self::path), [`is_local`](Self::is_local).
+pub struct ActorRef<M> {
+    inner: Inner<M>,
+}
+
+impl<M> Clone for ActorRef<M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: match &self.inner {
+                Inner::Local(c) => Inner::Local(c.clone()),
+                Inner::Promise(p) => Inner::Promise(p.clone()),
+                Inner::Remote(r) => Inner::Remote(r.clone()),
+                Inner::Dead(p, s) => Inner::Dead(p.clone(), s.clone()),
+            },
+        }
+    }
+}
+
+impl<M> fmt::Debug for ActorRef<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ActorRef({})", self.path())
+    }
+}
+
+impl<M> PartialEq for ActorRef<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.path() == other.path()
+    }
+}
+
+impl<M> Eq for ActorRef<M> {}
+
+impl<M> std::hash::Hash for ActorRef<M> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.path().hash(state);
+    }
+}
+
+impl<M> ActorRef<M> {
+    /// The actor's path.
+    pub fn path(&self) -> &ActorPath {
+        match &self.inner {
+            Inner::Local(c) => &c.path,
+            Inner::Promise(p) => &p.path,
+            Inner::Remote(r) => &r.recipient.path,
+            Inner::Dead(p, _) => p,
+        }
+    }
+
+    /// True if the actor runs in this process.
+    pub fn is_local(&self) -> bool {
+        !matches!(self.inner, Inner::Remote(_))
+    }
+}
+
+impl<M: Send + 'static> ActorRef<M> {
+    pub(crate) fn local(cell: Arc<Cell<M>>) -> Self {
+        Self {
+            inner: Inner::Local(cell),
+        }
+    }
+
+    pub(crate) fn remote(r: RemoteRef<M>) -> Self {
+        Self {
+            inner: Inner::Remote(Arc::new(r)),
+        }
+    }
+
+    pub(crate) fn dead(path: ActorPath, sys: Weak<SystemInner>) -> Self {
+        Self {
+            inner: Inner::Dead(path, sys),
+        }
+    }
+
+    pub(crate) fn promise(
+        path: ActorPath,
+        sys: Weak<SystemInner>,
+    ) -> (Self, Arc<Promise<M>>, oneshot::Receiver<M>) {
+        let (tx, rx) = oneshot::channel();
+        let p = Arc::new(Promise {
+            tx: Mutex::new(Some(tx)),
+            path,
+            system: sys,
+            registered: AtomicBool::new(false),
+        });
+        (
+            Self {
+                inner: Inner::Promise(p.clone()),
+            },
+            p,
+            rx,
+        )
+    }
+
+    pub(crate) fn from_any(target: Arc<dyn Any + Send + Sync>) -> Option<Self> {
+        let target = match target.downcast::<Cell<M>>() {
+            Ok(c) => return Some(Self::local(c)),
+            Err(t) => t,
+        };
+        target.downcast::<Promise<M>>().ok().map(|p| Self {
+            inner: Inner::Promise(p),
+        })
+    }
+
+    fn system(&self) -> Option<Arc<SystemInner>> {
+        match &self.inner {
+            Inner::Local(c) => c.system.upgrade(),
+            Inner::Promise(p) => p.system.upgrade(),
+            Inner::Remote(r) => r.recipient.assoc.system.upgrade(),
+            Inner::Dead(_, s) => s.upgrade(),
+        }
+    }
+
+    fn gone(&self, msg: M, why: &str) -> SendError<M> {
+        if let Some(sys) = self.system() {
+            sys.dead_letter(std::any::type_name::<M>(), self.path(), why);
+        }
+        SendError::ActorGone(msg)
+    }
+
+    /// Sends `msg` without waiting.
+    ///
+    /// # Errors
+    /// - [`SendError::MailboxFull`]: the mailbox (or the link to a remote
+    ///   node) is at capacity; the message comes back.
+    /// - [`SendError::ActorGone`]: the actor has stopped; the message comes
+    ///   back and is also counted as a dead letter.
+    /// - [`SendError::Serialization`]: a remote message did not encode (or
+    ///   is larger than the frame limit); nothing was sent.
+    pub fn tell(&self, msg: M) -> Result<(), SendError<M>> {
+        match &self.inner {
+            Inner::Local(c) => match c.mailbox.push(Envelope::Local(msg)) {
+                Ok(()) => Ok(()),
+                Err((Refused::Full, Envelope::Local(m))) => Err(SendError::MailboxFull(m)),
+                Err((Refused::Closed, Envelope::Local(m))) => Err(self.gone(m, "actor stopped")),
+                Err((_, Envelope::Remote(_))) => unreachable!("pushed a local envelope"),
+            },
+            Inner::Promise(p) => p
+                .complete(msg)
+                .map_err(|m| self.gone(m, "ask already answered or timed out")),
+            Inner::Remote(r) => match r
+                .recipient
+                .assoc
+                .tell(&r.recipient, r.manifest, |b| (r.encode)(&msg, b))
+            {
+                Ok(()) => Ok(()),
+                Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
+                Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
+            },
+            Inner::Dead(..) => Err(self.gone(msg, "no such actor")),
+        }
+    }
+
+    /// Sends `msg`, waiting while the mailbox (or the link to a remote
+    /// node) is full. This is how backpressure reaches a producer.
+    ///
+    /// # Errors
+    /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
+    pub async fn send(&self, msg: M) -> Result<(), SendError<M>> {
+        match &self.inner {
+            Inner::Local(c) => match c.mailbox.push_wait(Envelope::Local(msg)).await {
+                Ok(()) => Ok(()),
+                Err(Envelope::Local(m)) => Err(self.gone(m, "actor stopped")),
+                Err(Envelope::Remote(_)) => unreachable!("pushed a local envelope"),
+            },
+            Inner::Remote(r) => {
+                match r
+                    .recipient
+                    .assoc
+                    .send(&r.recipient, r.manifest, |b| (r.encode)(&msg, b))
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(TellError::Full) => unreachable!("send waits instead of reporting full"),
+                    Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
+                }
+            }
+            _ => self.tell(msg),
+        }
+    }
+
+    /// Request-reply: builds a message around a fresh reply ref with `make`,
+    /// sends it, and waits at most `timeout` for the reply.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use actors::{Actor, ActorRef, ActorSystem, Ctx};
+    /// struct Doubler;
+    /// struct Double(u64, ActorRef<u64>);
+    /// impl Actor for Doubler {
+    ///     type Msg = Double;
+    ///     async fn handle(&mut self, Double(n, reply): Double, _: &mut Ctx<Self>) {
+    ///         let _ = reply.tell(n * 2);
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::local("doc").unwrap();
+    /// let d = system.spawn(Doubler);
+    /// let r = d.ask(|reply| Double(21, reply), Duration::from_secs(1)).await;
+    /// assert_eq!(r, Ok(42));
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient stopped
+    /// or dropped the reply ref), [`AskError::MailboxFull`],
+    /// [`AskError::Serialization`], [`AskError::NodeUnreachable`].
+    pub async fn ask<R: Send + 'static>(
+        &self,
+        make: impl FnOnce(ActorRef<R>) -> M,
+        timeout: Duration,
+    ) -> Result<R, AskError> {
+        let sys = self.system().ok_or(AskError::ActorGone)?;
+        let (reply, promise, rx) = ActorRef::<R>::promise(sys.temp_path(), Arc::downgrade(&sys));
+        let _cleanup = PromiseGuard {
+            sys: sys.clone(),
+            promise: promise.clone(),
+        };
+        match self.tell(make(reply)) {
+            Ok(()) => {}
+            Err(SendError::MailboxFull(_)) => return Err(AskError::MailboxFull),
+            Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
+            Err(SendError::ActorGone(_)) => {
+                return Err(match &self.inner {
+                    Inner::Remote(r) => {
+                        AskError::NodeUnreachable(r.recipient.path.node().to_owned())
+                    }
+                    _ => AskError::ActorGone,
+                });
+            }
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(_)) => Err(AskError::ActorGone),
+            Err(_) => Err(AskError::Timeout(timeout)),
+        }
+    }
+
+    /// Stops the actor after the message it is handling; messages still
+    /// queued become dead letters. Remote actors are stopped through their
+    /// node.
+    pub fn stop(&self) {
+        match &self.inner {
+            Inner::Local(c) => {
+                c.mailbox.push_system(SystemMsg::Stop);
+            }
+            Inner::Promise(p) => {
+                p.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
+            }
+            Inner::Remote(r) => r.recipient.assoc.send_stop(&r.recipient.path),
+            Inner::Dead(..) => {}
+        }
+    }
+
+    /// A future that resolves to [`Terminated`](crate::Terminated) when this
+    /// actor stops, or when its node becomes unreachable.
+    pub fn watch(&self) -> Watch {
+        let (tx, rx) = oneshot::channel();
+        self.add_watcher(WatchSink::Once(Arc::new(Mutex::new(Some(tx)))));
+        Watch {
+            rx,
+            path: self.path().clone(),
+        }
+    }
+
+    pub(crate) fn add_watcher(&self, sink: WatchSink) {
+        match &self.inner {
+            Inner::Local(c) => c.watchers.add(&c.path, sink),
+            Inner::Promise(p) => sink.deliver(crate::Terminated {
+                path: p.path.clone(),
+                reason: StopReason::NotFound,
+            }),
+            Inner::Remote(r) => r.recipient.assoc.watch(&r.recipient.path, sink),
+            Inner::Dead(p, _) => sink.deliver(crate::Terminated {
+                path: p.clone(),
+                reason: StopReason::NotFound,
+            }),
+        }
+    }
+
+    /// Messages waiting in a local actor's mailbox (0 for remote refs).
+    pub fn mailbox_len(&self) -> usize {
+        match &self.inner {
+            Inner::Local(c) => c.mailbox.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Unregisters an ask's reply slot when the ask ends, however it ends.
+struct PromiseGuard<R: Send + 'static> {
+    sys: Arc<SystemInner>,
+    promise: Arc<Promise<R>>,
+}
+
+impl<R: Send + 'static> Drop for PromiseGuard<R> {
+    fn drop(&mut self) {
+        self.promise
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if self.promise.registered.load(Ordering::Acquire) {
+            self.sys.unregister_target(self.promise.path.elements());
+        }
+    }
+}
+
+impl<M: RemoteMessage> Serialize for ActorRef<M> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // A local actor whose ref leaves the process must be reachable by
+        // its path from now on.
+        match &self.inner {
+            Inner::Local(c) => c.register_remote(),
+            Inner::Promise(p) => {
+                if !p.registered.swap(true, Ordering::AcqRel)
+                    && let Some(sys) = p.system.upgrade()
+                {
+                    let target: Arc<dyn RemoteTarget> = p.clone();
+                    sys.register_target(p.path.elements(), target);
+                }
+            }
+            Inner::Remote(_) | Inner::Dead(..) => {}
+        }
+        s.collect_str(self.path())
+    }
+}
+
+impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<M>(PhantomData<fn() -> M>);
+        impl<M: RemoteMessage> de::Visitor<'_> for V<M> {
+            type Value = ActorRef<M>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an actor path")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ActorRef<M>, E> {
+                let path = ActorPath::parse(v).map_err(E::custom)?;
+                let sys = current_system().ok_or_else(|| {
+                    E::custom("an ActorRef can only be deserialized by an actor system")
+                })?;
+                sys.ref_for_path::<M>(path).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V(PhantomData))
+    }
+}

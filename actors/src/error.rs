@@ -1,0 +1,151 @@
+//! Error types of the actor runtime.
+
+use std::time::Duration;
+
+/// A message could not be serialized or deserialized.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SerializationError {
+    /// Encoding failed; the message type cannot be represented.
+    #[error("encode failed: {0}")]
+    Encode(String),
+    /// Decoding failed: malformed, truncated, or a length above the limit.
+    #[error("decode failed: {0}")]
+    Decode(String),
+    /// The value decoded but did not use all the bytes.
+    #[error("decoded {used} of {len} bytes; trailing bytes")]
+    TrailingBytes {
+        /// Bytes consumed.
+        used: usize,
+        /// Bytes given.
+        len: usize,
+    },
+    /// The encoded message exceeds the frame limit; it was not sent.
+    #[error("message of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Encoded size.
+        size: usize,
+        /// The maximum frame size.
+        limit: usize,
+    },
+}
+
+/// Why a `tell` or `send` failed. The message comes back where it can.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError<M> {
+    /// The recipient's mailbox (or the link to its node) is full; retry, or
+    /// use `send().await`, which waits for room.
+    #[error("mailbox full")]
+    MailboxFull(M),
+    /// The recipient has stopped (or its node's link is gone).
+    #[error("actor is gone")]
+    ActorGone(M),
+    /// The message could not be serialized for a remote recipient.
+    #[error("serialization failed: {0}")]
+    Serialization(#[from] SerializationError),
+}
+
+impl<M> SendError<M> {
+    /// The undelivered message, if the error carries it.
+    pub fn into_message(self) -> Option<M> {
+        match self {
+            Self::MailboxFull(m) | Self::ActorGone(m) => Some(m),
+            Self::Serialization(_) => None,
+        }
+    }
+}
+
+/// Why an `ask` got no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AskError {
+    /// No reply within the timeout.
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    /// The recipient stopped, or dropped the reply ref without answering.
+    #[error("actor is gone")]
+    ActorGone,
+    /// The recipient's mailbox is full.
+    #[error("mailbox full")]
+    MailboxFull,
+    /// The recipient's node cannot be reached.
+    #[error("node unreachable: {0}")]
+    NodeUnreachable(String),
+    /// The request or the reply could not be (de)serialized.
+    #[error("serialization failed: {0}")]
+    Serialization(#[from] SerializationError),
+}
+
+/// Why a path could not be resolved to a ref.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The path does not parse; see [`ActorPath`](crate::ActorPath) for the form.
+    #[error("invalid actor path {path:?}: {reason}")]
+    InvalidPath {
+        /// The input.
+        path: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// No actor lives at that path.
+    #[error("no actor at {0}")]
+    NotFound(String),
+    /// An actor lives there but takes another message type.
+    #[error("actor at {path} takes {actual}, not {expected}")]
+    WrongType {
+        /// The path.
+        path: String,
+        /// The manifest asked for.
+        expected: String,
+        /// The actor's manifest.
+        actual: String,
+    },
+    /// The node cannot be reached.
+    #[error("node {addr} unreachable: {reason}")]
+    Unreachable {
+        /// The node's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the timeout.
+    #[error("no answer from {addr} within {timeout:?}")]
+    Timeout {
+        /// The node's address.
+        addr: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// This system has no remoting, so it cannot reach other nodes.
+    #[error("remoting is not enabled on this actor system")]
+    NoRemoting,
+}
+
+/// Why an actor could not be spawned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The name is taken by a live actor.
+    #[error("an actor named {0:?} already exists")]
+    NameTaken(String),
+    /// Names may not be empty, start with `$`, or contain `/`, `#`, `@` or whitespace.
+    #[error("invalid actor name {0:?}")]
+    InvalidName(String),
+    /// The system is shutting down.
+    #[error("the actor system is shutting down")]
+    ShuttingDown,
+}
+
+/// Why a system could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SystemError {
+    /// The system name is empty or contains characters a path cannot hold.
+    #[error("invalid system name {0:?}")]
+    InvalidName(String),
+    /// The transport failed to bind.
+    #[error(transparent)]
+    Transport(#[from] transport::TransportError),
+}

@@ -1,0 +1,88 @@
+//! An actor runtime on tokio whose refs work the same whether the actor is
+//! in this process or on another node.
+//!
+//! ```
+//! use std::time::Duration;
+//! use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! enum Greeter { Greet(String, ActorRef<String>) }
+//! impl RemoteMessage for Greeter { const MANIFEST: &'static str = "doc.Greeter"; }
+//! struct G;
+//! impl Actor for G {
+//!     type Msg = Greeter;
+//!     async fn handle(&mut self, Greeter::Greet(who, reply): Greeter, _: &mut Ctx<Self>) {
+//!         let _ = reply.tell(format!("hello, {who}"));
+//!     }
+//! }
+//! # #[tokio::main] async fn main() {
+//! let a = ActorSystem::remote("a", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+//! let b = ActorSystem::remote("b", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+//! a.spawn_named("greeter", G).unwrap();
+//! let path = format!("tcp://{}/user/greeter", a.node());
+//! let greeter = b.resolve::<Greeter>(&path).await.unwrap();
+//! let reply = greeter.ask(|r| Greeter::Greet("b".into(), r), Duration::from_secs(5)).await;
+//! assert_eq!(reply.unwrap(), "hello, b");
+//! # }
+//! ```
+//!
+//! # Model
+//! - An [`Actor`] handles one message at a time on its own task; its
+//!   [`ActorRef`] is typed by its message type. `tell` never waits, `send`
+//!   waits for mailbox room, `ask` builds a request around a reply ref and
+//!   waits at most a timeout.
+//! - Mailboxes are bounded (see [`SystemConfig::set_mailbox_capacity`]);
+//!   system messages (stop, termination notices) go before user messages.
+//! - [`ActorRef::watch`] and [`Ctx::watch`] deliver [`Terminated`] with a
+//!   [`StopReason`] when an actor stops, panics, or its node becomes
+//!   unreachable.
+//! - Messages that cross nodes implement [`RemoteMessage`]: serde plus a
+//!   stable manifest name. Refs inside messages serialize as their path.
+//! - Dead letters (messages to stopped or unknown actors, undecodable or
+//!   mistyped remote messages) are counted ([`ActorSystem::dead_letters`])
+//!   and logged.
+//!
+//! Paths look like `tcp://system@host:port/user/name` (see [`ActorPath`]).
+//!
+//! # Layout
+//! - `actor`: the [`Actor`] trait, [`Ctx`], [`StopReason`], [`Terminated`].
+//! - `actor_ref`: [`ActorRef`] (local, remote, ask slot).
+//! - `mailbox`: bounded batch-swapping mailbox with a system queue.
+//! - `system`: [`ActorSystem`], spawning, registry, dead letters, shutdown.
+//! - `remote`: associations, envelope compression, inbound dispatch.
+//! - `serialization`: [`Serializer`], [`Bincode`], [`RemoteMessage`].
+//! - `path`: [`ActorPath`].
+//! - `watch`: death watch plumbing, [`Watch`].
+//! - `error`: the error types.
+//!
+//! # Crate feature flags
+//! None yet.
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod actor;
+mod actor_ref;
+mod error;
+mod mailbox;
+mod path;
+mod remote;
+mod serialization;
+mod system;
+mod watch;
+
+pub use actor::{Actor, Ctx, StopReason, Terminated};
+pub use actor_ref::ActorRef;
+pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
+pub use path::ActorPath;
+pub use serialization::{Bincode, DECODE_LIMIT, RemoteMessage, Serializer, manifest_id};
+pub use system::{
+    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
+    SystemConfig,
+};
+pub use watch::Watch;

@@ -1,0 +1,239 @@
+//! A bounded mailbox with a separate system queue.
+//!
+//! Senders append under a short lock; the actor's task swaps the whole queue
+//! out in one lock and processes the batch, so a burst costs one wake-up and
+//! one lock on the actor's side, not one per message. The remote reader
+//! appends all the messages of one socket read in one call.
+//!
+//! Overflow policy: a user message to a mailbox holding `capacity` or more
+//! is refused: `tell` returns [`SendError::MailboxFull`](crate::SendError)
+//! with the message, `send().await` waits for room, and the remote reader
+//! stops reading (so TCP pushes back on the sending node). System messages
+//! (termination notices) are never refused and are handled before any
+//! queued user message.
+
+use std::{
+    collections::VecDeque,
+    mem,
+    sync::{
+        Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::actor::Terminated;
+
+/// What sits in a mailbox: a message, or a remote message's bytes, which
+/// the actor's own task decodes (keeping that work off the reader).
+pub(crate) enum Envelope<M> {
+    Local(M),
+    Remote(Bytes),
+}
+
+/// System messages: handled before user messages.
+pub(crate) enum SystemMsg {
+    Stop,
+    Terminated(Terminated),
+}
+
+pub(crate) enum Refused {
+    Full,
+    Closed,
+}
+
+struct State<M> {
+    user: VecDeque<Envelope<M>>,
+    system: VecDeque<SystemMsg>,
+    idle: bool,
+    closed: bool,
+    space_waiters: bool,
+}
+
+pub(crate) struct Mailbox<M> {
+    state: Mutex<State<M>>,
+    wake: Notify,
+    space: Notify,
+    system_pending: AtomicBool,
+    capacity: usize,
+}
+
+impl<M> Mailbox<M> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            state: Mutex::new(State {
+                user: VecDeque::new(),
+                system: VecDeque::new(),
+                idle: false,
+                closed: false,
+                space_waiters: false,
+            }),
+            wake: Notify::new(),
+            space: Notify::new(),
+            system_pending: AtomicBool::new(false),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<M>> {
+        // Nothing runs user code under this lock, so it cannot be poisoned
+        // half-way through an update.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake_if_idle(&self, mut st: MutexGuard<'_, State<M>>) {
+        let wake = mem::take(&mut st.idle);
+        drop(st);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Appends one user message if there is room.
+    #[inline]
+    pub(crate) fn push(&self, m: Envelope<M>) -> Result<(), (Refused, Envelope<M>)> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err((Refused::Closed, m));
+        }
+        if st.user.len() >= self.capacity {
+            return Err((Refused::Full, m));
+        }
+        st.user.push_back(m);
+        self.wake_if_idle(st);
+        Ok(())
+    }
+
+    /// Appends one user message, waiting for room.
+    pub(crate) async fn push_wait(&self, mut m: Envelope<M>) -> Result<(), Envelope<M>> {
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.closed {
+                    return Err(m);
+                }
+                if st.user.len() < self.capacity {
+                    st.user.push_back(m);
+                    self.wake_if_idle(st);
+                    return Ok(());
+                }
+                st.space_waiters = true;
+            }
+            notified.await;
+            m = match self.push(m) {
+                Ok(()) => return Ok(()),
+                Err((Refused::Closed, m)) => return Err(m),
+                Err((Refused::Full, m)) => m,
+            };
+        }
+    }
+
+    /// Appends every payload of `batch` (one socket read's worth) at once,
+    /// if the mailbox is under capacity; the batch may overshoot it.
+    pub(crate) fn push_remote_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err(Refused::Closed);
+        }
+        if st.user.len() >= self.capacity {
+            st.space_waiters = true;
+            return Err(Refused::Full);
+        }
+        st.user.extend(batch.drain(..).map(Envelope::Remote));
+        self.wake_if_idle(st);
+        Ok(())
+    }
+
+    /// Waits until the mailbox has room or is closed.
+    pub(crate) async fn wait_space(&self) {
+        let notified = self.space.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let mut st = self.lock();
+            if st.closed || st.user.len() < self.capacity {
+                return;
+            }
+            st.space_waiters = true;
+        }
+        notified.await;
+    }
+
+    /// Appends a system message; false if the mailbox is closed.
+    pub(crate) fn push_system(&self, m: SystemMsg) -> bool {
+        let mut st = self.lock();
+        if st.closed {
+            return false;
+        }
+        st.system.push_back(m);
+        self.system_pending.store(true, Ordering::Release);
+        self.wake_if_idle(st);
+        true
+    }
+
+    /// True if a system message arrived since the last take.
+    #[inline]
+    pub(crate) fn system_pending(&self) -> bool {
+        self.system_pending.load(Ordering::Acquire)
+    }
+
+    /// Moves pending system messages into `sys`.
+    pub(crate) fn take_system(&self, sys: &mut VecDeque<SystemMsg>) {
+        let mut st = self.lock();
+        self.system_pending.store(false, Ordering::Release);
+        sys.append(&mut st.system);
+    }
+
+    /// Waits for messages and swaps everything queued into `user` and
+    /// `sys` (which must be empty). Returns false once closed and drained.
+    pub(crate) async fn recv_all(
+        &self,
+        user: &mut VecDeque<Envelope<M>>,
+        sys: &mut VecDeque<SystemMsg>,
+    ) -> bool {
+        loop {
+            {
+                let mut st = self.lock();
+                if !st.user.is_empty() || !st.system.is_empty() {
+                    mem::swap(&mut st.user, user);
+                    sys.append(&mut st.system);
+                    self.system_pending.store(false, Ordering::Release);
+                    let wake = mem::take(&mut st.space_waiters);
+                    drop(st);
+                    if wake {
+                        self.space.notify_waiters();
+                    }
+                    return true;
+                }
+                if st.closed {
+                    return false;
+                }
+                st.idle = true;
+            }
+            self.wake.notified().await;
+        }
+    }
+
+    /// Closes the mailbox; returns the user messages still queued (dead
+    /// letters). Waiting senders are released.
+    pub(crate) fn close(&self) -> usize {
+        let mut st = self.lock();
+        st.closed = true;
+        let n = st.user.len();
+        st.user.clear();
+        st.system.clear();
+        drop(st);
+        self.space.notify_waiters();
+        n
+    }
+
+    /// User messages queued now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().user.len()
+    }
+}

@@ -1,0 +1,176 @@
+//! Actor addresses a person can read and type.
+//!
+//! ```text
+//! tcp://system@host:port/user/name      an actor on a node with remoting
+//! local://system/user/name              an actor on a system without remoting
+//!        └─node─────────┘└─elements──┘
+//! ```
+//!
+//! Top-level element `user` holds spawned actors (`/user/$7` for anonymous
+//! ones), `temp` holds the reply refs of asks.
+
+use std::{fmt, sync::Arc};
+
+use crate::error::ResolveError;
+
+/// A parsed actor path. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ActorPath {
+    node: Arc<str>,
+    elements: Arc<str>,
+    remote: bool,
+}
+
+impl ActorPath {
+    pub(crate) fn new(node: Arc<str>, remote: bool, elements: &str) -> Self {
+        Self {
+            node,
+            elements: elements.into(),
+            remote,
+        }
+    }
+
+    /// Parses `tcp://system@host:port/user/name` or
+    /// `local://system/user/name`.
+    ///
+    /// ```
+    /// let p = actors::ActorPath::parse("tcp://bench@127.0.0.1:2552/user/echo").unwrap();
+    /// assert_eq!(p.node(), "bench@127.0.0.1:2552");
+    /// assert_eq!(p.elements(), "/user/echo");
+    /// assert_eq!(p.to_string(), "tcp://bench@127.0.0.1:2552/user/echo");
+    /// ```
+    ///
+    /// # Errors
+    /// [`ResolveError::InvalidPath`] saying what is wrong.
+    pub fn parse(s: &str) -> Result<Self, ResolveError> {
+        let bad = |reason| ResolveError::InvalidPath {
+            path: s.to_owned(),
+            reason,
+        };
+        let (remote, rest) = if let Some(r) = s.strip_prefix("tcp://") {
+            (true, r)
+        } else if let Some(r) = s.strip_prefix("local://") {
+            (false, r)
+        } else {
+            return Err(bad("must start with tcp:// or local://"));
+        };
+        let slash = rest
+            .find('/')
+            .ok_or_else(|| bad("no path after the node"))?;
+        let (node, elements) = rest.split_at(slash);
+        if remote {
+            let (system, hostport) = node
+                .split_once('@')
+                .ok_or_else(|| bad("node must be system@host:port"))?;
+            if system.is_empty() || !hostport.contains(':') {
+                return Err(bad("node must be system@host:port"));
+            }
+        } else if node.is_empty() || node.contains('@') {
+            return Err(bad("local node must be a system name"));
+        }
+        if elements.len() < 2 || elements.ends_with('/') || elements.contains("//") {
+            return Err(bad("path elements must be /a/b with no empty element"));
+        }
+        Ok(Self {
+            node: node.into(),
+            elements: elements.into(),
+            remote,
+        })
+    }
+
+    /// The node part: `system@host:port` (or the system name for local).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The element part, starting with `/`.
+    pub fn elements(&self) -> &str {
+        &self.elements
+    }
+
+    /// True for a `tcp://` path.
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
+
+    /// The `host:port` of a `tcp://` path.
+    pub fn host_port(&self) -> Option<&str> {
+        if self.remote {
+            self.node.split_once('@').map(|(_, hp)| hp)
+        } else {
+            None
+        }
+    }
+
+    /// The system name.
+    pub fn system(&self) -> &str {
+        self.node.split_once('@').map_or(&self.node, |(s, _)| s)
+    }
+}
+
+impl fmt::Display for ActorPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.remote { "tcp" } else { "local" };
+        write!(f, "{scheme}://{}{}", self.node, self.elements)
+    }
+}
+
+impl fmt::Debug for ActorPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+/// True for a name `spawn_named` accepts.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('$')
+        && !name
+            .chars()
+            .any(|c| matches!(c, '/' | '#' | '@' | ':') || c.is_whitespace())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_print() {
+        for s in [
+            "tcp://sys@127.0.0.1:2552/user/a",
+            "tcp://sys@[::1]:2552/user/a/b",
+            "local://sys/temp/$3",
+        ] {
+            assert_eq!(ActorPath::parse(s).unwrap().to_string(), s);
+        }
+        let p = ActorPath::parse("tcp://sys@h:1/user/a").unwrap();
+        assert_eq!(p.host_port(), Some("h:1"));
+        assert_eq!(p.system(), "sys");
+        assert_eq!(ActorPath::parse("local://s/user/x").unwrap().system(), "s");
+    }
+
+    #[test]
+    fn rejects_with_reason() {
+        for s in [
+            "http://x/user/a",
+            "tcp://sys@h:1",
+            "tcp://h:1/user/a",
+            "tcp://sys@h:1/",
+            "tcp://sys@h:1/user//a",
+            "local://a@b/user/x",
+        ] {
+            assert!(
+                matches!(ActorPath::parse(s), Err(ResolveError::InvalidPath { .. })),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("echo-1"));
+        for n in ["", "$a", "a/b", "a b", "a@b", "a#b"] {
+            assert!(!valid_name(n), "{n}");
+        }
+    }
+}
