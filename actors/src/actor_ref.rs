@@ -24,7 +24,7 @@ use crate::{
     mailbox::{Envelope, Mailbox, Refused, SystemMsg},
     path::ActorPath,
     remote::{Recipient, RemoteTarget, TellError},
-    serialization::{RemoteMessage, manifest_id},
+    serialization::{RemoteMessage, manifest_id, with_frame},
     system::{SystemInner, current_system},
     watch::{SystemSink, Watch, WatchSink, Watchers},
 };
@@ -128,7 +128,7 @@ impl<M: RemoteMessage> RemoteTarget for Promise<M> {
         for bytes in batch.drain(..) {
             let sys = self.system.upgrade();
             let decoded = match &sys {
-                Some(s) => s.with_current(|| M::decode(&bytes)),
+                Some(s) => s.with_current(|| with_frame(&bytes, || M::decode(&bytes))),
                 None => M::decode(&bytes),
             };
             match decoded {
@@ -373,7 +373,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 match r
                     .recipient
                     .assoc
-                    .send(&r.recipient, r.manifest, |b| (r.encode)(&msg, b))
+                    .send(&r.recipient, r.manifest, |b: &mut bytes::BytesMut| (r.encode)(&msg, b))
                     .await
                 {
                     Ok(()) => Ok(()),

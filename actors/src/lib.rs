@@ -80,7 +80,9 @@ pub use actor::{Actor, Ctx, StopReason, Terminated};
 pub use actor_ref::ActorRef;
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
 pub use path::ActorPath;
-pub use serialization::{Bincode, DECODE_LIMIT, RemoteMessage, Serializer, manifest_id};
+pub use serialization::{
+    Bincode, DECODE_LIMIT, RemoteMessage, Serializer, SharedBytes, manifest_id,
+};
 pub use system::{
     ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
     SystemConfig,

@@ -137,6 +137,8 @@ pub(crate) struct Association {
     pub(crate) node: Arc<str>,
     pub(crate) system: Weak<SystemInner>,
     state: Mutex<LinkState>,
+    /// Notified whenever the link state changes (up, failed, closed).
+    up: tokio::sync::Notify,
     conns: Mutex<HashMap<u32, Connection>>,
     generation: AtomicU32,
     watches: Mutex<HashMap<u64, (ActorPath, WatchSink)>>,
@@ -192,6 +194,7 @@ impl Association {
             node,
             system,
             state: Mutex::new(LinkState::Idle),
+            up: tokio::sync::Notify::new(),
             conns: Mutex::new(HashMap::new()),
             generation: AtomicU32::new(1),
             watches: Mutex::new(HashMap::new()),
@@ -226,32 +229,24 @@ impl Association {
             encode(&mut scratch).map_err(TellError::Serialization)?;
             self.check_size(r, scratch.len())?;
             let mut st = lock(&self.state);
-            match &mut *st {
-                LinkState::Up(link) => {
-                    let link2 = link.clone();
-                    match link.sender.try_send_with(FrameKind::Message, |b| {
-                        write_envelope(b, r, &link2, manifest, &scratch)
-                    }) {
-                        Ok(()) => Ok(()),
-                        Err(TrySendError::Full(_)) => Err(TellError::Full),
-                        Err(TrySendError::TooLarge(e)) => Err(TellError::Serialization(
-                            SerializationError::Encode(e.to_string()),
-                        )),
-                        Err(_) => {
-                            // The link just died: reconnect, keeping this message.
-                            *st = LinkState::Connecting {
-                                pending: VecDeque::from([Pending::User(
-                                    r.clone(),
-                                    manifest,
-                                    Bytes::copy_from_slice(&scratch),
-                                )]),
-                            };
-                            drop(st);
-                            self.spawn_connect();
-                            Ok(())
-                        }
+            if let LinkState::Up(link) = &*st {
+                let res = link.sender.try_send_with(FrameKind::Message, |b| {
+                    write_envelope(b, r, link, manifest, &scratch)
+                });
+                match res {
+                    Ok(()) => return Ok(()),
+                    Err(TrySendError::Full(_)) => return Err(TellError::Full),
+                    Err(TrySendError::TooLarge(e)) => {
+                        return Err(TellError::Serialization(SerializationError::Encode(
+                            e.to_string(),
+                        )));
                     }
+                    // The link just died: reconnect below, keeping this message.
+                    Err(_) => *st = LinkState::Idle,
                 }
+            }
+            match &mut *st {
+                LinkState::Up(_) => unreachable!("handled above"),
                 LinkState::Connecting { pending } => {
                     if pending.len() >= self.pending_capacity {
                         return Err(TellError::Full);
@@ -279,25 +274,22 @@ impl Association {
         })
     }
 
-    /// Remote `send`: waits while the link's queue is full.
+    /// Remote `send`: waits while the link's queue is full. The first try
+    /// is `tell`'s allocation-free path; only a full link costs a copy.
     pub(crate) async fn send(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
         manifest: u32,
-        encode: impl FnOnce(&mut BytesMut) -> Result<(), SerializationError>,
+        encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
     ) -> Result<(), TellError> {
+        match self.tell(r, manifest, &encode) {
+            Err(TellError::Full) => {}
+            other => return other,
+        }
         let mut payload = BytesMut::new();
         encode(&mut payload).map_err(TellError::Serialization)?;
         let payload = payload.freeze();
         loop {
-            // Fast path and connect handling are shared with `tell`.
-            match self.tell(r, manifest, |b| {
-                b.extend_from_slice(&payload);
-                Ok(())
-            }) {
-                Err(TellError::Full) => {}
-                other => return other,
-            }
             let link = match &*lock(&self.state) {
                 LinkState::Up(link) => Some(link.clone()),
                 _ => None,
@@ -316,8 +308,15 @@ impl Association {
                         return Ok(());
                     }
                 }
-                // Connect buffer full: wait for the link to come up.
-                None => tokio::time::sleep(Duration::from_millis(1)).await,
+                // The connect buffer is full: wait for the link to come up.
+                None => self.up.notified().await,
+            }
+            match self.tell(r, manifest, |b| {
+                b.extend_from_slice(&payload);
+                Ok(())
+            }) {
+                Err(TellError::Full) => {}
+                other => return other,
             }
         }
     }
@@ -475,11 +474,15 @@ impl Association {
                     LinkState::Up(_) => return,
                     LinkState::Idle => {
                         *st = LinkState::Up(link);
+                        drop(st);
+                        self.up.notify_waiters();
                         return;
                     }
                     LinkState::Connecting { pending } => {
                         if pending.is_empty() {
                             *st = LinkState::Up(link);
+                            drop(st);
+                            self.up.notify_waiters();
                             return;
                         }
                         let n = pending.len().min(FLUSH_CHUNK);
@@ -543,6 +546,7 @@ impl Association {
         if let Some(sys) = self.system.upgrade() {
             sys.dead_letters_n(users, "(remote message)", &self.node, reason);
         }
+        self.up.notify_waiters();
         self.fail_waiters(reason);
     }
 
@@ -628,7 +632,7 @@ impl Inbound {
         self.sys.dead_letter(what, to, why);
     }
 
-    fn on_envelope(&mut self, body: Bytes) {
+    fn on_envelope(&mut self, mut body: Bytes) {
         let mut b = &body[..];
         if b.len() < 5 {
             return self.dead(
@@ -709,7 +713,10 @@ impl Inbound {
                 ),
             );
         }
-        let payload = body.slice(body.len() - b.len()..);
+        // Advance rather than slice: no second reference count update.
+        let header = body.len() - b.len();
+        body.advance(header);
+        let payload = body;
         if let Some(run) = self.runs.iter_mut().find(|r| r.id == id) {
             run.batch.push(payload);
         } else {

@@ -7,8 +7,10 @@
 //! [`RemoteMessage::encode`] and [`RemoteMessage::decode`] with another
 //! [`Serializer`].
 
-use bytes::BytesMut;
-use serde::{Serialize, de::DeserializeOwned};
+use std::{cell::RefCell, fmt, ops::Deref};
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
 use crate::error::SerializationError;
 
@@ -72,7 +74,9 @@ impl Serializer for Bincode {
     }
 
     fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
-        let (value, used) = bincode::serde::decode_from_slice(bytes, CONFIG)
+        // The borrowing decoder hands byte strings to the visitor as slices
+        // of the input, which lets `SharedBytes` avoid a copy.
+        let (value, used) = bincode::serde::borrow_decode_from_slice::<T, _>(bytes, CONFIG)
             .map_err(|e| SerializationError::Decode(e.to_string()))?;
         if used != bytes.len() {
             return Err(SerializationError::TrailingBytes {
@@ -81,6 +85,98 @@ impl Serializer for Bincode {
             });
         }
         Ok(value)
+    }
+}
+
+thread_local! {
+    /// The frame being decoded on this thread, so `SharedBytes` can slice
+    /// it instead of copying.
+    static FRAME: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (a decode of `frame`) with `frame` available to
+/// [`SharedBytes`] fields.
+pub(crate) fn with_frame<T>(frame: &Bytes, f: impl FnOnce() -> T) -> T {
+    let prev = FRAME.with(|c| c.replace(Some(frame.clone())));
+    let out = f();
+    FRAME.with(|c| *c.borrow_mut() = prev);
+    out
+}
+
+/// A byte string that, when decoded from a remote message, shares the
+/// received frame's memory instead of copying it (like Netty's retained
+/// slices). Serializes exactly like `Vec<u8>` / `serde_bytes`.
+///
+/// The frame's buffer stays allocated while any `SharedBytes` of it lives,
+/// so copy out (`to_vec`) what you keep for long.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SharedBytes(pub Bytes);
+
+impl fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedBytes({} bytes)", self.0.len())
+    }
+}
+
+impl Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<Bytes> for SharedBytes {
+    fn from(b: Bytes) -> Self {
+        Self(b)
+    }
+}
+
+impl From<Vec<u8>> for SharedBytes {
+    fn from(v: Vec<u8>) -> Self {
+        Self(Bytes::from(v))
+    }
+}
+
+impl Serialize for SharedBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedBytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = SharedBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_borrowed_bytes<E: serde::de::Error>(self, v: &'de [u8]) -> Result<SharedBytes, E> {
+                let shared = FRAME.with(|c| {
+                    let frame = c.borrow();
+                    let frame = frame.as_ref()?;
+                    let (start, end) = (frame.as_ptr() as usize, frame.as_ptr() as usize + frame.len());
+                    let p = v.as_ptr() as usize;
+                    // Only a slice inside the frame can be shared.
+                    (p >= start && p + v.len() <= end).then(|| frame.slice_ref(v))
+                });
+                Ok(SharedBytes(shared.unwrap_or_else(|| Bytes::copy_from_slice(v))))
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<SharedBytes, E> {
+                Ok(SharedBytes(Bytes::copy_from_slice(v)))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<SharedBytes, E> {
+                Ok(SharedBytes(Bytes::from(v)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<SharedBytes, A::Error> {
+                let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(b) = seq.next_element()? {
+                    v.push(b);
+                }
+                Ok(SharedBytes(Bytes::from(v)))
+            }
+        }
+        d.deserialize_bytes(V)
     }
 }
 
@@ -162,6 +258,22 @@ mod tests {
         let mut bomb = vec![7u8, 252];
         bomb.extend_from_slice(&((DECODE_LIMIT as u32) + 1).to_le_bytes());
         assert!(Bincode.deserialize::<Msg>(&bomb).is_err());
+    }
+
+    #[test]
+    fn shared_bytes_slice_the_frame() {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct M(u8, SharedBytes);
+        let mut b = BytesMut::new();
+        Bincode.serialize(&M(1, SharedBytes::from(vec![9u8; 100])), &mut b).unwrap();
+        let frame = b.freeze();
+        let m: M = with_frame(&frame, || Bincode.deserialize(&frame)).unwrap();
+        assert_eq!(&m.1[..], &[9u8; 100][..]);
+        let inside = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        assert!(inside.contains(&(m.1.as_ptr() as usize)), "shares the frame");
+        // Without a frame it copies.
+        let m: M = Bincode.deserialize(&frame).unwrap();
+        assert!(!inside.contains(&(m.1.as_ptr() as usize)));
     }
 
     #[test]

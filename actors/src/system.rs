@@ -23,7 +23,7 @@ use crate::{
     mailbox::{Envelope, Mailbox, SystemMsg},
     path::{ActorPath, valid_name},
     remote::{RemoteTarget, Remoting},
-    serialization::{RemoteMessage, manifest_id},
+    serialization::{RemoteMessage, manifest_id, with_frame},
     watch::{WatchSink, Watchers},
 };
 
@@ -110,21 +110,28 @@ pub(crate) struct SystemInner {
 }
 
 thread_local! {
-    static CURRENT: RefCell<Option<Arc<SystemInner>>> = const { RefCell::new(None) };
+    /// The system that last decoded on this thread. Weak, so a shut-down
+    /// system is not kept alive by a worker thread.
+    static CURRENT: RefCell<Weak<SystemInner>> = const { RefCell::new(Weak::new()) };
 }
 
 /// The system decoding on this thread, for `ActorRef` deserialization.
 pub(crate) fn current_system() -> Option<Arc<SystemInner>> {
-    CURRENT.with(|c| c.borrow().clone())
+    CURRENT.with(|c| c.borrow().upgrade())
 }
 
 impl SystemInner {
-    /// Runs `f` with this system as the one that deserializes refs.
-    pub(crate) fn with_current<T>(self: &Arc<Self>, f: impl FnOnce() -> T) -> T {
-        let prev = CURRENT.with(|c| c.replace(Some(self.clone())));
-        let out = f();
-        CURRENT.with(|c| *c.borrow_mut() = prev);
-        out
+    /// Runs `f` with this system as the one that deserializes refs. The
+    /// setting stays after `f` (every decode sets it again), so the common
+    /// case costs one pointer comparison, not two reference-count updates.
+    #[inline]
+    pub(crate) fn with_current<T>(&self, f: impl FnOnce() -> T) -> T {
+        CURRENT.with(|c| {
+            if !std::ptr::eq(c.borrow().as_ptr(), self) {
+                *c.borrow_mut() = self.myself.clone();
+            }
+        });
+        f()
     }
 
     pub(crate) fn path(&self, elements: &str) -> ActorPath {
@@ -538,7 +545,7 @@ async fn run_actor<A: Actor>(
                     let decode = cell.decode.get().expect(
                         "remote messages reach only registered actors, which have a decoder",
                     );
-                    match sys_inner.with_current(|| decode(&bytes)) {
+                    match sys_inner.with_current(|| with_frame(&bytes, || decode(&bytes))) {
                         Ok(m) => m,
                         Err(e) => {
                             sys_inner.dead_letter(

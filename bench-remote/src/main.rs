@@ -1,12 +1,13 @@
-//! `bench-remote`: Akka's 500,000-message remote burst benchmark, on this
-//! project's transport, measured against a hand-written tokio ceiling of the
-//! same pattern in the same run.
+//! `bench-remote`: Akka's 500,000-message remote burst benchmark on this
+//! project's actors and transport, measured against a hand-written tokio
+//! ceiling of the same pattern in the same run.
 //!
 //! # Layout
-//! - `pattern`: the message pattern (warm-up, markers, windows), generic
-//!   over what carries it.
+//! - `pattern`: the message pattern (warm-up, markers, windows) as a state
+//!   machine, driven by an actor, a raw-transport task or the ceiling.
 //! - `report`: Akka-format lines and latency percentiles.
-//! - `raw`: the pattern over `transport` frames.
+//! - `faithful`: the default mode, sender and receiver actors.
+//! - `raw`: the pattern over `transport` frames, no actors.
 //! - `ceiling`: the pattern over plain tokio sockets.
 #![forbid(unsafe_code)]
 // A binary: `pub` inside its modules means "used across modules".
@@ -14,124 +15,356 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod ceiling;
+mod faithful;
 mod pattern;
 mod raw;
 mod report;
 
-use anyhow::{Result, bail};
-use clap::Parser;
-use transport::TransportConfig;
+use std::{net::SocketAddr, time::Duration};
 
-use crate::pattern::Shape;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use transport::{ConnStats, TransportConfig};
 
-/// Akka's remote burst benchmark: a sender sends bursts of payload
-/// messages, each followed by a marker that the receiver echoes; the next
-/// burst goes when the echo returns. Both nodes run in this process over
-/// loopback TCP.
+use crate::{
+    faithful::{Embedded, ToReceiver},
+    pattern::{Outcome, Shape},
+    report::Report,
+};
+
+/// Akka's remote burst benchmark: a sender actor sends bursts of payload
+/// messages to a receiver actor on another node, each burst followed by a
+/// marker that the receiver echoes; the next burst goes when the echo
+/// returns. By default both nodes run in this process over loopback TCP.
 #[derive(Debug, Parser)]
 #[command(version, about)]
-struct Opt {
-    /// Timed messages to send.
-    #[arg(long, default_value_t = 500_000)]
-    messages: u64,
-    /// Payload messages per burst (one marker follows each burst).
-    #[arg(long, default_value_t = 5000)]
-    burst: u64,
-    /// Payload size in bytes.
-    #[arg(long, default_value_t = 100)]
-    payload: usize,
-    /// Also run the hand-written tokio ceiling of the same pattern and
-    /// print the ratio.
-    #[arg(long)]
-    raw_ceiling: bool,
-    /// Run the transport and the ceiling alternately this many times each
-    /// (quietly) and report the median ratio.
-    #[arg(long, value_name = "N")]
-    compare: Option<usize>,
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunOpts,
 }
 
-fn main() -> Result<()> {
-    let opt = Opt::parse();
-    if opt.burst == 0 {
-        bail!("--burst must be at least 1");
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve a receiver actor at `tcp://bench@ADDR/user/receiver` until
+    /// stopped (Ctrl-C); any number of senders, one after another or at once.
+    Receiver {
+        /// Address to listen on.
+        #[arg(long)]
+        bind: SocketAddr,
+    },
+    /// Run the benchmark against a receiver started with `receiver`.
+    Sender {
+        /// The receiver's address.
+        #[arg(long)]
+        connect: SocketAddr,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RunOpts {
+    /// Timed messages to send.
+    #[arg(long, default_value_t = 500_000, global = true)]
+    messages: u64,
+    /// Payload messages per burst (one marker follows each burst).
+    #[arg(long, default_value_t = 5000, global = true)]
+    burst: u64,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 100, global = true)]
+    payload: usize,
+    /// Bursts outstanding at once (Artery's MaxThroughputSpec keeps 3).
+    #[arg(long, default_value_t = 1, global = true)]
+    in_flight: u64,
+    /// Sender/receiver pairs in parallel, each its own pair of actors; all
+    /// pairs share the one connection between the two nodes.
+    #[arg(long, default_value_t = 1, global = true)]
+    pairs: usize,
+    /// Also run the hand-written tokio ceiling of the same pattern in this
+    /// process and print the ratio.
+    #[arg(long, global = true)]
+    raw_ceiling: bool,
+    /// Print one JSON object with every figure as the last line.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Measure the raw transport (frames, no actors) instead of actors.
+    #[arg(long, global = true)]
+    raw: bool,
+    /// Run the mode and the ceiling alternately N times each (quietly) and
+    /// report the median ratio.
+    #[arg(long, value_name = "N", global = true)]
+    compare: Option<usize>,
+    /// Seconds without an echo after which a sender gives up.
+    #[arg(long, default_value_t = 10, global = true)]
+    stall_timeout: u64,
+}
+
+impl RunOpts {
+    fn shape(&self) -> Shape {
+        Shape {
+            messages: self.messages,
+            burst: self.burst,
+            payload: self.payload,
+            in_flight: self.in_flight,
+        }
     }
-    if opt.messages == 0 {
-        bail!("--messages must be at least 1");
+
+    fn validate(&self, config: &TransportConfig) -> Result<()> {
+        if self.burst == 0 {
+            bail!("--burst must be at least 1");
+        }
+        if self.messages == 0 {
+            bail!("--messages must be at least 1");
+        }
+        if self.in_flight == 0 {
+            bail!("--in-flight must be at least 1");
+        }
+        if self.pairs == 0 {
+            bail!("--pairs must be at least 1");
+        }
+        // Envelope and bincode overhead stay well under 64 bytes.
+        if self.payload + 64 > config.max_frame_size() {
+            bail!(
+                "--payload {} does not fit the maximum frame size {} (with 64 bytes of envelope)",
+                self.payload,
+                config.max_frame_size()
+            );
+        }
+        Ok(())
     }
+}
+
+/// Every figure of a run, for `--json`.
+#[derive(Debug, serde::Serialize)]
+struct Figures {
+    mode: &'static str,
+    messages: u64,
+    burst: u64,
+    payload: usize,
+    in_flight: u64,
+    pairs: usize,
+    elapsed_ms: u128,
+    msgs_per_sec: f64,
+    max_rtt_ms: u128,
+    p50_us: u64,
+    p90_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+    sent: u64,
+    received: u64,
+    dropped: u64,
+    bytes: u64,
+    writes: u64,
+    msgs_per_write: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ceiling_msgs_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio: Option<f64>,
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
     let config = TransportConfig::default();
-    if opt.payload + 1 > config.max_frame_size() {
-        bail!(
-            "--payload {} does not fit the maximum frame size {}",
-            opt.payload,
-            config.max_frame_size()
-        );
-    }
-    let shape = Shape {
-        messages: opt.messages,
-        burst: opt.burst,
-        payload: opt.payload,
-    };
+    cli.run.validate(&config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        if let Some(n) = opt.compare {
-            return compare(shape, config, n.max(1)).await;
+        match &cli.cmd {
+            Some(Cmd::Receiver { bind }) => serve_receiver(*bind).await,
+            Some(Cmd::Sender { connect }) => run_remote_sender(*connect, &cli.run).await,
+            None if cli.run.compare.is_some() => compare(&cli.run).await,
+            None if cli.run.raw => run_raw(&cli.run, config).await,
+            None => run_embedded(&cli.run).await,
         }
-        let run = raw::run(shape, config, true).await?;
-        print_raw_details(shape, &run);
-        if opt.raw_ceiling {
-            let (c, _) = ceiling::run(shape, false).await?;
-            println!(
-                "ceiling (hand-written tokio, same pattern, same process): {:.0} msg/s; transport/ceiling = {:.3}",
-                c.msgs_per_sec,
-                run.outcome.msgs_per_sec / c.msgs_per_sec
-            );
-        }
-        Ok(())
     })
 }
 
-fn print_raw_details(shape: Shape, run: &raw::RawRun) {
-    println!("{}", run.outcome.report.percentiles_line("Marker"));
-    let sent = shape.messages + shape.burst;
+/// The run's result in one shape for printing.
+struct Run {
+    mode: &'static str,
+    outcome: Outcome,
+    sent: u64,
+    received: u64,
+    stats: ConnStats,
+}
+
+async fn measure_embedded(opts: &RunOpts, verbose: bool) -> Result<Run> {
+    let shape = opts.shape();
+    let stall = Duration::from_secs(opts.stall_timeout);
+    let emb = Embedded::start(opts.pairs).await?;
+    let result = if opts.pairs == 1 {
+        faithful::run_sender(&emb.sender_sys, emb.receivers[0].clone(), shape, verbose, stall).await
+    } else {
+        run_pairs(&emb, shape, stall, verbose).await
+    };
+    let stats = emb.sender_sys.remote_stats();
+    emb.shutdown().await;
+    let outcome = result?;
+    Ok(Run {
+        mode: "actors",
+        sent: shape.messages * opts.pairs as u64,
+        received: outcome.received,
+        outcome,
+        stats,
+    })
+}
+
+/// Runs every pair at once and merges them into one outcome.
+async fn run_pairs(emb: &Embedded, shape: Shape, stall: Duration, verbose: bool) -> Result<Outcome> {
+    let start = std::time::Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for r in &emb.receivers {
+        let sys = emb.sender_sys.clone();
+        let r = r.clone();
+        set.spawn(async move { faithful::run_sender(&sys, r, shape, false, stall).await });
+    }
+    let mut total = Shape {
+        messages: shape.messages * emb.receivers.len() as u64,
+        ..shape
+    };
+    total.in_flight = shape.in_flight;
+    let mut merged = Report::new(total);
+    let mut received = 0;
+    while let Some(r) = set.join_next().await {
+        let o = r??;
+        merged.merge(&o.report);
+        received += o.received;
+    }
+    let elapsed = start.elapsed();
+    if verbose {
+        println!(
+            "{} pairs sharing one connection, {} messages each:",
+            emb.receivers.len(),
+            shape.messages
+        );
+        merged.print_summary(elapsed);
+    }
+    Ok(Outcome {
+        elapsed,
+        msgs_per_sec: total.messages as f64 / elapsed.as_secs_f64(),
+        report: merged,
+        received,
+    })
+}
+
+async fn run_embedded(opts: &RunOpts) -> Result<()> {
+    let run = measure_embedded(opts, true).await?;
+    finish(opts, run).await
+}
+
+async fn run_raw(opts: &RunOpts, config: TransportConfig) -> Result<()> {
+    let shape = opts.shape();
+    let r = raw::run(shape, config, true).await?;
+    let run = Run {
+        mode: "raw-transport",
+        sent: shape.messages + shape.burst,
+        received: r.received,
+        outcome: r.outcome,
+        stats: r.stats,
+    };
+    finish(opts, run).await
+}
+
+/// Prints the details after the reference lines, the ceiling if asked, and
+/// the JSON line.
+async fn finish(opts: &RunOpts, run: Run) -> Result<()> {
+    let what = if opts.in_flight > 1 || run.mode != "actors" {
+        "Marker"
+    } else {
+        "Marker (burst)"
+    };
+    println!("{}", run.outcome.report.percentiles_line(what));
+    let dropped = run.sent.saturating_sub(run.received);
     println!(
-        "Payloads received {} of {} sent (warm-up included), dropped {}",
-        run.received,
-        sent,
-        sent.saturating_sub(run.received)
+        "Payloads received {} of {} sent, dropped {}",
+        run.received, run.sent, dropped
     );
     println!(
-        "Transport: {} bytes out in {} writes, {:.1} frames per write",
+        "Transport: {} bytes out in {} writes, {:.1} messages per write",
         run.stats.bytes_out,
         run.stats.writes,
         run.stats.frames_per_write()
     );
+    let mut ceiling = None;
+    if opts.raw_ceiling {
+        let (c, _) = ceiling::run(opts.shape(), false).await?;
+        println!(
+            "Ceiling (hand-written tokio, same pattern, same process): {:.0} msg/s; {} / ceiling = {:.3}",
+            c.msgs_per_sec,
+            run.mode,
+            run.outcome.msgs_per_sec / c.msgs_per_sec
+        );
+        ceiling = Some(c.msgs_per_sec);
+    }
+    if opts.json {
+        let r = &run.outcome.report;
+        let f = Figures {
+            mode: run.mode,
+            messages: opts.messages,
+            burst: opts.burst,
+            payload: opts.payload,
+            in_flight: opts.in_flight,
+            pairs: opts.pairs,
+            elapsed_ms: run.outcome.elapsed.as_millis(),
+            msgs_per_sec: run.outcome.msgs_per_sec,
+            max_rtt_ms: r.max_rtt().as_millis(),
+            p50_us: r.percentile_us(0.5),
+            p90_us: r.percentile_us(0.9),
+            p99_us: r.percentile_us(0.99),
+            p999_us: r.percentile_us(0.999),
+            max_us: r.max_us(),
+            sent: run.sent,
+            received: run.received,
+            dropped,
+            bytes: run.stats.bytes_out,
+            writes: run.stats.writes,
+            msgs_per_write: run.stats.frames_per_write(),
+            ceiling_msgs_per_sec: ceiling,
+            ratio: ceiling.map(|c| run.outcome.msgs_per_sec / c),
+        };
+        println!("{}", serde_json::to_string(&f)?);
+    }
+    Ok(())
 }
 
-async fn compare(shape: Shape, config: TransportConfig, n: usize) -> Result<()> {
+async fn compare(opts: &RunOpts) -> Result<()> {
+    let n = opts.compare.unwrap_or(5).max(1);
+    let shape = opts.shape();
     let mut ratios = Vec::with_capacity(n);
-    let mut raws = Vec::with_capacity(n);
+    let mut modes = Vec::with_capacity(n);
     let mut ceils = Vec::with_capacity(n);
+    let mode = if opts.raw { "raw transport" } else { "actors" };
     for i in 0..n {
-        let r = raw::run(shape, config.clone(), false).await?;
+        let (rate, per_write) = if opts.raw {
+            let r = raw::run(shape, TransportConfig::default(), false).await?;
+            (r.outcome.msgs_per_sec, r.stats.frames_per_write())
+        } else {
+            let r = measure_embedded(opts, false).await?;
+            (r.outcome.msgs_per_sec, r.stats.frames_per_write())
+        };
         let (c, _) = ceiling::run(shape, false).await?;
-        let ratio = r.outcome.msgs_per_sec / c.msgs_per_sec;
+        let ratio = rate / c.msgs_per_sec;
         println!(
-            "pass {}: transport {:.0} msg/s ({:.1} frames/write), ceiling {:.0} msg/s, ratio {:.3}",
+            "pass {}: {mode} {rate:.0} msg/s ({per_write:.1} msgs/write), ceiling {:.0} msg/s, ratio {ratio:.3}",
             i + 1,
-            r.outcome.msgs_per_sec,
-            r.stats.frames_per_write(),
-            c.msgs_per_sec,
-            ratio
+            c.msgs_per_sec
         );
         ratios.push(ratio);
-        raws.push(r.outcome.msgs_per_sec);
+        modes.push(rate);
         ceils.push(c.msgs_per_sec);
     }
     println!(
-        "median of {n}: transport {:.0} msg/s, ceiling {:.0} msg/s, ratio {:.3}",
-        median(&mut raws),
+        "median of {n}: {mode} {:.0} msg/s, ceiling {:.0} msg/s, ratio {:.3}",
+        median(&mut modes),
         median(&mut ceils),
         median(&mut ratios)
     );
@@ -146,4 +379,57 @@ fn median(v: &mut [f64]) -> f64 {
     } else {
         v[m]
     }
+}
+
+async fn serve_receiver(bind: SocketAddr) -> Result<()> {
+    let sys = actors::ActorSystem::remote("bench", bind)
+        .await
+        .with_context(|| format!("cannot listen on {bind}"))?;
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    sys.spawn_named("receiver", faithful::Receiver::new(count))?;
+    println!(
+        "Receiver ready at {}",
+        faithful::receiver_path(sys.node())
+    );
+    tokio::signal::ctrl_c().await?;
+    sys.shutdown().await;
+    Ok(())
+}
+
+async fn run_remote_sender(connect: SocketAddr, opts: &RunOpts) -> Result<()> {
+    let bind: SocketAddr = if connect.ip().is_loopback() {
+        "127.0.0.1:0".parse()?
+    } else if connect.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let mut config = actors::SystemConfig::default();
+    config.set_resolve_timeout(Duration::from_secs(opts.stall_timeout.min(10)));
+    let sys = actors::ActorSystem::with_config("bench-sender", Some(bind), config).await?;
+    let path = faithful::receiver_path(&format!("bench@{connect}"));
+    let receiver = sys
+        .resolve::<ToReceiver>(&path)
+        .await
+        .with_context(|| format!("cannot reach the receiver at {path}"))?;
+    let shape = opts.shape();
+    let result = faithful::run_sender(
+        &sys,
+        receiver,
+        shape,
+        true,
+        Duration::from_secs(opts.stall_timeout),
+    )
+    .await;
+    let stats = sys.remote_stats();
+    sys.shutdown().await;
+    let outcome = result?;
+    let run = Run {
+        mode: "actors-two-process",
+        sent: shape.messages,
+        received: outcome.received,
+        outcome,
+        stats,
+    };
+    finish(opts, run).await
 }

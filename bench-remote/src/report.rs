@@ -14,6 +14,8 @@ pub struct Report {
     hist: Histogram<u64>,
     last_rtt: Duration,
     max_rtt: Duration,
+    /// (window length, messages) of each progress window.
+    pub windows: Vec<(Duration, u64)>,
 }
 
 impl Report {
@@ -25,6 +27,7 @@ impl Report {
             hist: Histogram::new_with_bounds(1, 100_000_000, 3).expect("static bounds are valid"),
             last_rtt: Duration::ZERO,
             max_rtt: Duration::ZERO,
+            windows: Vec::new(),
         }
     }
 
@@ -33,6 +36,24 @@ impl Report {
         self.last_rtt = rtt;
         self.max_rtt = self.max_rtt.max(rtt);
         self.hist.saturating_record((rtt.as_micros() as u64).max(1));
+    }
+
+    /// Adds another run's round-trips (for parallel pairs).
+    pub fn merge(&mut self, o: &Report) {
+        self.max_rtt = self.max_rtt.max(o.max_rtt);
+        self.last_rtt = o.last_rtt;
+        // Both use the same bounds, so adding cannot fail.
+        let _ = self.hist.add(&o.hist);
+    }
+
+    /// The longest round-trip.
+    pub fn max_rtt(&self) -> Duration {
+        self.max_rtt
+    }
+
+    /// Records a finished progress window (for plots).
+    pub fn record_window(&mut self, window: Duration, n: u64) {
+        self.windows.push((window, n));
     }
 
     /// The reference's progress line.
@@ -108,6 +129,7 @@ mod tests {
             messages: 500_000,
             burst: 5000,
             payload: 100,
+            in_flight: 1,
         };
         let mut r = Report::new(shape);
         r.record_rtt(Duration::from_millis(142));

@@ -1,0 +1,278 @@
+//! The faithful mode: Akka's benchmark on the public `actors` API. One
+//! sender actor, one echoing receiver actor; markers carry the window state
+//! and the ref to echo to.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, SharedBytes, StopReason};
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::pattern::{Marker, MarkerKind, Outcome, Pattern, Shape, Step};
+
+/// A marker on the wire (serde form of [`Marker`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WireMarker {
+    kind: u8,
+    remaining: u64,
+    window_start: u64,
+    burst_start: u64,
+    n: u64,
+    received: u64,
+}
+
+impl From<Marker> for WireMarker {
+    fn from(m: Marker) -> Self {
+        Self {
+            kind: m.kind as u8,
+            remaining: m.remaining,
+            window_start: m.window_start,
+            burst_start: m.burst_start,
+            n: m.n,
+            received: m.received,
+        }
+    }
+}
+
+impl TryFrom<WireMarker> for Marker {
+    type Error = anyhow::Error;
+    fn try_from(w: WireMarker) -> Result<Self> {
+        let kind = match w.kind {
+            0 => MarkerKind::Warmup,
+            1 => MarkerKind::Start,
+            2 => MarkerKind::Continue,
+            3 => MarkerKind::Done,
+            k => bail!("unknown marker kind {k}"),
+        };
+        Ok(Marker {
+            kind,
+            remaining: w.remaining,
+            window_start: w.window_start,
+            burst_start: w.burst_start,
+            n: w.n,
+            received: w.received,
+        })
+    }
+}
+
+/// What the receiver takes.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToReceiver {
+    /// A payload, ignored (counted). Decoded without copying.
+    Payload(SharedBytes),
+    /// A marker to echo to the enclosed ref.
+    Marker(WireMarker, ActorRef<ToSender>),
+}
+
+impl RemoteMessage for ToReceiver {
+    const MANIFEST: &'static str = "bench.ToReceiver";
+}
+
+/// What the sender takes.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToSender {
+    /// Start the run (sent locally).
+    Go,
+    /// An echoed marker.
+    Echo(WireMarker),
+}
+
+impl RemoteMessage for ToSender {
+    const MANIFEST: &'static str = "bench.ToSender";
+}
+
+/// Counts payloads, echoes markers.
+pub struct Receiver {
+    /// Payloads received, readable from outside.
+    pub received: Arc<AtomicU64>,
+    count: u64,
+}
+
+impl Receiver {
+    /// A receiver publishing its count into `received`.
+    pub fn new(received: Arc<AtomicU64>) -> Self {
+        Self { received, count: 0 }
+    }
+}
+
+impl Actor for Receiver {
+    type Msg = ToReceiver;
+
+    async fn handle(&mut self, msg: ToReceiver, _ctx: &mut Ctx<Self>) {
+        match msg {
+            ToReceiver::Payload(_) => self.count += 1,
+            ToReceiver::Marker(mut m, reply) => {
+                self.received.store(self.count, Relaxed);
+                m.received = self.count;
+                // The sender's mailbox holds at most `in_flight` echoes;
+                // waiting keeps an echo from being lost if it is ever full.
+                let _ = reply.send(ToSender::Echo(m)).await;
+            }
+        }
+    }
+}
+
+/// Runs the pattern, driven by echoes.
+struct SenderActor {
+    receiver: ActorRef<ToReceiver>,
+    pattern: Pattern,
+    payload: SharedBytes,
+    done: Option<oneshot::Sender<Result<Outcome>>>,
+}
+
+impl SenderActor {
+    async fn perform(&mut self, step: Step, ctx: &mut Ctx<Self>) -> Result<bool> {
+        match step {
+            Step::Send(bursts) => {
+                for (n, m) in bursts {
+                    for _ in 0..n {
+                        self.receiver
+                            .send(ToReceiver::Payload(self.payload.clone()))
+                            .await
+                            .map_err(|e| anyhow!("payload not sent: {e}"))?;
+                    }
+                    self.receiver
+                        .send(ToReceiver::Marker(m.into(), ctx.myself().clone()))
+                        .await
+                        .map_err(|e| anyhow!("marker not sent: {e}"))?;
+                }
+                Ok(false)
+            }
+            Step::Wait => Ok(false),
+            Step::Finished(o) => {
+                if let Some(tx) = self.done.take() {
+                    let _ = tx.send(Ok(o));
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn fail(&mut self, e: anyhow::Error, ctx: &mut Ctx<Self>) {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(Err(e));
+        }
+        ctx.stop();
+    }
+}
+
+impl Actor for SenderActor {
+    type Msg = ToSender;
+
+    async fn started(&mut self, ctx: &mut Ctx<Self>) {
+        ctx.watch(&self.receiver);
+    }
+
+    async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) {
+        let step = match msg {
+            ToSender::Go => Ok(self.pattern.begin()),
+            ToSender::Echo(w) => Marker::try_from(w).and_then(|m| self.pattern.on_echo(m)),
+        };
+        let res = match step {
+            Ok(step) => self.perform(step, ctx).await,
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(true) => ctx.stop(),
+            Ok(false) => {}
+            Err(e) => self.fail(e, ctx),
+        }
+    }
+
+    async fn terminated(&mut self, t: actors::Terminated, ctx: &mut Ctx<Self>) {
+        let e = match t.reason {
+            StopReason::NodeUnreachable(r) => anyhow!("receiver node unreachable: {r}"),
+            other => anyhow!("receiver {} terminated: {other}", t.path),
+        };
+        self.fail(e, ctx);
+    }
+}
+
+/// Runs one sender against `receiver`, failing if no echo arrives within
+/// `stall` (a dead or stuck receiver).
+pub async fn run_sender(
+    system: &ActorSystem,
+    receiver: ActorRef<ToReceiver>,
+    shape: Shape,
+    verbose: bool,
+    stall: Duration,
+) -> Result<Outcome> {
+    let (tx, rx) = oneshot::channel();
+    let sender = system.spawn(SenderActor {
+        receiver,
+        pattern: Pattern::new(shape, verbose),
+        payload: SharedBytes::from(vec![7u8; shape.payload]),
+        done: Some(tx),
+    });
+    let watch = sender.watch();
+    sender
+        .tell(ToSender::Go)
+        .map_err(|e| anyhow!("cannot start the sender: {e}"))?;
+    // Bounded: a run at 1 msg/s would still show progress; a stalled one
+    // is reported instead of hanging.
+    let budget = stall + Duration::from_secs(shape.messages / 10_000 + 1) * 2;
+    tokio::select! {
+        biased;
+        r = rx => r.map_err(|_| anyhow!("sender stopped without a result"))?,
+        t = watch => Err(anyhow!("sender actor stopped: {}", t.reason)),
+        () = tokio::time::sleep(budget) => Err(anyhow!("no result within {budget:?}: receiver stalled")),
+    }
+}
+
+/// A receiver system's receiver actor path.
+pub fn receiver_path(node: &str) -> String {
+    format!("tcp://{node}/user/receiver")
+}
+
+/// The embedded default: two systems in this process over loopback TCP.
+pub struct Embedded {
+    /// The sending system.
+    pub sender_sys: ActorSystem,
+    /// The receiving system.
+    pub receiver_sys: ActorSystem,
+    /// Refs to the receivers, resolved from the sender system.
+    pub receivers: Vec<ActorRef<ToReceiver>>,
+}
+
+impl Embedded {
+    /// Starts both systems and `pairs` receivers.
+    pub async fn start(pairs: usize) -> Result<Self> {
+        let any = "127.0.0.1:0".parse().expect("literal address");
+        let receiver_sys = ActorSystem::remote("bench-receiver", any).await?;
+        let sender_sys = ActorSystem::remote("bench-sender", any).await?;
+        let mut receivers = Vec::new();
+        for i in 0..pairs {
+            let count = Arc::new(AtomicU64::new(0));
+            let name = if i == 0 {
+                "receiver".to_owned()
+            } else {
+                format!("receiver-{i}")
+            };
+            receiver_sys.spawn_named(&name, Receiver::new(count.clone()))?;
+            let path = format!("tcp://{}/user/{name}", receiver_sys.node());
+            let r = sender_sys
+                .resolve::<ToReceiver>(&path)
+                .await
+                .with_context(|| format!("resolving {path}"))?;
+            receivers.push(r);
+        }
+        Ok(Self {
+            sender_sys,
+            receiver_sys,
+            receivers,
+        })
+    }
+
+    /// Stops both systems.
+    pub async fn shutdown(self) {
+        self.sender_sys.shutdown().await;
+        self.receiver_sys.shutdown().await;
+    }
+}
