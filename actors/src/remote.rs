@@ -691,6 +691,17 @@ impl Inbound {
             );
         }
         let manifest = b.get_u32_le();
+        // The actor at a path changes when one stops and another is spawned
+        // there (or when one is spawned after the path was defined): when
+        // the cached target cannot take this message, look again.
+        if let Some(Some(entry)) = self.table.get_mut(id as usize)
+            && entry
+                .target
+                .as_ref()
+                .is_none_or(|t| t.manifest() != manifest)
+        {
+            entry.target = self.sys.lookup(&entry.path);
+        }
         let Some(Some(entry)) = self.table.get(id as usize) else {
             return self.dead(
                 "(remote message)",
@@ -799,6 +810,19 @@ impl Handler for Inbound {
                     // so TCP pushes back on the sender.
                     Err(Refused::Full) => run.target.wait_space().await,
                     Err(Refused::Closed) => {
+                        // A new actor may live at that path now: if it takes
+                        // this type, the batch is its.
+                        let entry = self.table.get_mut(run.id as usize).and_then(|e| e.as_mut());
+                        if let Some(e) = entry {
+                            e.target = self.sys.lookup(&e.path);
+                            if let Some(t) = &e.target
+                                && !Arc::ptr_eq(t, &run.target)
+                                && t.manifest() == run.target.manifest()
+                            {
+                                run.target = t.clone();
+                                continue;
+                            }
+                        }
                         let n = run.batch.len() as u64;
                         run.batch.clear();
                         let path = self
@@ -813,10 +837,6 @@ impl Handler for Inbound {
                             &self.sys.path(&path),
                             "actor stopped",
                         );
-                        // A new actor may live at that path now.
-                        if let Some(Some(e)) = self.table.get_mut(run.id as usize) {
-                            e.target = self.sys.lookup(&e.path);
-                        }
                     }
                 }
             }
