@@ -8,6 +8,8 @@
 //! - [`endpoint`], [`pair`], [`connect`]: endpoints and started connections.
 //! - [`raw_connect`], [`client_preface`]: a raw `TcpStream` peer that
 //!   speaks bytes by hand.
+//! - [`actor_system`], [`actor_system_with`], [`actor_path`]: actor systems
+//!   on loopback and the paths of their actors.
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
@@ -188,4 +190,27 @@ pub async fn raw_handshake(stream: &mut TcpStream, expected_uid: u64) -> BytesMu
     })
     .await;
     buf
+}
+
+/// An actor system with remoting on `127.0.0.1:0`.
+///
+/// # Panics
+/// If the system cannot bind.
+pub async fn actor_system(name: &str) -> actors::ActorSystem {
+    actor_system_with(name, actors::SystemConfig::default()).await
+}
+
+/// An actor system with remoting on `127.0.0.1:0` and `config`.
+///
+/// # Panics
+/// If the system cannot bind.
+pub async fn actor_system_with(name: &str, config: actors::SystemConfig) -> actors::ActorSystem {
+    actors::ActorSystem::with_config(name, Some(loopback()), config)
+        .await
+        .expect("an actor system binds 127.0.0.1:0")
+}
+
+/// The path of the actor named `name` on `system`: `tcp://node/user/name`.
+pub fn actor_path(system: &actors::ActorSystem, name: &str) -> String {
+    format!("tcp://{}/user/{name}", system.node())
 }

@@ -2,6 +2,10 @@
 //! (one link step, one process, tests run in parallel inside it).
 
 mod it {
+    mod actors_common;
+    mod actors_failure;
+    mod actors_local;
+    mod actors_remote;
     mod backpressure;
     mod bad_input;
     mod close;
