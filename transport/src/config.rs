@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
+use crate::{auth::SharedSecret, error::ConfigError};
 
 /// Default largest frame body: 8 MiB. Large enough for big actor messages,
 /// small enough that a hostile prefix cannot make a node reserve much.
@@ -47,6 +47,7 @@ pub struct TransportConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) accept_backlog: u32,
+    pub(crate) shared_secret: Option<SharedSecret>,
 }
 
 impl Default for TransportConfig {
@@ -63,6 +64,7 @@ impl Default for TransportConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
             accept_backlog: 1024,
+            shared_secret: None,
         }
     }
 }
@@ -151,6 +153,19 @@ impl TransportConfig {
         self
     }
 
+    /// Requires every peer to prove it knows `secret` during the handshake
+    /// (HMAC-SHA256 over both sides' fresh nonces; the secret is never
+    /// sent). Default `None`: no proof asked or given. Both nodes must
+    /// agree: a node with a secret refuses one without, and the reverse.
+    /// Cost: one more flight (32-byte challenge, 32- or 64-byte proof) per
+    /// handshake, nothing per frame. It keeps out nodes that lack the
+    /// secret; it does not encrypt or protect against an on-path attacker
+    /// (use TLS for that). See [`SharedSecret`] for rotation.
+    pub fn set_shared_secret(&mut self, secret: Option<SharedSecret>) -> &mut Self {
+        self.shared_secret = secret;
+        self
+    }
+
     /// The maximum frame body size.
     pub fn max_frame_size(&self) -> usize {
         self.max_frame_size
@@ -188,6 +203,9 @@ impl TransportConfig {
             if d.is_zero() {
                 return Err(ConfigError::Zero { name });
             }
+        }
+        if let Some(secret) = &self.shared_secret {
+            secret.validate()?;
         }
         if self.max_frame_size as u64 > u64::from(u32::MAX) {
             return Err(ConfigError::FrameSizeTooLarge {

@@ -2,7 +2,7 @@
 //! buffers shared by its connections.
 
 use std::{
-    fmt,
+    fmt, io,
     net::SocketAddr,
     sync::Arc,
     time::{Duration, Instant},
@@ -17,11 +17,14 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
+    auth::{NONCE_LEN, Role},
     config::TransportConfig,
     conn::{Established, PeerInfo},
-    error::{AcceptError, ConfigError, HandshakeError, TransportError},
+    error::{AcceptError, ConfigError, HandshakeError, TlsError, TransportError},
+    frame::{self, FrameKind},
     handshake::{Handshake, Hello, MAX_ADDR_LEN},
     pool::BufferPool,
+    security::{Plain, Security},
 };
 
 /// Established inbound connections waiting for [`Endpoint::accept`]. When
@@ -35,6 +38,11 @@ const MAX_RETAINED_BUFFER: usize = 8 * 1024 * 1024;
 
 /// A bound node: accepts and dials connections under one identity.
 ///
+/// `S` is what secures each TCP stream before the handshake: [`Plain`]
+/// (the default: connections run on `TcpStream`) or [`Tls`](crate::Tls)
+/// (connections run on rustls streams; see
+/// [`bind_tls`](Endpoint::bind_tls)). Everything else is the same code.
+///
 /// ```no_run
 /// # async fn f() -> Result<(), transport::TransportError> {
 /// use transport::{Endpoint, Frame, TransportConfig};
@@ -46,12 +54,16 @@ const MAX_RETAINED_BUFFER: usize = 8 * 1024 * 1024;
 /// assert_eq!(&from_a.recv().await.unwrap().body[..], b"hi");
 /// # Ok(()) }
 /// ```
-pub struct Endpoint {
-    inner: Arc<Inner>,
-    incoming: Mutex<mpsc::Receiver<Result<Established<TcpStream>, AcceptError>>>,
+pub struct Endpoint<S: Security = Plain> {
+    inner: Arc<Inner<S>>,
+    incoming: Mutex<mpsc::Receiver<Accepted<S>>>,
 }
 
-struct Inner {
+/// What the accept loop hands to [`Endpoint::accept`].
+type Accepted<S> = Result<Established<<S as Security>::Accepted>, AcceptError>;
+
+struct Inner<S> {
+    security: S,
     config: Arc<TransportConfig>,
     hello: Hello,
     local_addr: SocketAddr,
@@ -60,7 +72,7 @@ struct Inner {
     tasks: TaskTracker,
 }
 
-impl fmt::Debug for Endpoint {
+impl<S: Security> fmt::Debug for Endpoint<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Endpoint")
             .field("local_addr", &self.inner.local_addr)
@@ -82,7 +94,7 @@ pub fn random_uid() -> u64 {
     u64::from_le_bytes(b)
 }
 
-impl Endpoint {
+impl Endpoint<Plain> {
     /// Binds a listener on `addr` (port 0 picks a free port) and advertises
     /// the bound address.
     ///
@@ -119,6 +131,22 @@ impl Endpoint {
         config: TransportConfig,
         advertise: impl FnOnce(SocketAddr) -> String,
     ) -> Result<Self, TransportError> {
+        Self::bind_secure(addr, config, Plain, advertise).await
+    }
+}
+
+impl<S: Security> Endpoint<S> {
+    /// As [`Endpoint::bind_with`], with every connection secured by
+    /// `security` before its handshake.
+    ///
+    /// # Errors
+    /// As [`Endpoint::bind_advertised`].
+    pub async fn bind_secure(
+        addr: SocketAddr,
+        config: TransportConfig,
+        security: S,
+        advertise: impl FnOnce(SocketAddr) -> String,
+    ) -> Result<Self, TransportError> {
         config.validate()?;
         let socket = new_socket(&addr, &config)?;
         socket.set_reuseaddr(true)?;
@@ -134,6 +162,7 @@ impl Endpoint {
             .into());
         }
         let inner = Arc::new(Inner {
+            security,
             pool: BufferPool::new(config.write_buffer_size, MAX_RETAINED_BUFFER),
             config: Arc::new(config),
             hello: Hello {
@@ -173,10 +202,15 @@ impl Endpoint {
         &self.inner.config
     }
 
+    /// What secures this endpoint's connections.
+    pub fn security(&self) -> &S {
+        &self.inner.security
+    }
+
     /// The next inbound connection that completed its handshake, or an
     /// inbound connection that failed (the listener keeps going: log it and
     /// call again). `None` once the endpoint is closed.
-    pub async fn accept(&self) -> Option<Result<Established<TcpStream>, AcceptError>> {
+    pub async fn accept(&self) -> Option<Accepted<S>> {
         self.incoming.lock().await.recv().await
     }
 
@@ -187,7 +221,7 @@ impl Endpoint {
     pub async fn connect(
         &self,
         addr: SocketAddr,
-    ) -> Result<Established<TcpStream>, TransportError> {
+    ) -> Result<Established<S::Dialed>, TransportError> {
         let config = &self.inner.config;
         let socket = new_socket(&addr, config)?;
         let stream = match tokio::time::timeout(config.connect_timeout, socket.connect(addr)).await
@@ -201,7 +235,7 @@ impl Endpoint {
             }
         };
         stream.set_nodelay(config.nodelay)?;
-        self.inner.establish(stream, addr).await
+        self.inner.dialed(stream, addr).await
     }
 
     /// Stops accepting; established connections are not affected.
@@ -211,24 +245,62 @@ impl Endpoint {
     }
 }
 
-impl Drop for Endpoint {
+impl<S: Security> Drop for Endpoint<S> {
     fn drop(&mut self) {
         self.close();
     }
 }
 
-impl Inner {
-    async fn establish<T>(
+impl<S: Security> Inner<S> {
+    /// Secures an inbound stream, runs the handshake as listener, and checks
+    /// the peer's identity against its hello.
+    async fn accepted(
         &self,
-        mut stream: T,
+        tcp: TcpStream,
+        peer: SocketAddr,
+    ) -> Result<Established<S::Accepted>, TransportError> {
+        let timeout = self.config.handshake_timeout;
+        let mut stream = match tokio::time::timeout(timeout, self.security.accept(tcp, peer)).await
+        {
+            Ok(s) => s?,
+            Err(_) => return Err(TlsError::Timeout { peer, timeout }.into()),
+        };
+        let (hello, leftover) = self.handshake(&mut stream, peer, Role::Listener).await?;
+        if let Err(e) = self.security.verify_accepted(&stream, &hello) {
+            refuse(&mut stream, &e).await;
+            return Err(e.into());
+        }
+        Ok(self.established(stream, hello, leftover, peer))
+    }
+
+    /// As [`accepted`](Self::accepted), for an outbound stream.
+    async fn dialed(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+    ) -> Result<Established<S::Dialed>, TransportError> {
+        let timeout = self.config.handshake_timeout;
+        let mut stream = match tokio::time::timeout(timeout, self.security.connect(tcp, peer)).await
+        {
+            Ok(s) => s?,
+            Err(_) => return Err(TlsError::Timeout { peer, timeout }.into()),
+        };
+        let (hello, leftover) = self.handshake(&mut stream, peer, Role::Dialer).await?;
+        if let Err(e) = self.security.verify_dialed(&stream, &hello) {
+            refuse(&mut stream, &e).await;
+            return Err(e.into());
+        }
+        Ok(self.established(stream, hello, leftover, peer))
+    }
+
+    fn established<T>(
+        &self,
+        stream: T,
+        peer: Hello,
+        leftover: BytesMut,
         peer_addr: SocketAddr,
-    ) -> Result<Established<T>, TransportError>
-    where
-        T: AsyncRead + AsyncWrite + Unpin,
-    {
-        let (peer, leftover) =
-            handshake(&mut stream, &self.hello, self.config.handshake_timeout).await?;
-        Ok(Established {
+    ) -> Established<T> {
+        Established {
             stream,
             leftover,
             peer: PeerInfo {
@@ -238,8 +310,120 @@ impl Inner {
             },
             config: self.config.clone(),
             pool: self.pool.clone(),
-        })
+        }
     }
+
+    /// Runs the handshake over `stream` under the handshake timeout: sends
+    /// what the state machine has to send, reads until it has the peer's
+    /// hello (and proof, with a shared secret). Returns the peer's hello and
+    /// any bytes read past the handshake.
+    async fn handshake<T>(
+        &self,
+        stream: &mut T,
+        peer: SocketAddr,
+        role: Role,
+    ) -> Result<(Hello, BytesMut), TransportError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        let timeout = self.config.handshake_timeout;
+        let now = tokio::time::Instant::now();
+        let mut hs = match &self.config.shared_secret {
+            None => Handshake::new(self.hello.clone(), now.into_std(), timeout),
+            Some(secret) => Handshake::with_secret(
+                self.hello.clone(),
+                now.into_std(),
+                timeout,
+                role,
+                secret.clone(),
+                random_nonce(),
+            ),
+        };
+        let deadline = tokio::time::Instant::from_std(hs.poll_timeout());
+        let mut out = BytesMut::new();
+        let mut buf = BytesMut::with_capacity(512);
+        // A TLS layer reports the peer's alert as InvalidData; anything else
+        // (reset, broken pipe) means the peer hung up.
+        let io_error = |hs: &Handshake, e: io::Error| -> TransportError {
+            if e.kind() == io::ErrorKind::InvalidData {
+                self.security.handshake_io_error(peer, e)
+            } else {
+                hs.handle_eof().into()
+            }
+        };
+        let io = async {
+            loop {
+                let step = hs.handle_input(&mut buf);
+                out.clear();
+                // Send what is due even when the peer's input just failed:
+                // our proof lets the peer report the mismatch too.
+                if hs.poll_transmit(&mut out) {
+                    let sent = async {
+                        stream.write_all(&out).await?;
+                        stream.flush().await
+                    };
+                    if let Err(e) = sent.await
+                        && step.is_ok()
+                    {
+                        return Err(io_error(&hs, e));
+                    }
+                }
+                if let Some(peer) = step? {
+                    return Ok(peer);
+                }
+                match stream.read_buf(&mut buf).await {
+                    Ok(0) => return Err(hs.handle_eof().into()),
+                    Ok(_) => {}
+                    Err(e) => return Err(io_error(&hs, e)),
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, io).await {
+            Ok(Ok(peer)) => Ok((peer, buf)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(hs
+                .handle_timeout(tokio::time::Instant::now().into_std())
+                .err()
+                .unwrap_or(HandshakeError::Timeout {
+                    timeout,
+                    received: 0,
+                })
+                .into()),
+        }
+    }
+}
+
+/// How long a refusal waits for its Close frame to be written: the peer has
+/// finished its handshake and is not reading slowly, so this only matters
+/// for a stuck peer.
+const REFUSE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Tells a peer whose handshake completed why we refuse it: a Close frame
+/// carrying the error, then end of stream. Best effort and bounded: the
+/// peer's own `connect` or `accept` has already succeeded, so this is the
+/// only way it learns the reason.
+async fn refuse<T: AsyncWrite + Unpin>(stream: &mut T, error: &HandshakeError) {
+    let reason = format!("handshake refused: {error}");
+    let mut out = BytesMut::new();
+    frame::encode_header(FrameKind::Close, reason.len(), &mut out);
+    out.extend_from_slice(reason.as_bytes());
+    let _ = tokio::time::timeout(REFUSE_TIMEOUT, async {
+        stream.write_all(&out).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// A fresh random handshake nonce.
+fn random_nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    if getrandom::fill(&mut n).is_err() {
+        // No OS randomness: four random uids still never repeat in practice.
+        for chunk in n.chunks_exact_mut(8) {
+            chunk.copy_from_slice(&random_uid().to_le_bytes());
+        }
+    }
+    n
 }
 
 fn new_socket(addr: &SocketAddr, config: &TransportConfig) -> std::io::Result<TcpSocket> {
@@ -257,10 +441,10 @@ fn new_socket(addr: &SocketAddr, config: &TransportConfig) -> std::io::Result<Tc
     Ok(socket)
 }
 
-async fn accept_loop(
+async fn accept_loop<S: Security>(
     listener: TcpListener,
-    inner: Arc<Inner>,
-    tx: mpsc::Sender<Result<Established<TcpStream>, AcceptError>>,
+    inner: Arc<Inner<S>>,
+    tx: mpsc::Sender<Accepted<S>>,
 ) {
     loop {
         let (stream, peer) = tokio::select! {
@@ -283,7 +467,7 @@ async fn accept_loop(
             }
             let res = tokio::select! {
                 () = inner2.cancel.cancelled() => return,
-                r = inner2.establish(stream, peer) => r,
+                r = inner2.accepted(stream, peer) => r,
             };
             match res {
                 Ok(est) => {
@@ -297,47 +481,5 @@ async fn accept_loop(
                 }
             }
         });
-    }
-}
-
-/// Runs the handshake over `stream`: sends our hello, reads the peer's,
-/// under the timeout. Returns the peer's hello and any bytes read past it.
-pub(crate) async fn handshake<T>(
-    stream: &mut T,
-    local: &Hello,
-    timeout: Duration,
-) -> Result<(Hello, BytesMut), HandshakeError>
-where
-    T: AsyncRead + AsyncWrite + Unpin,
-{
-    let now = tokio::time::Instant::now();
-    let mut hs = Handshake::new(local.clone(), now.into_std(), timeout);
-    let deadline = tokio::time::Instant::from_std(hs.poll_timeout());
-    let mut out = BytesMut::new();
-    hs.poll_transmit(&mut out);
-    let mut buf = BytesMut::with_capacity(512);
-    let io = async {
-        stream.write_all(&out).await.map_err(|_| hs.handle_eof())?;
-        stream.flush().await.map_err(|_| hs.handle_eof())?;
-        loop {
-            if let Some(peer) = hs.handle_input(&mut buf)? {
-                return Ok(peer);
-            }
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return Err(hs.handle_eof()),
-                Ok(_) => {}
-            }
-        }
-    };
-    match tokio::time::timeout_at(deadline, io).await {
-        Ok(Ok(peer)) => Ok((peer, buf)),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(hs
-            .handle_timeout(tokio::time::Instant::now().into_std())
-            .err()
-            .unwrap_or(HandshakeError::Timeout {
-                timeout,
-                received: 0,
-            })),
     }
 }

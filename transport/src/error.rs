@@ -95,6 +95,46 @@ pub enum HandshakeError {
         /// Bytes of the peer's handshake received.
         received: usize,
     },
+    /// This node requires a shared secret and the peer's preface did not
+    /// offer to prove one. Configure the same secret on the peer
+    /// ([`TransportConfig::set_shared_secret`](crate::TransportConfig::set_shared_secret)).
+    #[error("shared secret required: the peer did not offer shared-secret authentication")]
+    PeerUnauthenticated,
+    /// The peer requires a shared secret and this node has none. Configure
+    /// the peer's secret here.
+    #[error(
+        "the peer requires a shared secret and this node has none configured (set_shared_secret)"
+    )]
+    SecretRequired,
+    /// None of the peer's proofs matches any of our secrets: the nodes are
+    /// configured with different secrets, or the handshake was recorded
+    /// from another connection and replayed. Check both nodes' secrets;
+    /// during a rotation give every node the new secret with the old one as
+    /// previous before removing the old one anywhere.
+    #[error(
+        "shared secret mismatch: none of the peer's {proofs} proof(s) matches a configured secret (wrong secret or replayed handshake)"
+    )]
+    SecretMismatch {
+        /// Proofs the peer sent (one per secret it holds).
+        proofs: usize,
+    },
+    /// The peer introduced itself with this node's own uid: our handshake is
+    /// being reflected back at us, or the node dialled itself.
+    #[error("peer claims this node's own uid {uid:#018x} (reflected handshake)")]
+    Reflected {
+        /// The uid, ours.
+        uid: u64,
+    },
+    /// The peer's TLS certificate does not prove the identity it advertises
+    /// in its hello. Issue the node a certificate whose DNS or IP SAN is
+    /// the host it advertises, or update the pinned fingerprint.
+    #[error("peer certificate does not match its advertised address {addr:?}: {reason}")]
+    Identity {
+        /// The address the peer advertised.
+        addr: String,
+        /// Why the certificate does not match.
+        reason: String,
+    },
 }
 
 /// An invalid [`TransportConfig`](crate::TransportConfig), reported at
@@ -115,6 +155,16 @@ pub enum ConfigError {
         value: usize,
         /// `u32::MAX`.
         limit: u64,
+    },
+    /// A shared secret is shorter than
+    /// [`MIN_SECRET_LEN`](crate::MIN_SECRET_LEN); generate a random one
+    /// (`openssl rand -hex 32`).
+    #[error("shared secret is {len} bytes, at least {min} required")]
+    SecretTooShort {
+        /// Its length.
+        len: usize,
+        /// The minimum.
+        min: usize,
     },
     /// The advertised address is longer than the hello frame allows.
     #[error("advertised address is {len} bytes, limit {limit}")]
@@ -145,6 +195,11 @@ pub enum TransportError {
     /// The connection is closed (locally or by the peer); open a new one.
     #[error("connection closed")]
     Closed,
+    /// TLS setup or a TLS handshake failed; the message says why (unknown
+    /// issuer, expired certificate, wrong name, missing client certificate,
+    /// a peer that does not speak TLS).
+    #[error("tls: {0}")]
+    Tls(#[from] TlsError),
     /// A connect attempt did not finish within the connect timeout.
     #[error("connect to {addr} timed out after {after:?}")]
     ConnectTimeout {
@@ -152,6 +207,50 @@ pub enum TransportError {
         addr: SocketAddr,
         /// The timeout.
         after: Duration,
+    },
+}
+
+/// A TLS failure: loading certificates and keys, or a TLS handshake.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A PEM source could not be read or holds nothing usable. Check the
+    /// path and that the file holds the named item (`CERTIFICATE`, `PRIVATE
+    /// KEY`, `RSA PRIVATE KEY` or `EC PRIVATE KEY`).
+    #[error("{what} from {source_name}: {reason}")]
+    Pem {
+        /// What was being loaded: "certificate chain", "private key", "trust store".
+        what: &'static str,
+        /// The file path, or "in-memory PEM".
+        source_name: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// rustls refused the configuration (for example a key that does not
+    /// match the certificate, or an empty trust store).
+    #[error("invalid tls configuration: {0}")]
+    Config(String),
+    /// The TLS handshake failed: the message is rustls's (for example
+    /// `invalid peer certificate: UnknownIssuer`, `... Expired`,
+    /// `... NotValidForName`, `peer sent no certificates`, or a received
+    /// alert), or names a peer that does not speak TLS.
+    #[error("tls handshake with {peer} failed: {reason}")]
+    Handshake {
+        /// The socket address of the peer.
+        peer: SocketAddr,
+        /// Why.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The TLS handshake did not finish within the handshake timeout.
+    #[error("tls handshake with {peer} did not complete within {timeout:?}")]
+    Timeout {
+        /// The socket address of the peer.
+        peer: SocketAddr,
+        /// The configured handshake timeout.
+        timeout: Duration,
     },
 }
 

@@ -40,6 +40,12 @@ pub enum FrameKind {
     Heartbeat = 0x03,
     /// Answer to a heartbeat, carrying the probe's body.
     HeartbeatAck = 0x04,
+    /// Shared-secret handshake: the sender's 32-byte nonce (only legal in
+    /// the handshake, after the hello).
+    Challenge = 0x05,
+    /// Shared-secret handshake: one or two HMAC-SHA256 proofs (only legal in
+    /// the handshake, after the challenge).
+    Proof = 0x06,
     /// An application message (user data lane).
     Message = 0x10,
     /// An application control message (watch, terminated, ...).
@@ -54,6 +60,8 @@ impl FrameKind {
             0x02 => Self::Close,
             0x03 => Self::Heartbeat,
             0x04 => Self::HeartbeatAck,
+            0x05 => Self::Challenge,
+            0x06 => Self::Proof,
             0x10 => Self::Message,
             0x11 => Self::System,
             _ => return None,

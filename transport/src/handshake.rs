@@ -18,12 +18,31 @@
 //!                                   └──────────┬──────────────────┘
 //!                                      handle_timeout(now ≥ deadline) ─► Err(Timeout)
 //! ```
+//!
+//! With a shared secret ([`Handshake::with_secret`]) the preface carries
+//! [`FLAG_AUTH`], a Challenge frame (our nonce) follows the hello, and one
+//! more flight proves the secret (see [`crate::auth`] for the MAC):
+//!
+//! ```text
+//!   flight 1 (both at once): preface(FLAG_AUTH) hello challenge(nonce, 32 bytes)
+//!   flight 2 (both at once): proof(HMAC-SHA256 per secret, 32 or 64 bytes)
+//!
+//!   … AwaitHello ──hello ok──► AwaitChallenge ──nonce──► AwaitProof ──a proof verifies──► Done
+//!                                                 │ queue our proof      │ no proof verifies
+//!                                                 ▼                      └─► Err(SecretMismatch)
+//!                                          poll_transmit writes it
+//! ```
+//!
+//! Our proof is queued as soon as the peer's nonce is known, before the
+//! peer's proof is checked, so a mismatch is reported on both sides rather
+//! than as an EOF on one of them.
 
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 
 use crate::{
+    auth::{MAC_LEN, MAX_PROOFS, NONCE_LEN, Party, Role, SharedSecret},
     error::HandshakeError,
     frame::{self, FrameKind},
 };
@@ -39,6 +58,9 @@ pub const PREFACE_LEN: usize = 8;
 pub const MAX_HELLO_SIZE: usize = 8 + 2 + MAX_ADDR_LEN;
 /// Longest advertised address, in bytes.
 pub const MAX_ADDR_LEN: usize = 255;
+/// Preface flag: this node requires shared-secret authentication, and a
+/// Challenge frame follows its hello. Both sides must agree.
+pub const FLAG_AUTH: u16 = 0x0001;
 
 /// A node's identity as it introduces itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +108,22 @@ impl Hello {
 enum State {
     AwaitPreface,
     AwaitHello,
+    AwaitChallenge,
+    AwaitProof,
     Done,
+}
+
+/// The shared-secret part of a handshake.
+#[derive(Debug)]
+struct Auth {
+    role: Role,
+    secret: SharedSecret,
+    nonce: [u8; NONCE_LEN],
+    peer_nonce: [u8; NONCE_LEN],
+    /// The peer's hello, held until its proof verifies.
+    peer: Option<Hello>,
+    /// Our proof, once the peer's nonce is known and until it is sent.
+    proof: Option<Vec<[u8; MAC_LEN]>>,
 }
 
 /// One side of a handshake. Feed it the bytes read; it leaves in the buffer
@@ -100,6 +137,7 @@ pub struct Handshake {
     timeout: Duration,
     consumed: usize,
     seen: usize,
+    auth: Option<Auth>,
 }
 
 impl Handshake {
@@ -113,21 +151,78 @@ impl Handshake {
             timeout,
             consumed: 0,
             seen: 0,
+            auth: None,
         }
     }
 
-    /// Appends our preface and hello to `dst` the first time it is called;
-    /// returns whether it wrote anything.
+    /// As [`new`](Self::new), and requires the peer to prove knowledge of
+    /// `secret` (and proves ours). `role` says which end of the connection
+    /// we are; `nonce` must be fresh random bytes for every handshake.
+    pub fn with_secret(
+        local: Hello,
+        now: Instant,
+        timeout: Duration,
+        role: Role,
+        secret: SharedSecret,
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
+        let mut hs = Self::new(local, now, timeout);
+        hs.auth = Some(Auth {
+            role,
+            secret,
+            nonce,
+            peer_nonce: [0; NONCE_LEN],
+            peer: None,
+            proof: None,
+        });
+        hs
+    }
+
+    /// Appends what we have to send and have not sent yet: the preface and
+    /// hello (and challenge) the first time, our proof once the peer's
+    /// nonce is known. Returns whether it wrote anything.
     pub fn poll_transmit(&mut self, dst: &mut BytesMut) -> bool {
-        if self.transmitted {
-            return false;
+        let mut wrote = false;
+        if !self.transmitted {
+            self.transmitted = true;
+            wrote = true;
+            dst.extend_from_slice(&MAGIC);
+            dst.put_u16(VERSION);
+            dst.put_u16(if self.auth.is_some() { FLAG_AUTH } else { 0 });
+            self.local.encode(dst);
+            if let Some(auth) = &self.auth {
+                frame::encode_header(FrameKind::Challenge, NONCE_LEN, dst);
+                dst.extend_from_slice(&auth.nonce);
+            }
         }
-        self.transmitted = true;
-        dst.extend_from_slice(&MAGIC);
-        dst.put_u16(VERSION);
-        dst.put_u16(0);
-        self.local.encode(dst);
-        true
+        if let Some(proofs) = self.auth.as_mut().and_then(|a| a.proof.take()) {
+            wrote = true;
+            frame::encode_header(FrameKind::Proof, proofs.len() * MAC_LEN, dst);
+            for p in &proofs {
+                dst.extend_from_slice(p);
+            }
+        }
+        wrote
+    }
+
+    /// Checks the next frame's kind as soon as its header byte is there,
+    /// then takes it off `src` if it is complete.
+    fn next_frame(
+        &mut self,
+        src: &mut BytesMut,
+        kind: FrameKind,
+        max: usize,
+    ) -> Result<Option<bytes::Bytes>, HandshakeError> {
+        if let Some(&got) = src.get(4)
+            && got != kind as u8
+        {
+            return Err(HandshakeError::UnexpectedFrame { kind: got });
+        }
+        let Some(f) = frame::decode(src, max)? else {
+            return Ok(None);
+        };
+        self.consumed += frame::HEADER_LEN + f.body.len();
+        Ok(Some(f.body))
     }
 
     /// Consumes handshake bytes from the front of `src`.
@@ -162,23 +257,69 @@ impl Handshake {
                     peer,
                 });
             }
+            // Other flag bits are reserved and ignored.
+            let peer_auth = u16::from_be_bytes([src[6], src[7]]) & FLAG_AUTH != 0;
+            match (self.auth.is_some(), peer_auth) {
+                (true, false) => return Err(HandshakeError::PeerUnauthenticated),
+                (false, true) => return Err(HandshakeError::SecretRequired),
+                _ => {}
+            }
             src.advance(PREFACE_LEN);
             self.consumed += PREFACE_LEN;
             self.state = State::AwaitHello;
         }
         if self.state == State::AwaitHello {
-            if let Some(&kind) = src.get(4)
-                && kind != FrameKind::Hello as u8
-            {
-                return Err(HandshakeError::UnexpectedFrame { kind });
-            }
-            let Some(f) = frame::decode(src, MAX_HELLO_SIZE)? else {
+            let Some(body) = self.next_frame(src, FrameKind::Hello, MAX_HELLO_SIZE)? else {
                 return Ok(None);
             };
-            self.consumed += frame::HEADER_LEN + f.body.len();
-            let hello = Hello::decode(&f.body)?;
+            let hello = Hello::decode(&body)?;
+            let Some(auth) = &mut self.auth else {
+                self.state = State::Done;
+                return Ok(Some(hello));
+            };
+            if hello.uid == self.local.uid {
+                // A node never talks to itself; a peer that claims our uid
+                // is replaying our own handshake back at us.
+                return Err(HandshakeError::Reflected { uid: hello.uid });
+            }
+            auth.peer = Some(hello);
+            self.state = State::AwaitChallenge;
+        }
+        if self.state == State::AwaitChallenge {
+            let Some(body) = self.next_frame(src, FrameKind::Challenge, NONCE_LEN)? else {
+                return Ok(None);
+            };
+            let auth = self.auth.as_mut().expect("AwaitChallenge only with auth");
+            auth.peer_nonce = body[..].try_into().map_err(|_| HandshakeError::Malformed {
+                reason: "challenge is not 32 bytes",
+            })?;
+            let peer = auth.peer.as_ref().expect("hello precedes the challenge");
+            let proof = {
+                let (me, them) = parties(auth, &self.local, peer);
+                auth.secret.prove(&me, &them)
+            };
+            auth.proof = Some(proof);
+            self.state = State::AwaitProof;
+        }
+        if self.state == State::AwaitProof {
+            let Some(body) = self.next_frame(src, FrameKind::Proof, MAX_PROOFS * MAC_LEN)? else {
+                return Ok(None);
+            };
+            if body.is_empty() || body.len() % MAC_LEN != 0 {
+                return Err(HandshakeError::Malformed {
+                    reason: "proof is not one or two 32-byte tags",
+                });
+            }
+            let auth = self.auth.as_mut().expect("AwaitProof only with auth");
+            let peer = auth.peer.as_ref().expect("hello precedes the proof");
+            let (me, them) = parties(auth, &self.local, peer);
+            if !auth.secret.verify(&body, &them, &me) {
+                return Err(HandshakeError::SecretMismatch {
+                    proofs: body.len() / MAC_LEN,
+                });
+            }
             self.state = State::Done;
-            return Ok(Some(hello));
+            return Ok(auth.peer.take());
         }
         Ok(None)
     }
@@ -213,6 +354,24 @@ impl Handshake {
     pub fn is_done(&self) -> bool {
         self.state == State::Done
     }
+}
+
+/// Both transcript parties, ours first.
+fn parties<'a>(auth: &'a Auth, local: &'a Hello, peer: &'a Hello) -> (Party<'a>, Party<'a>) {
+    (
+        Party {
+            role: auth.role,
+            nonce: &auth.nonce,
+            uid: local.uid,
+            addr: &local.addr,
+        },
+        Party {
+            role: auth.role.peer(),
+            nonce: &auth.peer_nonce,
+            uid: peer.uid,
+            addr: &peer.addr,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -355,5 +514,116 @@ mod tests {
                 Err(HandshakeError::Malformed { .. })
             ));
         }
+    }
+
+    fn with_secret(uid: u64, role: Role, secret: &SharedSecret, nonce: u8) -> Handshake {
+        Handshake::with_secret(
+            hello(uid),
+            Instant::now(),
+            T,
+            role,
+            secret.clone(),
+            [nonce; NONCE_LEN],
+        )
+    }
+
+    /// Runs two sans-IO sides against each other, delivering everything
+    /// each has to send, until both finish or one fails.
+    fn run(
+        a: &mut Handshake,
+        b: &mut Handshake,
+    ) -> (
+        Result<Option<Hello>, HandshakeError>,
+        Result<Option<Hello>, HandshakeError>,
+    ) {
+        let (mut to_a, mut to_b) = (BytesMut::new(), BytesMut::new());
+        let (mut ra, mut rb) = (Ok(None), Ok(None));
+        for _ in 0..4 {
+            a.poll_transmit(&mut to_b);
+            b.poll_transmit(&mut to_a);
+            if matches!(ra, Ok(None)) {
+                ra = a.handle_input(&mut to_a);
+            }
+            if matches!(rb, Ok(None)) {
+                rb = b.handle_input(&mut to_b);
+            }
+        }
+        (ra, rb)
+    }
+
+    const S1: &[u8] = b"0123456789abcdef-one";
+    const S2: &[u8] = b"0123456789abcdef-two";
+
+    #[test]
+    fn shared_secret_handshake_completes_in_two_flights() {
+        let s = SharedSecret::new(S1);
+        let mut a = with_secret(1, Role::Dialer, &s, 1);
+        let mut b = with_secret(2, Role::Listener, &s, 2);
+        let mut first = BytesMut::new();
+        assert!(with_secret(1, Role::Dialer, &s, 1).poll_transmit(&mut first));
+        assert_eq!(&first[6..8], &FLAG_AUTH.to_be_bytes());
+        let (ra, rb) = run(&mut a, &mut b);
+        assert_eq!(ra.unwrap(), Some(hello(2)));
+        assert_eq!(rb.unwrap(), Some(hello(1)));
+    }
+
+    #[test]
+    fn wrong_secret_fails_on_both_sides() {
+        let mut a = with_secret(1, Role::Dialer, &SharedSecret::new(S1), 1);
+        let mut b = with_secret(2, Role::Listener, &SharedSecret::new(S2), 2);
+        let (ra, rb) = run(&mut a, &mut b);
+        assert_eq!(ra, Err(HandshakeError::SecretMismatch { proofs: 1 }));
+        assert_eq!(rb, Err(HandshakeError::SecretMismatch { proofs: 1 }));
+    }
+
+    #[test]
+    fn rotation_overlap_keeps_nodes_talking() {
+        let old = SharedSecret::new(S1);
+        let rotating = SharedSecret::new(S2).with_previous(S1);
+        let mut a = with_secret(1, Role::Dialer, &old, 1);
+        let mut b = with_secret(2, Role::Listener, &rotating, 2);
+        let (ra, rb) = run(&mut a, &mut b);
+        assert!(ra.unwrap().is_some() && rb.unwrap().is_some());
+    }
+
+    #[test]
+    fn missing_secret_is_named_on_both_sides() {
+        let mut a = with_secret(1, Role::Dialer, &SharedSecret::new(S1), 1);
+        let mut b = Handshake::new(hello(2), Instant::now(), T);
+        let (ra, rb) = run(&mut a, &mut b);
+        assert_eq!(ra, Err(HandshakeError::PeerUnauthenticated));
+        assert_eq!(rb, Err(HandshakeError::SecretRequired));
+    }
+
+    #[test]
+    fn replayed_first_flight_and_proof_are_refused() {
+        let s = SharedSecret::new(S1);
+        // Record a dialer's whole transmission to one listener…
+        let mut a = with_secret(1, Role::Dialer, &s, 1);
+        let mut b = with_secret(2, Role::Listener, &s, 2);
+        let mut recorded = BytesMut::new();
+        let mut to_a = BytesMut::new();
+        a.poll_transmit(&mut recorded);
+        b.poll_transmit(&mut to_a);
+        a.handle_input(&mut to_a).unwrap();
+        a.poll_transmit(&mut recorded);
+        // …and replay it to a listener with a fresh nonce.
+        let mut c = with_secret(2, Role::Listener, &s, 3);
+        assert_eq!(
+            c.handle_input(&mut recorded),
+            Err(HandshakeError::SecretMismatch { proofs: 1 })
+        );
+    }
+
+    #[test]
+    fn reflected_hello_is_refused() {
+        let s = SharedSecret::new(S1);
+        let mut a = with_secret(1, Role::Listener, &s, 1);
+        let mut own = BytesMut::new();
+        a.poll_transmit(&mut own);
+        assert_eq!(
+            a.handle_input(&mut own),
+            Err(HandshakeError::Reflected { uid: 1 })
+        );
     }
 }

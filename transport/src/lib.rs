@@ -45,10 +45,24 @@
 //! - `writer`: [`Sender`] and the batching writer task.
 //! - `reader`: the reader task, [`Handler`], [`Inbound`].
 //! - `pool`: [`BufferPool`] and adaptive read sizing.
+//! - `security`: [`Security`], what secures a TCP stream before the
+//!   handshake; [`Plain`] does nothing.
+//! - `tls`: [`Tls`], [`TlsConfig`]: TLS 1.3 (rustls, ring), mutual
+//!   authentication, certificates bound to advertised identities.
+//! - [`auth`]: [`SharedSecret`] and the HMAC proof of the handshake.
 //! - `error`: one error enum per concern.
 //!
+//! # Security
+//! An [`Endpoint`] is generic over its [`Security`]: `Endpoint` (=
+//! `Endpoint<Plain>`) runs connections on `TcpStream`, `Endpoint<Tls>`
+//! (from [`Endpoint::bind_tls`]) on rustls streams, through the same
+//! reader, writer and codec. Independently, [`TransportConfig::set_shared_secret`]
+//! makes every handshake prove a shared secret.
+//!
 //! # Crate feature flags
-//! None yet.
+//! - `tls` (default): [`Tls`], [`TlsConfig`], [`Endpoint::bind_tls`];
+//!   pulls in rustls with the ring provider. Without it only plaintext
+//!   (optionally with a shared secret) is available.
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -57,6 +71,7 @@
 )]
 #![deny(unsafe_code)]
 
+pub mod auth;
 mod config;
 mod conn;
 mod endpoint;
@@ -65,8 +80,12 @@ pub mod frame;
 pub mod handshake;
 mod pool;
 mod reader;
+mod security;
+#[cfg(feature = "tls")]
+mod tls;
 mod writer;
 
+pub use auth::{MIN_SECRET_LEN, SharedSecret};
 pub use config::{
     DEFAULT_CLOSE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE,
@@ -75,9 +94,13 @@ pub use config::{
 pub use conn::{CloseReason, ConnStats, Connection, Established, PeerInfo};
 pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
 pub use error::{
-    AcceptError, ConfigError, FrameError, HandshakeError, SendError, TransportError, TrySendError,
+    AcceptError, ConfigError, FrameError, HandshakeError, SendError, TlsError, TransportError,
+    TrySendError,
 };
 pub use frame::{Frame, FrameKind};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, Inbound, MAX_READ_SIZE};
+pub use security::{Plain, Security, Stream};
+#[cfg(feature = "tls")]
+pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};
 pub use writer::Sender;

@@ -1,0 +1,105 @@
+//! What an [`Endpoint`](crate::Endpoint) does to a TCP stream before the
+//! protocol handshake: nothing ([`Plain`]) or a TLS handshake
+//! ([`Tls`](crate::Tls)).
+//!
+//! The endpoint is generic over its [`Security`], and the connection over
+//! the stream it produces, so each choice is compiled into its own code: a
+//! plaintext connection is a bare `TcpStream` with no branch or indirection
+//! per read or write, and a TLS connection is rustls's concrete server or
+//! client stream type. No enum of stream kinds is matched per call.
+
+use std::{future::Future, io, net::SocketAddr};
+
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpStream,
+};
+
+use crate::{
+    error::{HandshakeError, TransportError},
+    handshake::Hello,
+};
+
+/// A stream a connection can run on.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+/// Turns accepted and dialled TCP streams into the streams connections run
+/// on, and checks the peer's identity once its hello is known.
+///
+/// Implemented by [`Plain`] and [`Tls`](crate::Tls); the trait is public so
+/// that `Endpoint<S>` can name it, and sealed so it can grow.
+pub trait Security: Send + Sync + 'static + sealed::Sealed {
+    /// The stream of an inbound connection.
+    type Accepted: Stream;
+    /// The stream of an outbound connection.
+    type Dialed: Stream;
+
+    /// Secures an inbound TCP stream from `peer`.
+    fn accept(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Result<Self::Accepted, TransportError>> + Send;
+
+    /// Secures an outbound TCP stream to `addr`.
+    fn connect(
+        &self,
+        tcp: TcpStream,
+        addr: SocketAddr,
+    ) -> impl Future<Output = Result<Self::Dialed, TransportError>> + Send;
+
+    /// Checks that what secured `stream` proves the identity `peer`
+    /// advertises in its hello.
+    ///
+    /// # Errors
+    /// [`HandshakeError::Identity`] saying why not.
+    fn verify_accepted(&self, stream: &Self::Accepted, peer: &Hello) -> Result<(), HandshakeError>;
+
+    /// As [`verify_accepted`](Self::verify_accepted), for a dialled stream.
+    ///
+    /// # Errors
+    /// [`HandshakeError::Identity`] saying why not.
+    fn verify_dialed(&self, stream: &Self::Dialed, peer: &Hello) -> Result<(), HandshakeError>;
+
+    /// The error to report for an IO error on the secured stream during the
+    /// protocol handshake (TLS reports a peer's alert this way).
+    fn handshake_io_error(&self, peer: SocketAddr, error: io::Error) -> TransportError {
+        let _ = peer;
+        TransportError::Io(error)
+    }
+}
+
+/// No transport security: connections run on the bare `TcpStream`. The
+/// default for [`Endpoint`](crate::Endpoint).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Plain;
+
+impl Security for Plain {
+    type Accepted = TcpStream;
+    type Dialed = TcpStream;
+
+    async fn accept(&self, tcp: TcpStream, _: SocketAddr) -> Result<TcpStream, TransportError> {
+        Ok(tcp)
+    }
+
+    async fn connect(&self, tcp: TcpStream, _: SocketAddr) -> Result<TcpStream, TransportError> {
+        Ok(tcp)
+    }
+
+    fn verify_accepted(&self, _: &TcpStream, _: &Hello) -> Result<(), HandshakeError> {
+        Ok(())
+    }
+
+    fn verify_dialed(&self, _: &TcpStream, _: &Hello) -> Result<(), HandshakeError> {
+        Ok(())
+    }
+}
+
+pub(crate) mod sealed {
+    /// Keeps [`Security`](super::Security) implementable only here.
+    pub trait Sealed {}
+    impl Sealed for super::Plain {}
+    #[cfg(feature = "tls")]
+    impl Sealed for crate::tls::Tls {}
+}

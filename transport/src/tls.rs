@@ -1,0 +1,549 @@
+//! TLS 1.3 through rustls (ring provider): configuration from PEM, the
+//! [`Tls`] security layer, and the check that binds a peer's certificate to
+//! the identity it advertises.
+//!
+//! This module only builds the stream: after the TLS handshake the
+//! connection runs the same handshake, reader, writer and codec as a
+//! plaintext one, on `tokio_rustls` streams instead of `TcpStream`.
+//!
+//! What is checked, in order:
+//!
+//! ```text
+//! dialer                                             listener
+//!  TLS: server cert chains to the trust store,        TLS: client cert chains to the
+//!       is in date, has an IP SAN = the IP dialled         trust store, is in date
+//!       (or the DNS name) ─────────────────────────────── (unless client auth is off)
+//!  protocol handshake (hello, shared secret if set) ◄──► protocol handshake
+//!  identity: listener's cert ⊨ host it advertises       identity: dialer's cert ⊨ host it advertises
+//! ```
+//!
+//! Certificates are loaded when [`Tls::new`] runs, and again on
+//! [`Tls::reload`] (or [`Endpoint::reload_tls`]): new connections use the new
+//! files, established ones keep theirs.
+
+use std::{
+    fmt, io,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use rustls::{
+    ClientConfig, RootCertStore, ServerConfig, server::WebPkiClientVerifier, version::TLS13,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+use sha2::{Digest, Sha256};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
+
+use crate::{
+    Endpoint,
+    config::TransportConfig,
+    error::{HandshakeError, TlsError, TransportError},
+    handshake::Hello,
+    security::Security,
+};
+
+/// How long a failed TLS handshake keeps the socket open to let our alert
+/// reach the peer: closing with unread input makes the kernel send a reset,
+/// which can overtake the alert and leave the peer with "connection reset"
+/// instead of the reason.
+const ALERT_LINGER: Duration = Duration::from_millis(500);
+
+/// Where a PEM item comes from.
+#[derive(Clone)]
+enum Source {
+    File(PathBuf),
+    Memory(Vec<u8>),
+}
+
+impl Source {
+    fn name(&self) -> String {
+        match self {
+            Self::File(p) => p.display().to_string(),
+            Self::Memory(_) => "in-memory PEM".to_owned(),
+        }
+    }
+
+    fn read(&self, what: &'static str) -> Result<Vec<u8>, TlsError> {
+        match self {
+            Self::File(p) => std::fs::read(p).map_err(|e| pem_error(what, self, e.to_string())),
+            Self::Memory(b) => Ok(b.clone()),
+        }
+    }
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+fn pem_error(what: &'static str, source: &Source, reason: String) -> TlsError {
+    TlsError::Pem {
+        what,
+        source_name: source.name(),
+        reason,
+    }
+}
+
+/// How the certificate a peer presented is tied to the identity it
+/// advertises in its hello.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerIdentity {
+    /// The certificate must be valid for the host of the advertised address
+    /// (`sys@10.0.0.5:2552` → IP SAN `10.0.0.5`; `node1.example:2552` → DNS
+    /// SAN `node1.example`). The default.
+    #[default]
+    AdvertisedHost,
+    /// The certificate's SHA-256 ([`fingerprint`]) must be the one pinned
+    /// for the exact advertised address; an address without a pin is
+    /// refused.
+    Pinned(Vec<(String, [u8; 32])>),
+    /// Trust any certificate the trust store accepts, whatever the peer
+    /// advertises. Only for tests or a trust store of one node.
+    Unchecked,
+}
+
+/// TLS settings: this node's certificate chain and key, the trust store its
+/// peers' certificates must chain to, and how identities are checked.
+///
+/// Every node uses one certificate both as server (when dialled) and as
+/// client (when dialling), so it needs both the `serverAuth` and
+/// `clientAuth` extended key usages, or none. `transport/examples/gen_certs.rs`
+/// makes a development CA and such certificates.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), transport::TransportError> {
+/// use transport::{Endpoint, TlsConfig, TransportConfig};
+/// let tls = TlsConfig::from_pem_files("certs/node1.pem", "certs/node1.key", "certs/ca.pem");
+/// let node = Endpoint::bind_tls("127.0.0.1:2552".parse().unwrap(), TransportConfig::default(), tls).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    cert_chain: Source,
+    key: Source,
+    trust: Source,
+    client_auth: bool,
+    identity: PeerIdentity,
+}
+
+impl TlsConfig {
+    /// Reads PEM files: `cert_chain` (this node's certificate first, then
+    /// intermediates), `key` (PKCS#8, PKCS#1 RSA or SEC1 EC), `trust` (CA
+    /// certificates). The files are read by [`Tls::new`] and by every
+    /// reload, not here.
+    pub fn from_pem_files(
+        cert_chain: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+        trust: impl Into<PathBuf>,
+    ) -> Self {
+        Self::new(
+            Source::File(cert_chain.into()),
+            Source::File(key.into()),
+            Source::File(trust.into()),
+        )
+    }
+
+    /// As [`from_pem_files`](Self::from_pem_files), from PEM text in memory.
+    pub fn from_pem(
+        cert_chain: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+        trust: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self::new(
+            Source::Memory(cert_chain.into()),
+            Source::Memory(key.into()),
+            Source::Memory(trust.into()),
+        )
+    }
+
+    fn new(cert_chain: Source, key: Source, trust: Source) -> Self {
+        Self {
+            cert_chain,
+            key,
+            trust,
+            client_auth: true,
+            identity: PeerIdentity::default(),
+        }
+    }
+
+    /// Whether a listener requires dialers to present a certificate that
+    /// chains to the trust store (mutual TLS). Default on. Off, the
+    /// listener cannot check who dialled it (its identity check is skipped
+    /// for dialers without a certificate); the dialer still checks the
+    /// listener.
+    pub fn set_client_auth(&mut self, required: bool) -> &mut Self {
+        self.client_auth = required;
+        self
+    }
+
+    /// How a peer's certificate is tied to its advertised address. Default
+    /// [`PeerIdentity::AdvertisedHost`].
+    pub fn set_peer_identity(&mut self, identity: PeerIdentity) -> &mut Self {
+        self.identity = identity;
+        self
+    }
+
+    /// Reads the PEM sources and builds the rustls configurations.
+    fn load(&self) -> Result<Loaded, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = certs(&self.cert_chain, "certificate chain")?;
+        let key_pem = self.key.read("private key")?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem)
+            .map_err(|e| pem_error("private key", &self.key, pem_reason(&e, "PRIVATE KEY")))?;
+        let mut roots = RootCertStore::empty();
+        for c in certs(&self.trust, "trust store")? {
+            roots.add(c).map_err(config_error)?;
+        }
+        let roots = Arc::new(roots);
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&TLS13])
+            .map_err(config_error)?;
+        let server = if self.client_auth {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                    .build()
+                    .map_err(|e| TlsError::Config(e.to_string()))?;
+            server.with_client_cert_verifier(verifier)
+        } else {
+            server.with_no_client_auth()
+        }
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(config_error)?;
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&TLS13])
+            .map_err(config_error)?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(config_error)?;
+        Ok(Loaded {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+        })
+    }
+}
+
+fn config_error(e: rustls::Error) -> TlsError {
+    TlsError::Config(e.to_string())
+}
+
+fn pem_reason(e: &rustls_pki_types::pem::Error, item: &str) -> String {
+    match e {
+        rustls_pki_types::pem::Error::NoItemsFound => format!("no {item} section found"),
+        e => format!("{e:?}"),
+    }
+}
+
+fn certs(source: &Source, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = source.read(what)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_error(what, source, pem_reason(&e, "CERTIFICATE")))?;
+    if certs.is_empty() {
+        return Err(pem_error(
+            what,
+            source,
+            "no CERTIFICATE section found".into(),
+        ));
+    }
+    Ok(certs)
+}
+
+/// The SHA-256 of a DER certificate, as pinned by [`PeerIdentity::Pinned`]
+/// (the same as `openssl x509 -noout -fingerprint -sha256`).
+pub fn fingerprint(cert_der: &[u8]) -> [u8; 32] {
+    Sha256::digest(cert_der).into()
+}
+
+/// The rustls configurations built from one load of the PEM sources.
+struct Loaded {
+    acceptor: TlsAcceptor,
+    connector: TlsConnector,
+}
+
+/// The TLS security layer of an [`Endpoint<Tls>`](crate::Endpoint): TLS 1.3
+/// on every connection, mutual authentication by default, the peer's
+/// certificate bound to its advertised identity.
+pub struct Tls {
+    config: TlsConfig,
+    current: RwLock<Arc<Loaded>>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls").field("config", &self.config).finish()
+    }
+}
+
+impl Tls {
+    /// Loads the certificates and keys `config` names.
+    ///
+    /// # Errors
+    /// A PEM source that cannot be read or parsed, or a configuration
+    /// rustls refuses (a key that does not match the certificate).
+    pub fn new(config: TlsConfig) -> Result<Self, TlsError> {
+        let loaded = config.load()?;
+        Ok(Self {
+            config,
+            current: RwLock::new(Arc::new(loaded)),
+        })
+    }
+
+    /// Reads the PEM sources again (files may have been replaced, e.g.
+    /// renewed certificates). New connections use what was read;
+    /// established connections are not affected. On error the previous
+    /// certificates stay in use.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let loaded = Arc::new(self.config.load()?);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = loaded;
+        tracing::info!(cert = %self.config.cert_chain.name(), "tls certificates reloaded");
+        Ok(())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TlsConfig {
+        &self.config
+    }
+
+    fn loaded(&self) -> Arc<Loaded> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Checks that the end-entity certificate in `certs` proves the identity
+    /// `peer` advertises.
+    fn check(
+        &self,
+        certs: Option<&[CertificateDer<'static>]>,
+        peer: &Hello,
+    ) -> Result<(), HandshakeError> {
+        let refuse = |reason: String| HandshakeError::Identity {
+            addr: peer.addr.clone(),
+            reason,
+        };
+        if self.config.identity == PeerIdentity::Unchecked {
+            return Ok(());
+        }
+        let Some(cert) = certs.and_then(|c| c.first()) else {
+            return Err(refuse("the peer presented no certificate".into()));
+        };
+        match &self.config.identity {
+            PeerIdentity::AdvertisedHost => {
+                let host = advertised_host(&peer.addr)
+                    .ok_or_else(|| refuse("the address has no host part".into()))?;
+                let name = ServerName::try_from(host).map_err(|_| {
+                    refuse(format!("{host:?} is neither a DNS name nor an IP address"))
+                })?;
+                let ee = webpki::EndEntityCert::try_from(cert)
+                    .map_err(|e| refuse(format!("certificate does not parse: {e}")))?;
+                ee.verify_is_valid_for_subject_name(&name)
+                    .map_err(|e| refuse(format!("certificate is not valid for {host} ({e})")))
+            }
+            PeerIdentity::Pinned(pins) => {
+                let got = fingerprint(cert);
+                let mut pinned = pins.iter().filter(|(a, _)| *a == peer.addr).peekable();
+                if pinned.peek().is_none() {
+                    return Err(refuse("no certificate fingerprint is pinned for it".into()));
+                }
+                if pinned.any(|(_, fp)| *fp == got) {
+                    Ok(())
+                } else {
+                    Err(refuse(format!(
+                        "certificate SHA-256 {} is not the pinned one",
+                        hex(&got)
+                    )))
+                }
+            }
+            PeerIdentity::Unchecked => Ok(()),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The host of an advertised address: `name@host:port`, `host:port` or
+/// `[v6]:port` → `host` / `v6`.
+fn advertised_host(addr: &str) -> Option<&str> {
+    let host_port = addr.rsplit_once('@').map_or(addr, |(_, h)| h);
+    let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    (!host.is_empty()).then_some(host)
+}
+
+/// Turns a failed TLS handshake into an error that says why, naming the
+/// likely cause when the peer does not speak TLS at all.
+fn handshake_error(peer: SocketAddr, source: io::Error) -> TlsError {
+    let inner = source
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>());
+    let reason = match inner {
+        Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) => format!(
+            "the peer does not speak TLS (its first bytes are not a TLS record: a plaintext node?): {source}"
+        ),
+        Some(e) => e.to_string(),
+        None if source.kind() == io::ErrorKind::UnexpectedEof => {
+            "the peer closed the connection during the TLS handshake (it may have refused our certificate, or not speak TLS)".to_owned()
+        }
+        None => source.to_string(),
+    };
+    TlsError::Handshake {
+        peer,
+        reason,
+        source,
+    }
+}
+
+/// Lets our alert reach the peer before the socket closes (see
+/// [`ALERT_LINGER`]), in the background.
+fn linger(mut tcp: TcpStream) {
+    tokio::spawn(async move {
+        let _ = tcp.shutdown().await;
+        let mut sink = [0u8; 1024];
+        let _ = tokio::time::timeout(ALERT_LINGER, async {
+            while let Ok(n) = tcp.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
+    });
+}
+
+impl Security for Tls {
+    type Accepted = server::TlsStream<TcpStream>;
+    type Dialed = client::TlsStream<TcpStream>;
+
+    async fn accept(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+    ) -> Result<Self::Accepted, TransportError> {
+        let acceptor = self.loaded().acceptor.clone();
+        match acceptor.accept(tcp).into_fallible().await {
+            Ok(s) => Ok(s),
+            Err((e, tcp)) => {
+                linger(tcp);
+                Err(handshake_error(peer, e).into())
+            }
+        }
+    }
+
+    async fn connect(
+        &self,
+        tcp: TcpStream,
+        addr: SocketAddr,
+    ) -> Result<Self::Dialed, TransportError> {
+        let connector = self.loaded().connector.clone();
+        // The server's certificate must name the IP address we dialled.
+        let name = ServerName::IpAddress(addr.ip().into());
+        match connector.connect(name, tcp).into_fallible().await {
+            Ok(s) => Ok(s),
+            Err((e, tcp)) => {
+                linger(tcp);
+                Err(handshake_error(addr, e).into())
+            }
+        }
+    }
+
+    fn verify_accepted(&self, stream: &Self::Accepted, peer: &Hello) -> Result<(), HandshakeError> {
+        let certs = stream.get_ref().1.peer_certificates();
+        if certs.is_none() && !self.config.client_auth {
+            // Nothing to check: this listener does not ask dialers for one.
+            return Ok(());
+        }
+        self.check(certs, peer)
+    }
+
+    fn verify_dialed(&self, stream: &Self::Dialed, peer: &Hello) -> Result<(), HandshakeError> {
+        self.check(stream.get_ref().1.peer_certificates(), peer)
+    }
+
+    fn handshake_io_error(&self, peer: SocketAddr, error: io::Error) -> TransportError {
+        handshake_error(peer, error).into()
+    }
+}
+
+impl Endpoint<Tls> {
+    /// Binds a TLS listener on `addr`, advertising the bound address; all
+    /// its connections, inbound and outbound, run TLS 1.3 with `tls`.
+    ///
+    /// For another advertised form (`name@host:port`) use
+    /// [`Endpoint::bind_secure`] with [`Tls::new`].
+    ///
+    /// # Errors
+    /// Certificates or keys that cannot be loaded, invalid config, or the
+    /// address cannot be bound.
+    pub async fn bind_tls(
+        addr: SocketAddr,
+        config: TransportConfig,
+        tls: TlsConfig,
+    ) -> Result<Self, TransportError> {
+        let tls = Tls::new(tls)?;
+        Self::bind_secure(addr, config, tls, |a| a.to_string()).await
+    }
+
+    /// Re-reads the certificate, key and trust store files; see
+    /// [`Tls::reload`].
+    ///
+    /// # Errors
+    /// As [`Tls::reload`]; the previous certificates stay in use.
+    pub fn reload_tls(&self) -> Result<(), TlsError> {
+        self.security().reload()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_host_forms() {
+        assert_eq!(advertised_host("127.0.0.1:2552"), Some("127.0.0.1"));
+        assert_eq!(advertised_host("sys@10.0.0.5:2552"), Some("10.0.0.5"));
+        assert_eq!(advertised_host("node1.example:1"), Some("node1.example"));
+        assert_eq!(advertised_host("[::1]:2552"), Some("::1"));
+        assert_eq!(advertised_host("sys@:2552"), None);
+    }
+
+    #[test]
+    fn missing_pem_names_the_file_and_item() {
+        let cfg = TlsConfig::from_pem("not pem", "", "");
+        let err = Tls::new(cfg).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "certificate chain from in-memory PEM: no CERTIFICATE section found"
+        );
+        let cfg = TlsConfig::from_pem_files("/nonexistent/x.pem", "/k", "/t");
+        let err = Tls::new(cfg).unwrap_err().to_string();
+        assert!(
+            err.starts_with("certificate chain from /nonexistent/x.pem: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fingerprint_is_sha256() {
+        assert_eq!(
+            hex(&fingerprint(b"")),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}
