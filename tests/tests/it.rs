@@ -11,4 +11,5 @@ mod it {
     mod close;
     mod control;
     mod ordering;
+    mod tls;
 }
