@@ -162,7 +162,11 @@ async fn mistyped_remote_message_is_a_dead_letter_and_the_link_survives() {
     .await
     .expect("resolves");
     counter.tell(Count::Add(2)).expect("room");
-    assert_eq!(total(&counter).await, 2, "the mistyped message was not handled");
+    assert_eq!(
+        total(&counter).await,
+        2,
+        "the mistyped message was not handled"
+    );
     assert_eq!(b.dead_letters(), before + 1);
 }
 
