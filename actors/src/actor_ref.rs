@@ -21,10 +21,10 @@ use tokio::sync::oneshot;
 use crate::{
     actor::StopReason,
     error::{AskError, SendError, SerializationError},
-    mailbox::{Envelope, Mailbox, Refused, SystemMsg},
+    mailbox::{Envelope, Mailbox, Refused, SystemMsg, next_record},
     path::ActorPath,
     remote::{Recipient, RemoteTarget, TellError},
-    serialization::{RemoteMessage, manifest_id, with_frame},
+    serialization::{RemoteMessage, decode_frame, manifest_id},
     system::{SystemInner, current_system},
     watch::{SystemSink, Watch, WatchSink, Watchers},
 };
@@ -72,8 +72,8 @@ impl<M: RemoteMessage> RemoteTarget for Cell<M> {
         M::MANIFEST
     }
 
-    fn push_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused> {
-        self.mailbox.push_remote_batch(batch)
+    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
+        self.mailbox.push_batch(batch, n)
     }
 
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -124,12 +124,13 @@ impl<M: RemoteMessage> RemoteTarget for Promise<M> {
         M::MANIFEST
     }
 
-    fn push_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused> {
-        for bytes in batch.drain(..) {
-            let sys = self.system.upgrade();
+    fn push_batch(&self, batch: &Bytes, _n: usize) -> Result<(), Refused> {
+        let sys = self.system.upgrade();
+        let mut pos = 0;
+        while let Some(range) = next_record(batch, &mut pos) {
             let decoded = match &sys {
-                Some(s) => s.with_current(|| with_frame(&bytes, || M::decode(&bytes))),
-                None => M::decode(&bytes),
+                Some(s) => decode_frame(s, batch, range, M::decode),
+                None => M::decode(&batch[range]),
             };
             match decoded {
                 Ok(m) => {
@@ -339,7 +340,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 Ok(()) => Ok(()),
                 Err((Refused::Full, Envelope::Local(m))) => Err(SendError::MailboxFull(m)),
                 Err((Refused::Closed, Envelope::Local(m))) => Err(self.gone(m, "actor stopped")),
-                Err((_, Envelope::Remote(_))) => unreachable!("pushed a local envelope"),
+                Err((_, Envelope::Batch(..))) => unreachable!("pushed a local envelope"),
             },
             Inner::Promise(p) => p
                 .complete(msg)
@@ -363,17 +364,29 @@ impl<M: Send + 'static> ActorRef<M> {
     /// # Errors
     /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
     pub async fn send(&self, msg: M) -> Result<(), SendError<M>> {
+        // The common case, room in the mailbox or link, needs no future
+        // state beyond this call.
+        match self.tell(msg) {
+            Err(SendError::MailboxFull(msg)) => self.send_slow(msg).await,
+            other => other,
+        }
+    }
+
+    #[inline(never)]
+    async fn send_slow(&self, msg: M) -> Result<(), SendError<M>> {
         match &self.inner {
             Inner::Local(c) => match c.mailbox.push_wait(Envelope::Local(msg)).await {
                 Ok(()) => Ok(()),
                 Err(Envelope::Local(m)) => Err(self.gone(m, "actor stopped")),
-                Err(Envelope::Remote(_)) => unreachable!("pushed a local envelope"),
+                Err(Envelope::Batch(..)) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) => {
                 match r
                     .recipient
                     .assoc
-                    .send(&r.recipient, r.manifest, |b: &mut bytes::BytesMut| (r.encode)(&msg, b))
+                    .send(&r.recipient, r.manifest, |b: &mut bytes::BytesMut| {
+                        (r.encode)(&msg, b)
+                    })
                     .await
                 {
                     Ok(()) => Ok(()),

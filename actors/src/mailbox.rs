@@ -26,11 +26,25 @@ use tokio::sync::Notify;
 
 use crate::actor::Terminated;
 
-/// What sits in a mailbox: a message, or a remote message's bytes, which
-/// the actor's own task decodes (keeping that work off the reader).
+/// What sits in a mailbox: a message, or a batch of remote messages that
+/// arrived in one socket read, which the actor's own task decodes.
+///
+/// A batch is one buffer of `[len u32 LE][payload]` records: one
+/// reference-counted allocation per read, not one per message, so the
+/// reader's and the actor's cores do not trade a counter per message.
 pub(crate) enum Envelope<M> {
     Local(M),
-    Remote(Bytes),
+    Batch(Bytes, usize),
+}
+
+/// Iterates the `(start, end)` ranges of the records of a batch buffer.
+pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Range<usize>> {
+    let head = batch.get(*pos..*pos + 4)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let start = *pos + 4;
+    let end = start.checked_add(len).filter(|&e| e <= batch.len())?;
+    *pos = end;
+    Some(start..end)
 }
 
 /// System messages: handled before user messages.
@@ -46,6 +60,8 @@ pub(crate) enum Refused {
 
 struct State<M> {
     user: VecDeque<Envelope<M>>,
+    /// User messages queued (a batch counts its records).
+    queued: usize,
     system: VecDeque<SystemMsg>,
     idle: bool,
     closed: bool,
@@ -65,6 +81,7 @@ impl<M> Mailbox<M> {
         Self {
             state: Mutex::new(State {
                 user: VecDeque::new(),
+                queued: 0,
                 system: VecDeque::new(),
                 idle: false,
                 closed: false,
@@ -98,10 +115,11 @@ impl<M> Mailbox<M> {
         if st.closed {
             return Err((Refused::Closed, m));
         }
-        if st.user.len() >= self.capacity {
+        if st.queued >= self.capacity {
             return Err((Refused::Full, m));
         }
         st.user.push_back(m);
+        st.queued += 1;
         self.wake_if_idle(st);
         Ok(())
     }
@@ -117,8 +135,9 @@ impl<M> Mailbox<M> {
                 if st.closed {
                     return Err(m);
                 }
-                if st.user.len() < self.capacity {
+                if st.queued < self.capacity {
                     st.user.push_back(m);
+                    st.queued += 1;
                     self.wake_if_idle(st);
                     return Ok(());
                 }
@@ -133,18 +152,19 @@ impl<M> Mailbox<M> {
         }
     }
 
-    /// Appends every payload of `batch` (one socket read's worth) at once,
-    /// if the mailbox is under capacity; the batch may overshoot it.
-    pub(crate) fn push_remote_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused> {
+    /// Appends a batch of `n` remote messages (one socket read's worth) if
+    /// the mailbox is under capacity; the batch may overshoot it.
+    pub(crate) fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
         let mut st = self.lock();
         if st.closed {
             return Err(Refused::Closed);
         }
-        if st.user.len() >= self.capacity {
+        if st.queued >= self.capacity {
             st.space_waiters = true;
             return Err(Refused::Full);
         }
-        st.user.extend(batch.drain(..).map(Envelope::Remote));
+        st.user.push_back(Envelope::Batch(batch.clone(), n));
+        st.queued += n;
         self.wake_if_idle(st);
         Ok(())
     }
@@ -156,7 +176,7 @@ impl<M> Mailbox<M> {
         notified.as_mut().enable();
         {
             let mut st = self.lock();
-            if st.closed || st.user.len() < self.capacity {
+            if st.closed || st.queued < self.capacity {
                 return;
             }
             st.space_waiters = true;
@@ -201,6 +221,7 @@ impl<M> Mailbox<M> {
                 let mut st = self.lock();
                 if !st.user.is_empty() || !st.system.is_empty() {
                     mem::swap(&mut st.user, user);
+                    st.queued = 0;
                     sys.append(&mut st.system);
                     self.system_pending.store(false, Ordering::Release);
                     let wake = mem::take(&mut st.space_waiters);
@@ -224,7 +245,8 @@ impl<M> Mailbox<M> {
     pub(crate) fn close(&self) -> usize {
         let mut st = self.lock();
         st.closed = true;
-        let n = st.user.len();
+        let n = st.queued;
+        st.queued = 0;
         st.user.clear();
         st.system.clear();
         drop(st);
@@ -234,6 +256,6 @@ impl<M> Mailbox<M> {
 
     /// User messages queued now.
     pub(crate) fn len(&self) -> usize {
-        self.lock().user.len()
+        self.lock().queued
     }
 }

@@ -71,8 +71,9 @@ const FLUSH_CHUNK: usize = 1024;
 pub(crate) trait RemoteTarget: Send + Sync + 'static {
     fn manifest(&self) -> u32;
     fn manifest_name(&self) -> &'static str;
-    /// Appends a read's worth of payloads; refuses when full or closed.
-    fn push_batch(&self, batch: &mut Vec<Bytes>) -> Result<(), Refused>;
+    /// Appends a batch of `n` records (`[len u32 LE][payload]`, one read's
+    /// worth for this target); refuses when full or closed.
+    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused>;
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
     fn add_watcher(&self, sink: WatchSink);
     fn stop(&self);
@@ -282,10 +283,6 @@ impl Association {
         manifest: u32,
         encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
     ) -> Result<(), TellError> {
-        match self.tell(r, manifest, &encode) {
-            Err(TellError::Full) => {}
-            other => return other,
-        }
         let mut payload = BytesMut::new();
         encode(&mut payload).map_err(TellError::Serialization)?;
         let payload = payload.freeze();
@@ -610,11 +607,19 @@ struct Entry {
     target: Option<Arc<dyn RemoteTarget>>,
 }
 
+/// The payloads of one read for one recipient, copied into one buffer of
+/// `[len u32 LE][payload]` records that the mailbox takes whole.
 struct Run {
     id: u32,
     target: Arc<dyn RemoteTarget>,
-    batch: Vec<Bytes>,
+    buf: BytesMut,
+    n: usize,
 }
+
+/// Initial size of a run buffer: a read's worth of small messages.
+const RUN_BUFFER: usize = 64 * 1024;
+/// Runs (recipients) remembered between reads.
+const MAX_RUNS: usize = 64;
 
 impl Inbound {
     fn new(sys: Arc<SystemInner>, assoc: Arc<Association>, generation: u32) -> Self {
@@ -632,8 +637,8 @@ impl Inbound {
         self.sys.dead_letter(what, to, why);
     }
 
-    fn on_envelope(&mut self, mut body: Bytes) {
-        let mut b = &body[..];
+    fn on_envelope(&mut self, body: &[u8]) {
+        let mut b = body;
         if b.len() < 5 {
             return self.dead(
                 "(malformed envelope)",
@@ -724,20 +729,34 @@ impl Inbound {
                 ),
             );
         }
-        // Advance rather than slice: no second reference count update.
-        let header = body.len() - b.len();
-        body.advance(header);
-        let payload = body;
-        if let Some(run) = self.runs.iter_mut().find(|r| r.id == id) {
-            run.batch.push(payload);
-        } else {
-            let target = target.clone();
-            self.runs.push(Run {
-                id,
-                target,
-                batch: vec![payload],
-            });
+        let run = match self.runs.iter().position(|r| r.id == id) {
+            Some(i) => &mut self.runs[i],
+            None => {
+                if self.runs.len() >= MAX_RUNS {
+                    self.runs.retain(|r| r.n > 0);
+                }
+                let target = target.clone();
+                self.runs.push(Run {
+                    id,
+                    target,
+                    buf: BytesMut::new(),
+                    n: 0,
+                });
+                self.runs.last_mut().expect("just pushed")
+            }
+        };
+        if !Arc::ptr_eq(&run.target, target) {
+            // The id was redefined for another actor; deliver what the old
+            // one had first.
+            run.target = target.clone();
         }
+        let need = 4 + b.len();
+        if run.buf.capacity() - run.buf.len() < need {
+            run.buf.reserve(need.max(RUN_BUFFER));
+        }
+        run.buf.put_u32_le(b.len() as u32);
+        run.buf.put_slice(b);
+        run.n += 1;
     }
 
     fn on_system(&mut self, body: &[u8]) {
@@ -793,19 +812,32 @@ impl Handler for Inbound {
         self.sender = Some(sender.clone());
     }
 
-    fn on_frame(&mut self, frame: Frame) {
-        match frame.kind {
-            FrameKind::Message => self.on_envelope(frame.body),
-            FrameKind::System => self.on_system(&frame.body),
+    /// Envelopes are copied into per-recipient batch buffers at once, so
+    /// the reader needs no reference-counted `Bytes` per frame.
+    const BORROW: bool = true;
+
+    fn on_frame_ref(&mut self, kind: FrameKind, body: &[u8]) {
+        match kind {
+            FrameKind::Message => self.on_envelope(body),
+            FrameKind::System => self.on_system(body),
             _ => {}
         }
     }
 
+    fn on_frame(&mut self, frame: Frame) {
+        self.on_frame_ref(frame.kind, &frame.body);
+    }
+
     async fn on_batch_end(&mut self) {
         for run in &mut self.runs {
-            while !run.batch.is_empty() {
-                match run.target.push_batch(&mut run.batch) {
-                    Ok(()) => {}
+            if run.n == 0 {
+                continue;
+            }
+            let n = std::mem::take(&mut run.n);
+            let batch = run.buf.split().freeze();
+            loop {
+                match run.target.push_batch(&batch, n) {
+                    Ok(()) => break,
                     // The mailbox is full: stop reading until it has room,
                     // so TCP pushes back on the sender.
                     Err(Refused::Full) => run.target.wait_space().await,
@@ -823,8 +855,6 @@ impl Handler for Inbound {
                                 continue;
                             }
                         }
-                        let n = run.batch.len() as u64;
-                        run.batch.clear();
                         let path = self
                             .table
                             .get(run.id as usize)
@@ -832,27 +862,25 @@ impl Handler for Inbound {
                             .map(|e| e.path.clone())
                             .unwrap_or_default();
                         self.sys.dead_letters_n(
-                            n,
+                            n as u64,
                             run.target.manifest_name(),
                             &self.sys.path(&path),
                             "actor stopped",
                         );
+                        break;
                     }
                 }
             }
         }
-        // Keep the run vectors (and their capacity) only for the common
-        // single-recipient case; bounded either way.
-        if self.runs.len() > 8 {
-            self.runs.clear();
-        } else {
-            self.runs.retain(|r| r.batch.capacity() > 0);
-            for r in &mut self.runs {
-                // Recipients may change between reads; re-resolved per read.
-                r.batch.clear();
-            }
-            self.runs.clear();
-        }
+        // Runs whose recipient changed are re-created on the next message.
+        let table = &self.table;
+        self.runs.retain(|r| {
+            table
+                .get(r.id as usize)
+                .and_then(|e| e.as_ref())
+                .and_then(|e| e.target.as_ref())
+                .is_some_and(|t| Arc::ptr_eq(t, &r.target))
+        });
     }
 
     fn on_close(&mut self, reason: &CloseReason) {

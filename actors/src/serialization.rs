@@ -88,19 +88,62 @@ impl Serializer for Bincode {
     }
 }
 
-thread_local! {
-    /// The frame being decoded on this thread, so `SharedBytes` can slice
-    /// it instead of copying.
-    static FRAME: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+/// What a decode on this thread can see: the system that resolves
+/// `ActorRef`s, and the frame that `SharedBytes` fields slice.
+pub(crate) struct DecodeCtx {
+    pub(crate) system: RefCell<std::sync::Weak<crate::system::SystemInner>>,
+    frame: RefCell<Option<Bytes>>,
 }
 
-/// Runs `f` (a decode of `frame`) with `frame` available to
-/// [`SharedBytes`] fields.
-pub(crate) fn with_frame<T>(frame: &Bytes, f: impl FnOnce() -> T) -> T {
-    let prev = FRAME.with(|c| c.replace(Some(frame.clone())));
-    let out = f();
-    FRAME.with(|c| *c.borrow_mut() = prev);
-    out
+thread_local! {
+    pub(crate) static DECODE: DecodeCtx = const {
+        DecodeCtx {
+            system: RefCell::new(std::sync::Weak::new()),
+            frame: RefCell::new(None),
+        }
+    };
+}
+
+/// Decodes `frame[range]` with `f`, with `frame` available to
+/// [`SharedBytes`] fields and `system` to `ActorRef` fields. The system is
+/// only replaced when it differs, and the frame is cloned once, so the
+/// context costs one reference-count update on a counter this thread owns.
+pub(crate) fn decode_frame<T>(
+    system: &std::sync::Arc<crate::system::SystemInner>,
+    frame: &Bytes,
+    range: std::ops::Range<usize>,
+    f: impl FnOnce(&[u8]) -> T,
+) -> T {
+    DECODE.with(|ctx| {
+        if !std::ptr::eq(ctx.system.borrow().as_ptr(), std::sync::Arc::as_ptr(system)) {
+            *ctx.system.borrow_mut() = std::sync::Arc::downgrade(system);
+        }
+        let same = ctx
+            .frame
+            .borrow()
+            .as_ref()
+            .is_some_and(|f| f.as_ptr() == frame.as_ptr() && f.len() == frame.len());
+        if !same {
+            *ctx.frame.borrow_mut() = Some(frame.clone());
+        }
+        f(&frame[range])
+    })
+}
+
+/// Releases this thread's hold on the last decoded frame, so its buffer
+/// can be reused.
+pub(crate) fn release_frame() {
+    DECODE.with(|ctx| ctx.frame.borrow_mut().take());
+}
+
+#[cfg(test)]
+fn with_frame<T>(frame: &Bytes, f: impl FnOnce() -> T) -> T {
+    DECODE.with(|ctx| {
+        let prev = ctx.frame.replace(Some(frame.clone()));
+        let out = f();
+        ctx.frame.replace(prev);
+        out
+    })
 }
 
 /// A byte string that, when decoded from a remote message, shares the
@@ -151,16 +194,24 @@ impl<'de> Deserialize<'de> for SharedBytes {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("bytes")
             }
-            fn visit_borrowed_bytes<E: serde::de::Error>(self, v: &'de [u8]) -> Result<SharedBytes, E> {
-                let shared = FRAME.with(|c| {
-                    let frame = c.borrow();
+            fn visit_borrowed_bytes<E: serde::de::Error>(
+                self,
+                v: &'de [u8],
+            ) -> Result<SharedBytes, E> {
+                let shared = DECODE.with(|ctx| {
+                    let frame = ctx.frame.borrow();
                     let frame = frame.as_ref()?;
-                    let (start, end) = (frame.as_ptr() as usize, frame.as_ptr() as usize + frame.len());
+                    let (start, end) = (
+                        frame.as_ptr() as usize,
+                        frame.as_ptr() as usize + frame.len(),
+                    );
                     let p = v.as_ptr() as usize;
                     // Only a slice inside the frame can be shared.
                     (p >= start && p + v.len() <= end).then(|| frame.slice_ref(v))
                 });
-                Ok(SharedBytes(shared.unwrap_or_else(|| Bytes::copy_from_slice(v))))
+                Ok(SharedBytes(
+                    shared.unwrap_or_else(|| Bytes::copy_from_slice(v)),
+                ))
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<SharedBytes, E> {
                 Ok(SharedBytes(Bytes::copy_from_slice(v)))
@@ -168,7 +219,10 @@ impl<'de> Deserialize<'de> for SharedBytes {
             fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<SharedBytes, E> {
                 Ok(SharedBytes(Bytes::from(v)))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<SharedBytes, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<SharedBytes, A::Error> {
                 let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
                 while let Some(b) = seq.next_element()? {
                     v.push(b);
@@ -265,12 +319,17 @@ mod tests {
         #[derive(serde::Serialize, serde::Deserialize)]
         struct M(u8, SharedBytes);
         let mut b = BytesMut::new();
-        Bincode.serialize(&M(1, SharedBytes::from(vec![9u8; 100])), &mut b).unwrap();
+        Bincode
+            .serialize(&M(1, SharedBytes::from(vec![9u8; 100])), &mut b)
+            .unwrap();
         let frame = b.freeze();
         let m: M = with_frame(&frame, || Bincode.deserialize(&frame)).unwrap();
         assert_eq!(&m.1[..], &[9u8; 100][..]);
         let inside = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
-        assert!(inside.contains(&(m.1.as_ptr() as usize)), "shares the frame");
+        assert!(
+            inside.contains(&(m.1.as_ptr() as usize)),
+            "shares the frame"
+        );
         // Without a frame it copies.
         let m: M = Bincode.deserialize(&frame).unwrap();
         assert!(!inside.contains(&(m.1.as_ptr() as usize)));

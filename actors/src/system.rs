@@ -2,7 +2,6 @@
 //! letters, and shutdown.
 
 use std::{
-    cell::RefCell,
     collections::{HashMap, VecDeque},
     fmt,
     net::SocketAddr,
@@ -13,6 +12,7 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use tokio_util::task::TaskTracker;
 use transport::{ConnStats, TransportConfig};
 
@@ -20,10 +20,10 @@ use crate::{
     actor::{Actor, Ctx, StopReason},
     actor_ref::{ActorRef, Cell},
     error::{ResolveError, SpawnError, SystemError},
-    mailbox::{Envelope, Mailbox, SystemMsg},
+    mailbox::{Envelope, Mailbox, SystemMsg, next_record},
     path::{ActorPath, valid_name},
     remote::{RemoteTarget, Remoting},
-    serialization::{RemoteMessage, manifest_id, with_frame},
+    serialization::{DECODE, RemoteMessage, decode_frame, manifest_id, release_frame},
     watch::{WatchSink, Watchers},
 };
 
@@ -109,31 +109,12 @@ pub(crate) struct SystemInner {
     myself: Weak<SystemInner>,
 }
 
-thread_local! {
-    /// The system that last decoded on this thread. Weak, so a shut-down
-    /// system is not kept alive by a worker thread.
-    static CURRENT: RefCell<Weak<SystemInner>> = const { RefCell::new(Weak::new()) };
-}
-
 /// The system decoding on this thread, for `ActorRef` deserialization.
 pub(crate) fn current_system() -> Option<Arc<SystemInner>> {
-    CURRENT.with(|c| c.borrow().upgrade())
+    DECODE.with(|c| c.system.borrow().upgrade())
 }
 
 impl SystemInner {
-    /// Runs `f` with this system as the one that deserializes refs. The
-    /// setting stays after `f` (every decode sets it again), so the common
-    /// case costs one pointer comparison, not two reference-count updates.
-    #[inline]
-    pub(crate) fn with_current<T>(&self, f: impl FnOnce() -> T) -> T {
-        CURRENT.with(|c| {
-            if !std::ptr::eq(c.borrow().as_ptr(), self) {
-                *c.borrow_mut() = self.myself.clone();
-            }
-        });
-        f()
-    }
-
     pub(crate) fn path(&self, elements: &str) -> ActorPath {
         ActorPath::new(self.node.clone(), self.remoting.get().is_some(), elements)
     }
@@ -521,6 +502,8 @@ async fn run_actor<A: Actor>(
     actor.started(&mut ctx).await;
     let mut user: VecDeque<Envelope<A::Msg>> = VecDeque::new();
     let mut sys: VecDeque<SystemMsg> = VecDeque::new();
+    // The remote batch being worked through, and the read position in it.
+    let mut batch: Option<(Bytes, usize)> = None;
     let reason = 'run: loop {
         if ctx.stop {
             break StopReason::Stopped;
@@ -538,23 +521,34 @@ async fn run_actor<A: Actor>(
                     break 'run StopReason::Stopped;
                 }
             }
-            let Some(env) = user.pop_front() else { break };
-            let msg = match env {
-                Envelope::Local(m) => m,
-                Envelope::Remote(bytes) => {
-                    let decode = cell.decode.get().expect(
-                        "remote messages reach only registered actors, which have a decoder",
-                    );
-                    match sys_inner.with_current(|| with_frame(&bytes, || decode(&bytes))) {
-                        Ok(m) => m,
-                        Err(e) => {
-                            sys_inner.dead_letter(
-                                std::any::type_name::<A::Msg>(),
-                                &cell.path,
-                                &format!("remote message does not decode: {e}"),
-                            );
-                            continue;
-                        }
+            let msg = if let Some((bytes, pos)) = &mut batch {
+                let Some(range) = next_record(bytes, pos) else {
+                    batch = None;
+                    release_frame();
+                    continue;
+                };
+                let decode = cell
+                    .decode
+                    .get()
+                    .expect("remote messages reach only registered actors, which have a decoder");
+                match decode_frame(&sys_inner, bytes, range, decode) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        sys_inner.dead_letter(
+                            std::any::type_name::<A::Msg>(),
+                            &cell.path,
+                            &format!("remote message does not decode: {e}"),
+                        );
+                        continue;
+                    }
+                }
+            } else {
+                match user.pop_front() {
+                    None => break,
+                    Some(Envelope::Local(m)) => m,
+                    Some(Envelope::Batch(bytes, _)) => {
+                        batch = Some((bytes, 0));
+                        continue;
                     }
                 }
             };
@@ -567,14 +561,26 @@ async fn run_actor<A: Actor>(
             }
         }
     };
-    let left = user.len() as u64;
+    release_frame();
+    let mut left = batch.map_or(0, |(bytes, mut pos)| {
+        let mut n = 0u64;
+        while next_record(&bytes, &mut pos).is_some() {
+            n += 1;
+        }
+        n
+    });
+    for env in user.drain(..) {
+        left += match env {
+            Envelope::Local(_) => 1,
+            Envelope::Batch(_, n) => n as u64,
+        };
+    }
     sys_inner.dead_letters_n(
         left,
         std::any::type_name::<A::Msg>(),
         &cell.path,
         "left in mailbox at stop",
     );
-    user.clear();
     let reason = if sys_inner.shutting_down.load(Ordering::Acquire) {
         StopReason::SystemShutdown
     } else {

@@ -16,6 +16,7 @@ use tokio::{
         TcpListener, TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
+    runtime::Handle,
 };
 use transport::{FrameKind, frame::HEADER_LEN};
 
@@ -115,12 +116,15 @@ async fn receive(stream: TcpStream, received: Arc<AtomicU64>) -> Result<()> {
 
 /// Runs the pattern once over hand-written tokio on loopback. Returns the
 /// outcome and the payloads the receiver counted.
-pub async fn run(shape: Shape, verbose: bool) -> Result<(Outcome, u64)> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+pub async fn run(recv: &Handle, shape: Shape, verbose: bool) -> Result<(Outcome, u64)> {
+    // The receiving node's socket belongs to the receiving runtime.
+    let listener = recv
+        .spawn(async { TcpListener::bind("127.0.0.1:0").await })
+        .await??;
     let addr = listener.local_addr()?;
     let received = Arc::new(AtomicU64::new(0));
     let rx_count = received.clone();
-    let server = tokio::spawn(async move {
+    let server = recv.spawn(async move {
         let (s, _) = listener.accept().await?;
         receive(s, rx_count).await
     });

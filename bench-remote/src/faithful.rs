@@ -13,7 +13,7 @@ use std::{
 use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, SharedBytes, StopReason};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::{runtime::Handle, sync::oneshot};
 
 use crate::pattern::{Marker, MarkerKind, Outcome, Pattern, Shape, Step};
 
@@ -231,6 +231,14 @@ pub fn receiver_path(node: &str) -> String {
     format!("tcp://{node}/user/receiver")
 }
 
+fn receiver_name(i: usize) -> String {
+    if i == 0 {
+        "receiver".to_owned()
+    } else {
+        format!("receiver-{i}")
+    }
+}
+
 /// The embedded default: two systems in this process over loopback TCP.
 pub struct Embedded {
     /// The sending system.
@@ -242,20 +250,24 @@ pub struct Embedded {
 }
 
 impl Embedded {
-    /// Starts both systems and `pairs` receivers.
-    pub async fn start(pairs: usize) -> Result<Self> {
+    /// Starts both systems and `pairs` receivers; the receiving system and
+    /// its actors run on `recv`.
+    pub async fn start(recv: &Handle, pairs: usize) -> Result<Self> {
         let any = "127.0.0.1:0".parse().expect("literal address");
-        let receiver_sys = ActorSystem::remote("bench-receiver", any).await?;
+        let receiver_sys = recv
+            .spawn(async move {
+                let sys = ActorSystem::remote("bench-receiver", any).await?;
+                for i in 0..pairs {
+                    let name = receiver_name(i);
+                    sys.spawn_named(&name, Receiver::new(Arc::new(AtomicU64::new(0))))?;
+                }
+                anyhow::Ok(sys)
+            })
+            .await??;
         let sender_sys = ActorSystem::remote("bench-sender", any).await?;
         let mut receivers = Vec::new();
         for i in 0..pairs {
-            let count = Arc::new(AtomicU64::new(0));
-            let name = if i == 0 {
-                "receiver".to_owned()
-            } else {
-                format!("receiver-{i}")
-            };
-            receiver_sys.spawn_named(&name, Receiver::new(count.clone()))?;
+            let name = receiver_name(i);
             let path = format!("tcp://{}/user/{name}", receiver_sys.node());
             let r = sender_sys
                 .resolve::<ToReceiver>(&path)
@@ -271,8 +283,9 @@ impl Embedded {
     }
 
     /// Stops both systems.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(self, recv: &Handle) {
         self.sender_sys.shutdown().await;
-        self.receiver_sys.shutdown().await;
+        let r = self.receiver_sys;
+        let _ = recv.spawn(async move { r.shutdown().await }).await;
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{
 
 use anyhow::{Context, Result, anyhow};
 use bytes::{BufMut, Bytes};
+use tokio::runtime::Handle;
 use transport::{
     ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Inbound, Sender, TransportConfig,
     TrySendError,
@@ -105,20 +106,31 @@ pub struct RawRun {
 }
 
 /// Runs the pattern once over the transport, both nodes in this process.
-pub async fn run(shape: Shape, config: TransportConfig, verbose: bool) -> Result<RawRun> {
+pub async fn run(
+    recv: &Handle,
+    shape: Shape,
+    config: TransportConfig,
+    verbose: bool,
+) -> Result<RawRun> {
     let any = "127.0.0.1:0".parse().expect("literal address");
     let a = Endpoint::bind(any, config.clone()).await?;
-    let b = Endpoint::bind(any, config).await?;
+    // The receiving node lives on the receiving runtime.
+    let b = recv.spawn(Endpoint::bind(any, config)).await??;
+    let b_addr = b.local_addr();
     let received = Arc::new(AtomicU64::new(0));
-    let (out, inc) = tokio::join!(a.connect(b.local_addr()), b.accept());
-    let out = out.context("connect")?;
-    let inc = inc.context("endpoint closed")??;
-    let server = inc.start(Echo {
-        sender: None,
-        count: 0,
-        received: received.clone(),
-        pending: Vec::new(),
+    let count = received.clone();
+    let server = recv.spawn(async move {
+        let inc = b.accept().await.context("endpoint closed")??;
+        let conn = inc.start(Echo {
+            sender: None,
+            count: 0,
+            received: count,
+            pending: Vec::new(),
+        });
+        anyhow::Ok((b, conn))
     });
+    let out = a.connect(b_addr).await.context("connect")?;
+    let (_b, server) = server.await??;
     let (conn, inbound) = out.start_channel(64);
     let mut link = RawLink {
         sender: conn.sender(),

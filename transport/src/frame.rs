@@ -153,12 +153,9 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut, max_frame_size: usize) -> Resul
 /// After an error the stream is out of sync and must be closed.
 #[inline]
 pub fn decode(src: &mut BytesMut, max_frame_size: usize) -> Result<Option<Frame>, FrameError> {
-    let Some(header) = src.get(..HEADER_LEN) else {
+    let Some((kind, len)) = decode_header(src, max_frame_size)? else {
         return Ok(None);
     };
-    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
-    check_len(len, max_frame_size)?;
-    let kind = FrameKind::from_u8(header[4]).ok_or(FrameError::UnknownKind { kind: header[4] })?;
     let total = HEADER_LEN + len;
     if src.len() < total {
         src.reserve(total - src.len());
@@ -167,6 +164,26 @@ pub fn decode(src: &mut BytesMut, max_frame_size: usize) -> Result<Option<Frame>
     src.advance(HEADER_LEN);
     let body = src.split_to(len).freeze();
     Ok(Some(Frame { kind, body }))
+}
+
+/// Reads and checks the header at the front of `src`: the kind and the
+/// body length, or `Ok(None)` if fewer than [`HEADER_LEN`] bytes are there.
+/// Nothing is consumed; the body may still be incomplete.
+///
+/// # Errors
+/// As [`decode`].
+#[inline]
+pub fn decode_header(
+    src: &[u8],
+    max_frame_size: usize,
+) -> Result<Option<(FrameKind, usize)>, FrameError> {
+    let Some(header) = src.get(..HEADER_LEN) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    check_len(len, max_frame_size)?;
+    let kind = FrameKind::from_u8(header[4]).ok_or(FrameError::UnknownKind { kind: header[4] })?;
+    Ok(Some((kind, len)))
 }
 
 /// Checks what is left when the stream ends: nothing is fine, anything else

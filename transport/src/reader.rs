@@ -14,7 +14,7 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use tokio::{
     io::{AsyncRead, AsyncReadExt},
     sync::mpsc,
@@ -47,6 +47,21 @@ pub trait Handler: Send + 'static {
     /// [`FrameKind::System`]). The body is a slice of the read buffer; the
     /// buffer is reused once every such slice is dropped.
     fn on_frame(&mut self, frame: Frame);
+
+    /// When true, the reader calls [`on_frame_ref`](Self::on_frame_ref)
+    /// with the body borrowed from the read buffer instead of
+    /// [`on_frame`](Self::on_frame) with an owned `Bytes`: no reference
+    /// count per frame, and the read buffer is always reused. For handlers
+    /// that decode or copy each body at once.
+    const BORROW: bool = false;
+
+    /// One application frame, body borrowed (see [`BORROW`](Self::BORROW)).
+    fn on_frame_ref(&mut self, kind: FrameKind, body: &[u8]) {
+        self.on_frame(Frame {
+            kind,
+            body: bytes::Bytes::copy_from_slice(body),
+        });
+    }
 
     /// Called after the frames of one read have been delivered. Awaiting
     /// here pauses reading from the socket (backpressure); use it to hand a
@@ -185,6 +200,33 @@ pub(crate) async fn run<R: AsyncRead + Unpin, H: Handler>(
     handler.on_close(&reason);
 }
 
+/// Handles a frame the application does not see: close, heartbeats, and
+/// frames that have no business after the handshake (or after Close).
+fn control_frame(
+    kind: FrameKind,
+    body: &[u8],
+    shared: &Shared,
+    control: &Sender,
+    peer_closed: &mut bool,
+) -> Result<(), TransportError> {
+    match kind {
+        FrameKind::Close => {
+            let reason = String::from_utf8_lossy(body).into_owned();
+            tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
+            shared.set_reason(CloseReason::Remote(reason));
+            shared.begin_close("peer closed".into());
+            *peer_closed = true;
+            Ok(())
+        }
+        FrameKind::Heartbeat => {
+            control.push_control(FrameKind::HeartbeatAck, body);
+            Ok(())
+        }
+        FrameKind::HeartbeatAck => Ok(()),
+        kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
+    }
+}
+
 async fn drive<R: AsyncRead + Unpin, H: Handler>(
     io: &mut R,
     buf: &mut BytesMut,
@@ -202,24 +244,38 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
     loop {
         let mut frames = 0u64;
         let mut delivered = false;
-        while let Some(f) = frame::decode(buf, max)? {
-            frames += 1;
-            match f.kind {
-                FrameKind::Message | FrameKind::System if !peer_closed => {
-                    delivered = true;
-                    handler.on_frame(f);
+        if H::BORROW {
+            // Parse in place; one advance per read.
+            let mut pos = 0;
+            while let Some((kind, len)) = frame::decode_header(&buf[pos..], max)? {
+                let total = frame::HEADER_LEN + len;
+                if buf.len() - pos < total {
+                    // Make room for the rest of a large frame.
+                    let missing = total - (buf.len() - pos);
+                    buf.reserve(missing);
+                    break;
                 }
-                FrameKind::Close => {
-                    let reason = String::from_utf8_lossy(&f.body).into_owned();
-                    tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
-                    shared.set_reason(CloseReason::Remote(reason));
-                    shared.begin_close("peer closed".into());
-                    peer_closed = true;
+                let body = &buf[pos + frame::HEADER_LEN..pos + total];
+                frames += 1;
+                match kind {
+                    FrameKind::Message | FrameKind::System if !peer_closed => {
+                        delivered = true;
+                        handler.on_frame_ref(kind, body);
+                    }
+                    kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
                 }
-                FrameKind::Heartbeat => control.push_control(FrameKind::HeartbeatAck, &f.body),
-                FrameKind::HeartbeatAck => {}
-                kind => {
-                    return Err(FrameError::Unexpected { kind: kind as u8 }.into());
+                pos += total;
+            }
+            buf.advance(pos);
+        } else {
+            while let Some(f) = frame::decode(buf, max)? {
+                frames += 1;
+                match f.kind {
+                    FrameKind::Message | FrameKind::System if !peer_closed => {
+                        delivered = true;
+                        handler.on_frame(f);
+                    }
+                    kind => control_frame(kind, &f.body, shared, &control, &mut peer_closed)?,
                 }
             }
         }
