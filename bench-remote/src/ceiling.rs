@@ -59,12 +59,17 @@ impl Link for CeilingLink {
 
     async fn recv_marker(&mut self) -> Result<Marker> {
         loop {
-            if self.inb.len() >= HEADER_LEN {
+            while self.inb.len() >= HEADER_LEN {
                 let len = u32::from_be_bytes(self.inb[..4].try_into().expect("4 bytes")) as usize;
-                if self.inb.len() >= HEADER_LEN + len {
-                    let m = Marker::decode(&self.inb[HEADER_LEN..HEADER_LEN + len])?;
-                    self.inb.advance(HEADER_LEN + len);
-                    return Ok(m);
+                if self.inb.len() < HEADER_LEN + len {
+                    break;
+                }
+                let body = &self.inb[HEADER_LEN..HEADER_LEN + len];
+                // In echo-all mode payload echoes come first: skip them.
+                let marker = (body.first() == Some(&TAG_MARKER)).then(|| Marker::decode(body));
+                self.inb.advance(HEADER_LEN + len);
+                if let Some(m) = marker {
+                    return m;
                 }
             }
             self.inb.reserve(READ_BUF);
@@ -76,7 +81,7 @@ impl Link for CeilingLink {
 }
 
 /// The echoing receiver: counts payloads, echoes markers.
-async fn receive(stream: TcpStream, received: Arc<AtomicU64>) -> Result<()> {
+async fn receive(stream: TcpStream, received: Arc<AtomicU64>, echo_all: bool) -> Result<()> {
     stream.set_nodelay(true)?;
     let (mut rd, mut wr) = stream.into_split();
     let mut inb = BytesMut::with_capacity(READ_BUF);
@@ -96,7 +101,10 @@ async fn receive(stream: TcpStream, received: Arc<AtomicU64>) -> Result<()> {
                 break;
             }
             let body = &inb[pos + HEADER_LEN..pos + HEADER_LEN + len];
-            if body.first() == Some(&TAG_MARKER) {
+            if echo_all || body.first() == Some(&TAG_MARKER) {
+                if body.first() != Some(&TAG_MARKER) {
+                    count += 1;
+                }
                 out.put_u32(len as u32);
                 out.put_u8(FrameKind::Message as u8);
                 out.put_slice(body);
@@ -116,7 +124,12 @@ async fn receive(stream: TcpStream, received: Arc<AtomicU64>) -> Result<()> {
 
 /// Runs the pattern once over hand-written tokio on loopback. Returns the
 /// outcome and the payloads the receiver counted.
-pub async fn run(recv: &Handle, shape: Shape, verbose: bool) -> Result<(Outcome, u64)> {
+pub async fn run(
+    recv: &Handle,
+    shape: Shape,
+    verbose: bool,
+    echo_all: bool,
+) -> Result<(Outcome, u64)> {
     // The receiving node's socket belongs to the receiving runtime.
     let listener = recv
         .spawn(async { TcpListener::bind("127.0.0.1:0").await })
@@ -126,7 +139,7 @@ pub async fn run(recv: &Handle, shape: Shape, verbose: bool) -> Result<(Outcome,
     let rx_count = received.clone();
     let server = recv.spawn(async move {
         let (s, _) = listener.accept().await?;
-        receive(s, rx_count).await
+        receive(s, rx_count, echo_all).await
     });
     let stream = TcpStream::connect(addr).await.context("ceiling connect")?;
     stream.set_nodelay(true)?;

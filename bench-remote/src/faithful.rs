@@ -15,7 +15,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use tokio::{runtime::Handle, sync::oneshot};
 
-use crate::pattern::{Marker, MarkerKind, Outcome, Pattern, Shape, Step};
+use crate::{
+    pattern::{Marker, MarkerKind, Outcome, Pattern, Shape, Step, now_ns},
+    report::Report,
+};
 
 /// A marker on the wire (serde form of [`Marker`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -67,8 +70,12 @@ impl TryFrom<WireMarker> for Marker {
 pub enum ToReceiver {
     /// A payload, ignored (counted). Decoded without copying.
     Payload(SharedBytes),
-    /// A marker to echo to the enclosed ref.
+    /// A marker to echo to the enclosed ref, which also becomes where
+    /// `Timed` messages are echoed.
     Marker(WireMarker, ActorRef<ToSender>),
+    /// A payload stamped with its send (or scheduled) time, echoed back
+    /// (`--echo-all`, `--rate`).
+    Timed(u64, SharedBytes),
 }
 
 impl RemoteMessage for ToReceiver {
@@ -82,6 +89,8 @@ pub enum ToSender {
     Go,
     /// An echoed marker.
     Echo(WireMarker),
+    /// An echoed `Timed` payload's stamp.
+    TimedEcho(u64),
 }
 
 impl RemoteMessage for ToSender {
@@ -93,12 +102,18 @@ pub struct Receiver {
     /// Payloads received, readable from outside.
     pub received: Arc<AtomicU64>,
     count: u64,
+    /// Where `Timed` payloads are echoed: the sender of the latest marker.
+    session: Option<ActorRef<ToSender>>,
 }
 
 impl Receiver {
     /// A receiver publishing its count into `received`.
     pub fn new(received: Arc<AtomicU64>) -> Self {
-        Self { received, count: 0 }
+        Self {
+            received,
+            count: 0,
+            session: None,
+        }
     }
 }
 
@@ -111,9 +126,16 @@ impl Actor for Receiver {
             ToReceiver::Marker(mut m, reply) => {
                 self.received.store(self.count, Relaxed);
                 m.received = self.count;
-                // The sender's mailbox holds at most `in_flight` echoes;
-                // waiting keeps an echo from being lost if it is ever full.
+                // Waiting (rather than dropping) keeps an echo from being
+                // lost if the sender's mailbox is ever full.
                 let _ = reply.send(ToSender::Echo(m)).await;
+                self.session = Some(reply);
+            }
+            ToReceiver::Timed(t, _) => {
+                self.count += 1;
+                if let Some(reply) = &self.session {
+                    let _ = reply.send(ToSender::TimedEcho(t)).await;
+                }
             }
         }
     }
@@ -125,6 +147,8 @@ struct SenderActor {
     pattern: Pattern,
     payload: SharedBytes,
     done: Option<oneshot::Sender<Result<Outcome>>>,
+    /// Per-message round-trips when every payload is echoed.
+    per_message: Option<Report>,
 }
 
 impl SenderActor {
@@ -133,8 +157,13 @@ impl SenderActor {
             Step::Send(bursts) => {
                 for (n, m) in bursts {
                     for _ in 0..n {
+                        let msg = if self.per_message.is_some() {
+                            ToReceiver::Timed(now_ns(), self.payload.clone())
+                        } else {
+                            ToReceiver::Payload(self.payload.clone())
+                        };
                         self.receiver
-                            .send(ToReceiver::Payload(self.payload.clone()))
+                            .send(msg)
                             .await
                             .map_err(|e| anyhow!("payload not sent: {e}"))?;
                     }
@@ -146,7 +175,8 @@ impl SenderActor {
                 Ok(false)
             }
             Step::Wait => Ok(false),
-            Step::Finished(o) => {
+            Step::Finished(mut o) => {
+                o.per_message = self.per_message.take();
                 if let Some(tx) = self.done.take() {
                     let _ = tx.send(Ok(o));
                 }
@@ -174,6 +204,12 @@ impl Actor for SenderActor {
         let step = match msg {
             ToSender::Go => Ok(self.pattern.begin()),
             ToSender::Echo(w) => Marker::try_from(w).and_then(|m| self.pattern.on_echo(m)),
+            ToSender::TimedEcho(t) => {
+                if let Some(r) = &mut self.per_message {
+                    r.record_rtt(Duration::from_nanos(now_ns().saturating_sub(t)));
+                }
+                return;
+            }
         };
         let res = match step {
             Ok(step) => self.perform(step, ctx).await,
@@ -203,6 +239,7 @@ pub async fn run_sender(
     shape: Shape,
     verbose: bool,
     stall: Duration,
+    echo_all: bool,
 ) -> Result<Outcome> {
     let (tx, rx) = oneshot::channel();
     let sender = system.spawn(SenderActor {
@@ -210,6 +247,7 @@ pub async fn run_sender(
         pattern: Pattern::new(shape, verbose),
         payload: SharedBytes::from(vec![7u8; shape.payload]),
         done: Some(tx),
+        per_message: echo_all.then(|| Report::new(shape)),
     });
     let watch = sender.watch();
     sender
@@ -288,4 +326,95 @@ impl Embedded {
         let r = self.receiver_sys;
         let _ = recv.spawn(async move { r.shutdown().await }).await;
     }
+}
+
+/// Records the latency of `Timed` echoes against their scheduled times.
+struct Collector {
+    hist: Report,
+    expected: u64,
+    seen: u64,
+    done: Option<oneshot::Sender<Report>>,
+}
+
+impl Actor for Collector {
+    type Msg = ToSender;
+
+    async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) {
+        if let ToSender::TimedEcho(t) = msg {
+            self.hist
+                .record_rtt(Duration::from_nanos(now_ns().saturating_sub(t)));
+            self.seen += 1;
+            if self.seen == self.expected {
+                if let Some(tx) = self.done.take() {
+                    let _ = tx.send(self.hist.clone());
+                }
+                ctx.stop();
+            }
+        }
+    }
+}
+
+/// What a constant-rate run measured.
+#[derive(Debug)]
+pub struct RateRun {
+    /// Latency from each message's scheduled send time to its echo.
+    pub latency: Report,
+    /// Messages per second actually sent.
+    pub achieved: f64,
+    /// Wall time from the first scheduled send to the last echo.
+    pub elapsed: Duration,
+}
+
+/// Sends `shape.messages` payloads at `rate` msg/s on a fixed schedule
+/// (wrk2 style) and records each echo's latency from the time it was
+/// scheduled, so a stall shows up in the latency of everything that
+/// should have been sent during it (no coordinated omission).
+pub async fn run_rate(
+    system: &ActorSystem,
+    receiver: ActorRef<ToReceiver>,
+    shape: Shape,
+    rate: f64,
+    stall: Duration,
+) -> Result<RateRun> {
+    let (tx, rx) = oneshot::channel();
+    let collector = system.spawn(Collector {
+        hist: Report::new(shape),
+        expected: shape.messages,
+        seen: 0,
+        done: Some(tx),
+    });
+    // Register the collector as the receiver's echo target.
+    receiver
+        .send(ToReceiver::Marker(
+            Marker::bare(MarkerKind::Warmup).into(),
+            collector.clone(),
+        ))
+        .await
+        .map_err(|e| anyhow!("cannot reach the receiver: {e}"))?;
+    let payload = SharedBytes::from(vec![7u8; shape.payload]);
+    let start_ns = now_ns() + 1_000_000;
+    let interval = 1e9 / rate;
+    let started = std::time::Instant::now();
+    for i in 0..shape.messages {
+        let scheduled = start_ns + (i as f64 * interval) as u64;
+        let now = now_ns();
+        if scheduled > now {
+            tokio::time::sleep(Duration::from_nanos(scheduled - now)).await;
+        }
+        receiver
+            .send(ToReceiver::Timed(scheduled, payload.clone()))
+            .await
+            .map_err(|e| anyhow!("payload not sent: {e}"))?;
+    }
+    let sent_for = started.elapsed();
+    let budget = stall + Duration::from_secs_f64(shape.messages as f64 / rate) * 2;
+    let latency = tokio::time::timeout(budget, rx)
+        .await
+        .map_err(|_| anyhow!("not every echo arrived within {budget:?}: receiver stalled"))?
+        .map_err(|_| anyhow!("collector stopped early"))?;
+    Ok(RateRun {
+        latency,
+        achieved: shape.messages as f64 / sent_for.as_secs_f64(),
+        elapsed: started.elapsed(),
+    })
 }

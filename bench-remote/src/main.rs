@@ -17,6 +17,7 @@
 mod ceiling;
 mod faithful;
 mod pattern;
+mod plot;
 mod raw;
 mod report;
 
@@ -63,7 +64,7 @@ enum Cmd {
     },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 struct RunOpts {
     /// Timed messages to send.
     #[arg(long, default_value_t = 500_000, global = true)]
@@ -95,6 +96,21 @@ struct RunOpts {
     /// report the median ratio.
     #[arg(long, value_name = "N", global = true)]
     compare: Option<usize>,
+    /// Echo every payload back and measure each message's round trip (the
+    /// request-response pattern gRPC-style systems are measured with).
+    #[arg(long, global = true)]
+    echo_all: bool,
+    /// Constant-rate mode (wrk2 style): send at R msg/s on a fixed schedule
+    /// and report latency from each message's scheduled time.
+    #[arg(long, value_name = "R", global = true)]
+    rate: Option<f64>,
+    /// Print a table of msg/s and p99 for payloads 100 B .. 50 KB × pairs
+    /// 1, 10, 100 (messages per cell capped at 128 MiB of payload).
+    #[arg(long, global = true)]
+    sweep: bool,
+    /// Write throughput over time and the latency percentile curve as SVG.
+    #[arg(long, value_name = "FILE.svg", global = true)]
+    plot: Option<std::path::PathBuf>,
     /// How the two embedded nodes share the cores: `split` gives each node
     /// its own single-worker tokio runtime (like two processes, the
     /// default); `shared` runs both in one 2-worker runtime.
@@ -127,6 +143,16 @@ impl RunOpts {
         }
         if self.pairs == 0 {
             bail!("--pairs must be at least 1");
+        }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            bail!("--rate must be a positive number of messages per second");
+        }
+        if self.raw && (self.echo_all || self.rate.is_some() || self.sweep) {
+            bail!(
+                "--raw measures the transport's burst pattern only; drop --echo-all/--rate/--sweep"
+            );
         }
         // Envelope and bincode overhead stay well under 64 bytes.
         if self.payload + 64 > config.max_frame_size() {
@@ -212,6 +238,8 @@ fn real_main() -> Result<()> {
         match &cli.cmd {
             Some(Cmd::Receiver { bind }) => serve_receiver(*bind).await,
             Some(Cmd::Sender { connect }) => run_remote_sender(&recv, *connect, &cli.run).await,
+            None if cli.run.sweep => sweep(&recv, &cli.run).await,
+            None if cli.run.rate.is_some() => run_rate(&recv, &cli.run).await,
             None if cli.run.compare.is_some() => compare(&recv, &cli.run).await,
             None if cli.run.raw => run_raw(&recv, &cli.run, config).await,
             None => run_embedded(&recv, &cli.run).await,
@@ -247,10 +275,11 @@ async fn measure_embedded(recv: &Handle, opts: &RunOpts, verbose: bool) -> Resul
             shape,
             verbose,
             stall,
+            opts.echo_all,
         )
         .await
     } else {
-        run_pairs(&emb, shape, stall, verbose).await
+        run_pairs(&emb, shape, stall, verbose, opts.echo_all).await
     };
     let stats = emb.sender_sys.remote_stats();
     emb.shutdown(recv).await;
@@ -270,13 +299,16 @@ async fn run_pairs(
     shape: Shape,
     stall: Duration,
     verbose: bool,
+    echo_all: bool,
 ) -> Result<Outcome> {
     let start = std::time::Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for r in &emb.receivers {
         let sys = emb.sender_sys.clone();
         let r = r.clone();
-        set.spawn(async move { faithful::run_sender(&sys, r, shape, false, stall).await });
+        set.spawn(
+            async move { faithful::run_sender(&sys, r, shape, false, stall, echo_all).await },
+        );
     }
     let mut total = Shape {
         messages: shape.messages * emb.receivers.len() as u64,
@@ -284,10 +316,14 @@ async fn run_pairs(
     };
     total.in_flight = shape.in_flight;
     let mut merged = Report::new(total);
+    let mut per_message = echo_all.then(|| Report::new(total));
     let mut received = 0;
     while let Some(r) = set.join_next().await {
         let o = r??;
         merged.merge(&o.report);
+        if let (Some(all), Some(one)) = (&mut per_message, &o.per_message) {
+            all.merge(one);
+        }
         received += o.received;
     }
     let elapsed = start.elapsed();
@@ -304,6 +340,7 @@ async fn run_pairs(
         msgs_per_sec: total.messages as f64 / elapsed.as_secs_f64(),
         report: merged,
         received,
+        per_message,
     })
 }
 
@@ -334,6 +371,9 @@ async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
         "Marker (burst)"
     };
     println!("{}", run.outcome.report.percentiles_line(what));
+    if let Some(pm) = &run.outcome.per_message {
+        println!("{}", pm.percentiles_line("Per-message"));
+    }
     let dropped = run.sent.saturating_sub(run.received);
     println!(
         "Payloads received {} of {} sent, dropped {}",
@@ -347,7 +387,7 @@ async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
     );
     let mut ceiling = None;
     if opts.raw_ceiling {
-        let (c, _) = ceiling::run(recv, opts.shape(), false).await?;
+        let (c, _) = ceiling::run(recv, opts.shape(), false, opts.echo_all).await?;
         println!(
             "Ceiling (hand-written tokio, same pattern, same process): {:.0} msg/s; {} / ceiling = {:.3}",
             c.msgs_per_sec,
@@ -356,8 +396,22 @@ async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
         );
         ceiling = Some(c.msgs_per_sec);
     }
+    if let Some(path) = &opts.plot {
+        let latency = run
+            .outcome
+            .per_message
+            .as_ref()
+            .unwrap_or(&run.outcome.report);
+        plot::write_svg(path, &run.outcome.report.windows, latency)?;
+        println!("Plot written to {}", path.display());
+    }
     if opts.json {
-        let r = &run.outcome.report;
+        // Per-message percentiles when every message was echoed.
+        let r = run
+            .outcome
+            .per_message
+            .as_ref()
+            .unwrap_or(&run.outcome.report);
         let f = Figures {
             mode: run.mode,
             messages: opts.messages,
@@ -367,7 +421,7 @@ async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
             pairs: opts.pairs,
             elapsed_ms: run.outcome.elapsed.as_millis(),
             msgs_per_sec: run.outcome.msgs_per_sec,
-            max_rtt_ms: r.max_rtt().as_millis(),
+            max_rtt_ms: run.outcome.report.max_rtt().as_millis(),
             p50_us: r.percentile_us(0.5),
             p90_us: r.percentile_us(0.9),
             p99_us: r.percentile_us(0.99),
@@ -402,7 +456,7 @@ async fn compare(recv: &Handle, opts: &RunOpts) -> Result<()> {
             let r = measure_embedded(recv, opts, false).await?;
             (r.outcome.msgs_per_sec, r.stats.frames_per_write())
         };
-        let (c, _) = ceiling::run(recv, shape, false).await?;
+        let (c, _) = ceiling::run(recv, shape, false, opts.echo_all).await?;
         let ratio = rate / c.msgs_per_sec;
         println!(
             "pass {}: {mode} {rate:.0} msg/s ({per_write:.1} msgs/write), ceiling {:.0} msg/s, ratio {ratio:.3}",
@@ -467,6 +521,7 @@ async fn run_remote_sender(recv: &Handle, connect: SocketAddr, opts: &RunOpts) -
         shape,
         true,
         Duration::from_secs(opts.stall_timeout),
+        opts.echo_all,
     )
     .await;
     let stats = sys.remote_stats();
@@ -480,4 +535,121 @@ async fn run_remote_sender(recv: &Handle, connect: SocketAddr, opts: &RunOpts) -
         stats,
     };
     finish(recv, opts, run).await
+}
+
+async fn run_rate(recv: &Handle, opts: &RunOpts) -> Result<()> {
+    let rate = opts.rate.expect("checked by the caller");
+    let shape = opts.shape();
+    let emb = Embedded::start(recv, 1).await?;
+    let res = faithful::run_rate(
+        &emb.sender_sys,
+        emb.receivers[0].clone(),
+        shape,
+        rate,
+        Duration::from_secs(opts.stall_timeout),
+    )
+    .await;
+    emb.shutdown(recv).await;
+    let r = res?;
+    let l = &r.latency;
+    println!(
+        "Constant rate {rate:.0} msg/s target, {:.0} msg/s achieved, {} messages in {} ms, payload size {}",
+        r.achieved,
+        shape.messages,
+        r.elapsed.as_millis(),
+        shape.payload
+    );
+    println!("Latency from scheduled send (us):");
+    for q in [0.5, 0.75, 0.9, 0.99, 0.999, 0.9999, 1.0] {
+        println!("  {:>8.4}%  {}", q * 100.0, l.percentile_us(q));
+    }
+    if let Some(path) = &opts.plot {
+        plot::write_svg(path, &[], l)?;
+        println!("Plot written to {}", path.display());
+    }
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "mode": "rate",
+                "rate": rate,
+                "achieved_msgs_per_sec": r.achieved,
+                "messages": shape.messages,
+                "payload": shape.payload,
+                "msgs_per_sec": r.achieved,
+                "dropped": shape.messages.saturating_sub(l.samples()),
+                "p50_us": l.percentile_us(0.5),
+                "p90_us": l.percentile_us(0.9),
+                "p99_us": l.percentile_us(0.99),
+                "p999_us": l.percentile_us(0.999),
+                "max_us": l.max_us(),
+            })
+        );
+    }
+    Ok(())
+}
+
+/// Payload sizes and pair counts of `--sweep`.
+const SWEEP_PAYLOADS: [usize; 6] = [100, 1000, 5000, 10_000, 25_000, 50_000];
+const SWEEP_PAIRS: [usize; 3] = [1, 10, 100];
+/// Payload bytes per sweep cell, so large payloads finish in seconds.
+const SWEEP_BYTES: u64 = 128 * 1024 * 1024;
+/// Most payload bytes in one burst.
+const SWEEP_BURST_BYTES: u64 = 8 * 1024 * 1024;
+
+async fn sweep(recv: &Handle, opts: &RunOpts) -> Result<()> {
+    let mut rows = Vec::new();
+    println!(
+        "{:>8} {:>6} {:>10} {:>14} {:>10} {:>10}",
+        "payload", "pairs", "messages", "msg/s", "MB/s", "p99 us"
+    );
+    for &payload in &SWEEP_PAYLOADS {
+        for &pairs in &SWEEP_PAIRS {
+            let total = opts
+                .messages
+                .min(SWEEP_BYTES / payload as u64)
+                .max(pairs as u64);
+            let burst = opts.burst.min(SWEEP_BURST_BYTES / payload as u64).max(1);
+            let per_pair = (total / pairs as u64).max(1);
+            let cell = RunOpts {
+                messages: per_pair,
+                burst: burst.min(per_pair),
+                payload,
+                pairs,
+                json: false,
+                raw_ceiling: false,
+                sweep: false,
+                plot: None,
+                compare: None,
+                rate: None,
+                ..opts.clone()
+            };
+            let run = measure_embedded(recv, &cell, false).await?;
+            let r = run
+                .outcome
+                .per_message
+                .as_ref()
+                .unwrap_or(&run.outcome.report);
+            let mbps = run.outcome.msgs_per_sec * payload as f64 / 1e6;
+            println!(
+                "{payload:>8} {pairs:>6} {:>10} {:>14.0} {mbps:>10.1} {:>10}",
+                per_pair * pairs as u64,
+                run.outcome.msgs_per_sec,
+                r.percentile_us(0.99)
+            );
+            rows.push(serde_json::json!({
+                "payload": payload,
+                "pairs": pairs,
+                "messages": per_pair * pairs as u64,
+                "msgs_per_sec": run.outcome.msgs_per_sec,
+                "mb_per_sec": mbps,
+                "p99_us": r.percentile_us(0.99),
+                "dropped": run.sent.saturating_sub(run.received),
+            }));
+        }
+    }
+    if opts.json {
+        println!("{}", serde_json::json!({ "mode": "sweep", "rows": rows }));
+    }
+    Ok(())
 }

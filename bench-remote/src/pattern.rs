@@ -269,6 +269,7 @@ impl Pattern {
                     msgs_per_sec: self.shape.messages as f64 / elapsed.as_secs_f64(),
                     report: self.report.clone(),
                     received: echo.received.saturating_sub(self.received_at_start),
+                    per_message: None,
                 }))
             }
             (phase, kind) => bail!("unexpected {kind:?} echo in phase {phase:?}"),
@@ -297,6 +298,8 @@ pub struct Outcome {
     /// Timed payloads the receiver reported (from its echoes; 0 where the
     /// receiver does not report).
     pub received: u64,
+    /// Per-message round-trips, in `--echo-all` mode.
+    pub per_message: Option<Report>,
 }
 
 /// Runs warm-up and the timed pattern over `link`.

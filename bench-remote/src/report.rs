@@ -105,6 +105,18 @@ impl Report {
         self.hist.len()
     }
 
+    /// `(percentile, microseconds)` points of the latency distribution,
+    /// from the median to the maximum, for plots.
+    pub fn curve(&self) -> Vec<(f64, u64)> {
+        let mut pts = Vec::new();
+        for q in [
+            0.0, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99999, 1.0,
+        ] {
+            pts.push((q * 100.0, self.hist.value_at_quantile(q)));
+        }
+        pts
+    }
+
     /// One line of percentiles.
     pub fn percentiles_line(&self, what: &str) -> String {
         format!(

@@ -1,0 +1,255 @@
+//! Runs the real `bench-remote` binary and checks its output against the
+//! reference form of `../shared/reference/akka-netty4-remote-benchmark.txt`.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use regex::Regex;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bench-remote");
+/// Generous: the test profile is a debug build on a shared 2-core machine.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs the binary to completion within [`TIMEOUT`].
+fn run(args: &[&str]) -> (bool, String, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bench-remote starts");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let out = child.wait_with_output().expect("output");
+            return (
+                status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("bench-remote {args:?} did not finish within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Checks the reference lines and returns the summary's figures.
+fn check_reference_lines(out: &str, messages: u64, burst: u64, payload: u64) {
+    let start = Regex::new(
+        r"^Starting benchmark of (\d+) messages with burst size (\d+) and payload size (\d+)$",
+    )
+    .unwrap();
+    let progress = Regex::new(r"^It took (\d+) ms to deliver (\d+) messages, throughtput (\d+) msg/s, latest round-trip (\d+) ms, remaining (\d+) of (\d+)$").unwrap();
+    let summary = Regex::new(r"^== It took (\d+) ms to deliver (\d+) messages, throughtput (\d+) msg/s, max round-trip (\d+) ms, burst size (\d+), payload size (\d+)$").unwrap();
+    let percentiles = Regex::new(r"round-trip latency \(us\): p50 (\d+), p90 (\d+), p99 (\d+), p99\.9 (\d+), max (\d+) \((\d+) samples\)$").unwrap();
+    let drops = Regex::new(r"^Payloads received (\d+) of (\d+) sent, dropped (\d+)$").unwrap();
+    let transport =
+        Regex::new(r"^Transport: (\d+) bytes out in (\d+) writes, ([\d.]+) messages per write$")
+            .unwrap();
+
+    let lines: Vec<&str> = out.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| start.is_match(l))
+        .unwrap_or_else(|| panic!("no Starting line in:\n{out}"));
+    let c = start.captures(lines[first]).unwrap();
+    assert_eq!(c[1].parse::<u64>().unwrap(), messages);
+    assert_eq!(c[2].parse::<u64>().unwrap(), burst);
+    assert_eq!(c[3].parse::<u64>().unwrap(), payload);
+    let mut i = first + 1;
+    let mut last_remaining = messages;
+    while let Some(c) = progress.captures(lines[i]) {
+        let (ms, n, tput) = (
+            c[1].parse::<u64>().unwrap(),
+            c[2].parse::<u64>().unwrap(),
+            c[3].parse::<u64>().unwrap(),
+        );
+        assert!(ms >= 500, "a window is at least 500 ms: {}", lines[i]);
+        assert_eq!(tput, n * 1000 / ms, "throughput is n*1000/ms: {}", lines[i]);
+        let remaining = c[5].parse::<u64>().unwrap();
+        assert!(remaining < last_remaining && remaining % burst == 0);
+        assert_eq!(c[6].parse::<u64>().unwrap(), messages);
+        last_remaining = remaining;
+        i += 1;
+    }
+    let c = summary
+        .captures(lines[i])
+        .unwrap_or_else(|| panic!("line {i} is not the summary: {}", lines[i]));
+    let ms = c[1].parse::<u64>().unwrap();
+    assert_eq!(c[2].parse::<u64>().unwrap(), messages);
+    assert_eq!(c[3].parse::<u64>().unwrap(), messages * 1000 / ms.max(1));
+    assert_eq!(c[5].parse::<u64>().unwrap(), burst);
+    assert_eq!(c[6].parse::<u64>().unwrap(), payload);
+    let c = percentiles
+        .captures(lines[i + 1])
+        .unwrap_or_else(|| panic!("no percentiles line: {}", lines[i + 1]));
+    let p: Vec<u64> = (1..=5).map(|k| c[k].parse().unwrap()).collect();
+    assert!(
+        p.windows(2).all(|w| w[0] <= w[1]),
+        "percentiles ascend: {p:?}"
+    );
+    assert_eq!(c[6].parse::<u64>().unwrap(), messages.div_ceil(burst));
+    let c = drops
+        .captures(lines[i + 2])
+        .unwrap_or_else(|| panic!("no drop line: {}", lines[i + 2]));
+    assert_eq!(
+        c[1].parse::<u64>().unwrap(),
+        messages,
+        "every payload arrived"
+    );
+    assert_eq!(c[2].parse::<u64>().unwrap(), messages);
+    assert_eq!(&c[3], "0");
+    let c = transport
+        .captures(lines[i + 3])
+        .unwrap_or_else(|| panic!("no transport line: {}", lines[i + 3]));
+    let bytes = c[1].parse::<u64>().unwrap();
+    assert!(
+        bytes >= messages * payload,
+        "at least the payload bytes went out"
+    );
+    assert!(c[2].parse::<u64>().unwrap() >= 1);
+}
+
+#[test]
+fn faithful_mode_prints_the_reference_lines() {
+    let (ok, out, err) = run(&["--messages", "20000", "--burst", "1000", "--payload", "100"]);
+    assert!(ok, "exit status; stderr: {err}");
+    check_reference_lines(&out, 20000, 1000, 100);
+}
+
+#[test]
+fn json_is_the_last_line_with_every_figure() {
+    let (ok, out, err) = run(&[
+        "--messages",
+        "10000",
+        "--burst",
+        "1000",
+        "--payload",
+        "64",
+        "--json",
+        "--raw-ceiling",
+    ]);
+    assert!(ok, "stderr: {err}");
+    let last = out.lines().last().expect("output");
+    let v: serde_json::Value = serde_json::from_str(last).expect("last line is JSON");
+    for key in [
+        "msgs_per_sec",
+        "dropped",
+        "p50_us",
+        "p99_us",
+        "max_us",
+        "writes",
+        "msgs_per_write",
+        "ceiling_msgs_per_sec",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {last}");
+    }
+    assert_eq!(v["dropped"], 0);
+    assert_eq!(v["messages"], 10000);
+    assert!(v["msgs_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(v["ceiling_msgs_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    for (args, needle) in [
+        (&["--burst", "0"][..], "--burst must be at least 1"),
+        (
+            &["--payload", "100000000"][..],
+            "does not fit the maximum frame size",
+        ),
+        (
+            &["receiver", "--bind", "192.0.2.1:1"][..],
+            "cannot listen on 192.0.2.1:1",
+        ),
+    ] {
+        let (ok, _, err) = run(args);
+        assert!(!ok, "{args:?} must fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// A receiver process; killed on drop.
+struct Receiver {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_receiver() -> Receiver {
+    let mut child = Command::new(BIN)
+        .args(["receiver", "--bind", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("receiver starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(TIMEOUT)
+        .expect("the receiver announces its address");
+    let addr = Regex::new(r"tcp://bench@([\d.]+:\d+)/user/receiver")
+        .unwrap()
+        .captures(&line)
+        .unwrap_or_else(|| panic!("unexpected first line {line}"))[1]
+        .to_owned();
+    Receiver { child, addr }
+}
+
+#[test]
+fn two_process_mode_serves_senders_one_after_another() {
+    let r = start_receiver();
+    for _ in 0..2 {
+        let (ok, out, err) = run(&[
+            "sender",
+            "--connect",
+            &r.addr,
+            "--messages",
+            "10000",
+            "--burst",
+            "1000",
+        ]);
+        assert!(ok, "stderr: {err}");
+        check_reference_lines(&out, 10000, 1000, 100);
+    }
+}
+
+#[test]
+fn sender_fails_fast_when_the_receiver_is_gone() {
+    let r = start_receiver();
+    let addr = r.addr.clone();
+    drop(r);
+    let started = Instant::now();
+    let (ok, _, err) = run(&[
+        "sender",
+        "--connect",
+        &addr,
+        "--messages",
+        "1000",
+        "--stall-timeout",
+        "5",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("cannot reach the receiver"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
