@@ -70,6 +70,7 @@ mod actor;
 mod actor_ref;
 mod error;
 mod mailbox;
+mod net;
 mod path;
 mod remote;
 mod serialization;

@@ -42,8 +42,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use transport::{
-    CloseReason, ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Sender,
-    TransportConfig, TrySendError,
+    CloseReason, ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Sender, Tls,
+    TlsConfig, TransportConfig, TransportError, TrySendError,
 };
 
 use crate::{
@@ -51,6 +51,7 @@ use crate::{
     actor_ref::{ActorRef, RemoteRef},
     error::{ResolveError, SerializationError, SystemError},
     mailbox::Refused,
+    net::Net,
     path::ActorPath,
     serialization::{Bincode, RemoteMessage, Serializer, manifest_id},
     system::SystemInner,
@@ -592,7 +593,7 @@ impl Association {
 
 /// A connection's inbound side: decodes envelopes, groups them by
 /// recipient, and hands each mailbox its group once per read.
-struct Inbound {
+pub(crate) struct Inbound {
     sys: Arc<SystemInner>,
     assoc: Arc<Association>,
     generation: u32,
@@ -890,7 +891,7 @@ impl Handler for Inbound {
 
 /// Everything remote of one system.
 pub(crate) struct Remoting {
-    endpoint: Endpoint,
+    endpoint: Box<dyn Net>,
     associations: Mutex<HashMap<Arc<str>, Arc<Association>>>,
     refs: Mutex<HashMap<String, Weak<Recipient>>>,
 }
@@ -900,8 +901,16 @@ impl Remoting {
         name: &str,
         bind: SocketAddr,
         config: TransportConfig,
+        tls: Option<TlsConfig>,
     ) -> Result<(Self, String), SystemError> {
-        let endpoint = Endpoint::bind_with(bind, config, |a| format!("{name}@{a}")).await?;
+        let advertise = |a| format!("{name}@{a}");
+        let endpoint: Box<dyn Net> = match tls {
+            None => Box::new(Endpoint::bind_with(bind, config, advertise).await?),
+            Some(tls) => {
+                let tls = Tls::new(tls).map_err(TransportError::from)?;
+                Box::new(Endpoint::bind_secure(bind, config, tls, advertise).await?)
+            }
+        };
         let node = endpoint.advertised_addr().to_owned();
         Ok((
             Self {

@@ -45,6 +45,7 @@ pub struct SystemConfig {
     pub(crate) resolve_timeout: Duration,
     pub(crate) pending_capacity: usize,
     pub(crate) transport: TransportConfig,
+    pub(crate) tls: Option<transport::TlsConfig>,
 }
 
 impl Default for SystemConfig {
@@ -54,6 +55,7 @@ impl Default for SystemConfig {
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             pending_capacity: DEFAULT_PENDING_CAPACITY,
             transport: TransportConfig::default(),
+            tls: None,
         }
     }
 }
@@ -75,6 +77,14 @@ impl SystemConfig {
     /// Messages buffered per node while connecting. Default 16,384.
     pub fn set_pending_capacity(&mut self, n: usize) -> &mut Self {
         self.pending_capacity = n;
+        self
+    }
+
+    /// Secures every link with TLS 1.3 (mutual authentication by default;
+    /// see [`transport::TlsConfig`]). Default: plain TCP. Each node's
+    /// certificate must name the host it advertises.
+    pub fn set_tls(&mut self, tls: transport::TlsConfig) -> &mut Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -271,7 +281,8 @@ impl ActorSystem {
         if !valid_name(name) {
             return Err(SystemError::InvalidName(name.to_owned()));
         }
-        let (remoting, node) = Remoting::bind(name, bind, config.transport.clone()).await?;
+        let (remoting, node) =
+            Remoting::bind(name, bind, config.transport.clone(), config.tls.clone()).await?;
         let sys = Self::build(name, node, config)?;
         let _ = sys.inner.remoting.set(remoting);
         let remoting = sys.inner.remoting.get().expect("set just above");

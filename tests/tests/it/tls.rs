@@ -682,3 +682,47 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Actor systems configured with TLS talk over mutually authenticated
+/// links: remote tell and ask work, and a system whose certificate comes
+/// from another CA cannot reach them.
+#[tokio::test]
+async fn actor_systems_talk_over_mutual_tls() {
+    use super::actors_common::{Count, Counter, total};
+    let pki = Pki::new("actors-ca");
+    pki.issue("a", &Spec::node("a"));
+    pki.issue("b", &Spec::node("b"));
+    let system = |tls: TlsConfig, name: &'static str| async move {
+        let mut c = actors::SystemConfig::default();
+        c.set_tls(tls)
+            .set_resolve_timeout(Duration::from_secs(3))
+            .transport_mut()
+            .set_handshake_timeout(HANDSHAKE_TIMEOUT);
+        actors::ActorSystem::with_config(name, Some(loopback()), c)
+            .await
+            .expect("system binds")
+    };
+    let a = system(pki.tls("a", &pki), "a").await;
+    let b = system(pki.tls("b", &pki), "b").await;
+    b.spawn_named("counter", Counter::default()).unwrap();
+    let path = format!("tcp://{}/user/counter", b.node());
+    let counter = within("resolve over TLS", a.resolve::<Count>(&path))
+        .await
+        .expect("resolves over TLS");
+    counter.tell(Count::Add(5)).unwrap();
+    assert_eq!(total(&counter).await, 5);
+
+    let other = Pki::new("other-ca");
+    other.issue("c", &Spec::node("c"));
+    let c = system(other.tls("c", &other), "c").await;
+    let err = within("resolve with a foreign CA", c.resolve::<Count>(&path))
+        .await
+        .expect_err("a certificate from another CA is refused");
+    assert!(
+        matches!(err, actors::ResolveError::Unreachable { .. }),
+        "{err}"
+    );
+    for s in [a, b, c] {
+        s.shutdown().await;
+    }
+}

@@ -1,0 +1,67 @@
+//! The transport endpoint behind remoting, with its security erased: plain
+//! TCP and TLS endpoints have different stream types, but remoting only
+//! needs "accept or dial a connection, see the peer, start it".
+
+use std::{future::Future, net::SocketAddr, pin::Pin};
+
+use transport::{
+    AcceptError, Connection, Endpoint, Established, PeerInfo, Security, Stream, TransportError,
+};
+
+use crate::remote::Inbound;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A connection whose handshake succeeded, not yet started.
+pub(crate) struct Incoming {
+    peer: PeerInfo,
+    start: Box<dyn FnOnce(Inbound) -> Connection + Send>,
+}
+
+impl Incoming {
+    fn new<T: Stream>(est: Established<T>) -> Self {
+        Self {
+            peer: est.peer().clone(),
+            start: Box::new(move |h| est.start(h)),
+        }
+    }
+
+    pub(crate) fn peer(&self) -> &PeerInfo {
+        &self.peer
+    }
+
+    pub(crate) fn start(self, handler: Inbound) -> Connection {
+        (self.start)(handler)
+    }
+}
+
+/// What remoting needs of an endpoint.
+pub(crate) trait Net: Send + Sync + 'static {
+    fn local_addr(&self) -> SocketAddr;
+    fn advertised_addr(&self) -> &str;
+    fn accept(&self) -> BoxFuture<'_, Option<Result<Incoming, AcceptError>>>;
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, Result<Incoming, TransportError>>;
+    fn close(&self);
+}
+
+impl<S: Security> Net for Endpoint<S> {
+    fn local_addr(&self) -> SocketAddr {
+        Endpoint::local_addr(self)
+    }
+
+    fn advertised_addr(&self) -> &str {
+        Endpoint::advertised_addr(self)
+    }
+
+    fn accept(&self) -> BoxFuture<'_, Option<Result<Incoming, AcceptError>>> {
+        Box::pin(async move { Some(Endpoint::accept(self).await?.map(Incoming::new)) })
+    }
+
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, Result<Incoming, TransportError>> {
+        Box::pin(async move { Endpoint::connect(self, addr).await.map(Incoming::new) })
+    }
+
+    fn close(&self) {
+        Endpoint::close(self);
+    }
+}
