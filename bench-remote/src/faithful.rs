@@ -10,7 +10,9 @@ use std::{
     time::Duration,
 };
 
-use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, SharedBytes, StopReason};
+use actors::{
+    Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, SharedBytes, StopReason, SystemConfig,
+};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use tokio::{runtime::Handle, sync::oneshot};
@@ -290,11 +292,21 @@ pub struct Embedded {
 impl Embedded {
     /// Starts both systems and `pairs` receivers; the receiving system and
     /// its actors run on `recv`.
-    pub async fn start(recv: &Handle, pairs: usize) -> Result<Self> {
+    pub async fn start(recv: &Handle, pairs: usize, tls: bool) -> Result<Self> {
         let any = "127.0.0.1:0".parse().expect("literal address");
+        let (send_cfg, recv_cfg) = if tls {
+            let (s, r) = crate::tls::generated()?;
+            let mut sc = SystemConfig::default();
+            sc.set_tls(s);
+            let mut rc = SystemConfig::default();
+            rc.set_tls(r);
+            (sc, rc)
+        } else {
+            (SystemConfig::default(), SystemConfig::default())
+        };
         let receiver_sys = recv
             .spawn(async move {
-                let sys = ActorSystem::remote("bench-receiver", any).await?;
+                let sys = ActorSystem::with_config("bench-receiver", Some(any), recv_cfg).await?;
                 for i in 0..pairs {
                     let name = receiver_name(i);
                     sys.spawn_named(&name, Receiver::new(Arc::new(AtomicU64::new(0))))?;
@@ -302,7 +314,7 @@ impl Embedded {
                 anyhow::Ok(sys)
             })
             .await??;
-        let sender_sys = ActorSystem::remote("bench-sender", any).await?;
+        let sender_sys = ActorSystem::with_config("bench-sender", Some(any), send_cfg).await?;
         let mut receivers = Vec::new();
         for i in 0..pairs {
             let name = receiver_name(i);

@@ -20,6 +20,7 @@ mod pattern;
 mod plot;
 mod raw;
 mod report;
+mod tls;
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -111,6 +112,16 @@ struct RunOpts {
     /// Write throughput over time and the latency percentile curve as SVG.
     #[arg(long, value_name = "FILE.svg", global = true)]
     plot: Option<std::path::PathBuf>,
+    /// Secure the link with TLS 1.3 and mutual authentication. Embedded:
+    /// certificates generated at start. Two-process mode: with
+    /// `--tls-dir DIR`, each side reads `DIR/<node>.pem`, `.key` and
+    /// `DIR/ca.pem` (node `receiver` or `sender`; see `cargo run -p
+    /// transport --example gen_certs -- DIR receiver sender`).
+    #[arg(long, global = true)]
+    tls: bool,
+    /// Folder of PEM files for `--tls` in two-process mode.
+    #[arg(long, value_name = "DIR", global = true)]
+    tls_dir: Option<std::path::PathBuf>,
     /// How the two embedded nodes share the cores: `split` gives each node
     /// its own single-worker tokio runtime (like two processes, the
     /// default); `shared` runs both in one 2-worker runtime.
@@ -149,7 +160,10 @@ impl RunOpts {
         {
             bail!("--rate must be a positive number of messages per second");
         }
-        if self.raw && (self.echo_all || self.rate.is_some() || self.sweep) {
+        if self.tls_dir.is_some() && !self.tls {
+            bail!("--tls-dir needs --tls");
+        }
+        if self.raw && (self.echo_all || self.rate.is_some() || self.sweep || self.tls) {
             bail!(
                 "--raw measures the transport's burst pattern only; drop --echo-all/--rate/--sweep"
             );
@@ -236,7 +250,7 @@ fn real_main() -> Result<()> {
         .map_or_else(|| rt.handle().clone(), |r| r.handle().clone());
     rt.block_on(async move {
         match &cli.cmd {
-            Some(Cmd::Receiver { bind }) => serve_receiver(*bind).await,
+            Some(Cmd::Receiver { bind }) => serve_receiver(*bind, &cli.run).await,
             Some(Cmd::Sender { connect }) => run_remote_sender(&recv, *connect, &cli.run).await,
             None if cli.run.sweep => sweep(&recv, &cli.run).await,
             None if cli.run.rate.is_some() => run_rate(&recv, &cli.run).await,
@@ -267,7 +281,7 @@ struct Run {
 async fn measure_embedded(recv: &Handle, opts: &RunOpts, verbose: bool) -> Result<Run> {
     let shape = opts.shape();
     let stall = Duration::from_secs(opts.stall_timeout);
-    let emb = Embedded::start(recv, opts.pairs).await?;
+    let emb = Embedded::start(recv, opts.pairs, opts.tls).await?;
     let result = if opts.pairs == 1 {
         faithful::run_sender(
             &emb.sender_sys,
@@ -285,7 +299,7 @@ async fn measure_embedded(recv: &Handle, opts: &RunOpts, verbose: bool) -> Resul
     emb.shutdown(recv).await;
     let outcome = result?;
     Ok(Run {
-        mode: "actors",
+        mode: if opts.tls { "actors-tls" } else { "actors" },
         sent: shape.messages * opts.pairs as u64,
         received: outcome.received,
         outcome,
@@ -365,12 +379,7 @@ async fn run_raw(recv: &Handle, opts: &RunOpts, config: TransportConfig) -> Resu
 /// Prints the details after the reference lines, the ceiling if asked, and
 /// the JSON line.
 async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
-    let what = if opts.in_flight > 1 || run.mode != "actors" {
-        "Marker"
-    } else {
-        "Marker (burst)"
-    };
-    println!("{}", run.outcome.report.percentiles_line(what));
+    println!("{}", run.outcome.report.percentiles_line("Marker"));
     if let Some(pm) = &run.outcome.per_message {
         println!("{}", pm.percentiles_line("Per-message"));
     }
@@ -385,6 +394,17 @@ async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
         run.stats.writes,
         run.stats.frames_per_write()
     );
+    if opts.tls {
+        // Each write hands rustls a whole batch, which it cuts into records
+        // of at most 16 KiB: batching survives encryption.
+        println!(
+            "TLS: {} batches of {:.0} bytes on average, at least {} records of <= 16 KiB ({:.0} messages per record)",
+            run.stats.writes,
+            run.stats.bytes_out as f64 / run.stats.writes.max(1) as f64,
+            run.stats.bytes_out.div_ceil(16 * 1024),
+            run.stats.frames_out as f64 / run.stats.bytes_out.div_ceil(16 * 1024).max(1) as f64
+        );
+    }
     let mut ceiling = None;
     if opts.raw_ceiling {
         let (c, _) = ceiling::run(recv, opts.shape(), false, opts.echo_all).await?;
@@ -447,7 +467,14 @@ async fn compare(recv: &Handle, opts: &RunOpts) -> Result<()> {
     let mut ratios = Vec::with_capacity(n);
     let mut modes = Vec::with_capacity(n);
     let mut ceils = Vec::with_capacity(n);
-    let mode = if opts.raw { "raw transport" } else { "actors" };
+    let mode = if opts.raw {
+        "raw transport"
+    } else if opts.tls {
+        "actors over TLS"
+    } else {
+        "actors"
+    };
+    let mut tls_ratios = Vec::with_capacity(n);
     for i in 0..n {
         let (rate, per_write) = if opts.raw {
             let r = raw::run(recv, shape, TransportConfig::default(), false).await?;
@@ -456,6 +483,21 @@ async fn compare(recv: &Handle, opts: &RunOpts) -> Result<()> {
             let r = measure_embedded(recv, opts, false).await?;
             (r.outcome.msgs_per_sec, r.stats.frames_per_write())
         };
+        if opts.tls {
+            // TLS is judged against plaintext measured in the same pass.
+            let plain_opts = RunOpts {
+                tls: false,
+                ..opts.clone()
+            };
+            let p = measure_embedded(recv, &plain_opts, false).await?;
+            let r = rate / p.outcome.msgs_per_sec;
+            println!(
+                "pass {}: tls {rate:.0} msg/s, plaintext {:.0} msg/s, tls/plaintext {r:.3}",
+                i + 1,
+                p.outcome.msgs_per_sec
+            );
+            tls_ratios.push(r);
+        }
         let (c, _) = ceiling::run(recv, shape, false, opts.echo_all).await?;
         let ratio = rate / c.msgs_per_sec;
         println!(
@@ -466,6 +508,12 @@ async fn compare(recv: &Handle, opts: &RunOpts) -> Result<()> {
         ratios.push(ratio);
         modes.push(rate);
         ceils.push(c.msgs_per_sec);
+    }
+    if opts.tls {
+        println!(
+            "median of {n}: tls/plaintext {:.3}",
+            median(&mut tls_ratios)
+        );
     }
     println!(
         "median of {n}: {mode} {:.0} msg/s, ceiling {:.0} msg/s, ratio {:.3}",
@@ -486,8 +534,23 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-async fn serve_receiver(bind: SocketAddr) -> Result<()> {
-    let sys = actors::ActorSystem::remote("bench", bind)
+/// The system config of a two-process node.
+fn process_config(opts: &RunOpts, node: &str) -> Result<actors::SystemConfig> {
+    let mut config = actors::SystemConfig::default();
+    config.set_resolve_timeout(Duration::from_secs(opts.stall_timeout.min(10)));
+    if opts.tls {
+        let dir = opts
+            .tls_dir
+            .as_deref()
+            .context("--tls in two-process mode needs --tls-dir DIR with the certificates")?;
+        config.set_tls(tls::from_dir(dir, node));
+    }
+    Ok(config)
+}
+
+async fn serve_receiver(bind: SocketAddr, opts: &RunOpts) -> Result<()> {
+    let config = process_config(opts, "receiver")?;
+    let sys = actors::ActorSystem::with_config("bench", Some(bind), config)
         .await
         .with_context(|| format!("cannot listen on {bind}"))?;
     let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -506,8 +569,7 @@ async fn run_remote_sender(recv: &Handle, connect: SocketAddr, opts: &RunOpts) -
     } else {
         "[::]:0".parse()?
     };
-    let mut config = actors::SystemConfig::default();
-    config.set_resolve_timeout(Duration::from_secs(opts.stall_timeout.min(10)));
+    let config = process_config(opts, "sender")?;
     let sys = actors::ActorSystem::with_config("bench-sender", Some(bind), config).await?;
     let path = faithful::receiver_path(&format!("bench@{connect}"));
     let receiver = sys
@@ -528,7 +590,11 @@ async fn run_remote_sender(recv: &Handle, connect: SocketAddr, opts: &RunOpts) -
     sys.shutdown().await;
     let outcome = result?;
     let run = Run {
-        mode: "actors-two-process",
+        mode: if opts.tls {
+            "actors-two-process-tls"
+        } else {
+            "actors-two-process"
+        },
         sent: shape.messages,
         received: outcome.received,
         outcome,
@@ -540,7 +606,7 @@ async fn run_remote_sender(recv: &Handle, connect: SocketAddr, opts: &RunOpts) -
 async fn run_rate(recv: &Handle, opts: &RunOpts) -> Result<()> {
     let rate = opts.rate.expect("checked by the caller");
     let shape = opts.shape();
-    let emb = Embedded::start(recv, 1).await?;
+    let emb = Embedded::start(recv, 1, opts.tls).await?;
     let res = faithful::run_rate(
         &emb.sender_sys,
         emb.receivers[0].clone(),

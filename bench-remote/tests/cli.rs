@@ -253,3 +253,20 @@ fn sender_fails_fast_when_the_receiver_is_gone() {
     assert!(err.contains("cannot reach the receiver"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(60));
 }
+
+#[test]
+fn tls_mode_runs_the_same_pattern_over_mutual_tls() {
+    let (ok, out, err) = run(&["--tls", "--messages", "10000", "--burst", "1000"]);
+    assert!(ok, "stderr: {err}");
+    check_reference_lines(&out, 10000, 1000, 100);
+    let tls = Regex::new(r"^TLS: (\d+) batches of (\d+) bytes on average, at least (\d+) records of <= 16 KiB \((\d+) messages per record\)$").unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("TLS:"))
+        .expect("a TLS line");
+    let c = tls.captures(line).unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        c[4].parse::<u64>().unwrap() > 1,
+        "records carry many messages: {line}"
+    );
+}
