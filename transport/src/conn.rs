@@ -16,7 +16,7 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
     },
 };
 
@@ -158,6 +158,9 @@ impl ConnStats {
 pub(crate) struct Shared {
     pub(crate) out: Mutex<OutQueue>,
     pub(crate) writer_wake: Notify,
+    /// Set when the control lane has frames; the writer checks it between
+    /// two writes of a large batch.
+    pub(crate) control_pending: AtomicBool,
     pub(crate) space: Notify,
     pub(crate) stats: Stats,
     pub(crate) max_frame_size: usize,
@@ -260,6 +263,7 @@ where
         let shared = Arc::new(Shared {
             out: Mutex::new(OutQueue::new(pool.get())),
             writer_wake: Notify::new(),
+            control_pending: AtomicBool::new(false),
             space: Notify::new(),
             stats: Stats::default(),
             max_frame_size: config.max_frame_size,

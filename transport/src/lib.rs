@@ -39,6 +39,10 @@
 //! # Layout
 //! - [`frame`]: sans-IO codec (`encode`, `decode`, `Ok(None)` = need more).
 //! - [`handshake`]: sans-IO hello exchange with magic, version, uid.
+//! - [`heartbeat`]: sans-IO phi-accrual failure detector and heartbeat
+//!   schedule ([`Heartbeater`]); heartbeats travel on the writer's control
+//!   lane ([`Sender::send_heartbeat`]), ahead of queued user data.
+//! - `backoff`: [`Backoff`], exponential reconnect delays with jitter.
 //! - `config`: [`TransportConfig`] with documented defaults.
 //! - `endpoint`: [`Endpoint`] binds, accepts, dials, runs handshakes.
 //! - `conn`: [`Established`] → [`Connection`], the supervisor, counters.
@@ -72,12 +76,14 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
+mod backoff;
 mod config;
 mod conn;
 mod endpoint;
 mod error;
 pub mod frame;
 pub mod handshake;
+pub mod heartbeat;
 mod pool;
 mod reader;
 mod security;
@@ -86,6 +92,7 @@ mod tls;
 mod writer;
 
 pub use auth::{MIN_SECRET_LEN, SharedSecret};
+pub use backoff::{Backoff, DEFAULT_BACKOFF_JITTER, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN};
 pub use config::{
     DEFAULT_CLOSE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE,
@@ -98,6 +105,7 @@ pub use error::{
     TrySendError,
 };
 pub use frame::{Frame, FrameKind};
+pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, Inbound, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};

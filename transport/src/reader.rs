@@ -70,6 +70,12 @@ pub trait Handler: Send + 'static {
         std::future::ready(())
     }
 
+    /// A [`FrameKind::HeartbeatAck`] arrived, answering a heartbeat sent
+    /// with [`Sender::send_heartbeat`]; `body` is that heartbeat's body.
+    fn on_heartbeat_ack(&mut self, body: &[u8]) {
+        let _ = body;
+    }
+
     /// Called once when the connection has ended, with the reason.
     fn on_close(&mut self, reason: &CloseReason) {
         let _ = reason;
@@ -222,7 +228,6 @@ fn control_frame(
             control.push_control(FrameKind::HeartbeatAck, body);
             Ok(())
         }
-        FrameKind::HeartbeatAck => Ok(()),
         kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
     }
 }
@@ -262,6 +267,7 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
                         delivered = true;
                         handler.on_frame_ref(kind, body);
                     }
+                    FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
                     kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
                 }
                 pos += total;
@@ -275,6 +281,7 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
                         delivered = true;
                         handler.on_frame(f);
                     }
+                    FrameKind::HeartbeatAck => handler.on_heartbeat_ack(&f.body),
                     kind => control_frame(kind, &f.body, shared, &control, &mut peer_closed)?,
                 }
             }

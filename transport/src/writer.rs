@@ -16,7 +16,7 @@
 
 use std::{
     mem,
-    sync::{Arc, MutexGuard, PoisonError},
+    sync::{Arc, MutexGuard, PoisonError, atomic::Ordering::Relaxed},
 };
 
 use bytes::{BufMut, BytesMut};
@@ -35,6 +35,11 @@ pub(crate) struct OutQueue {
     pub(crate) buf: BytesMut,
     /// Frames in `buf`.
     pub(crate) frames: u64,
+    /// The control lane: heartbeats and acks, written before `buf` and,
+    /// when `buf` is large, between two of its frames (see `drive`).
+    pub(crate) control: BytesMut,
+    /// Frames in `control`.
+    pub(crate) control_frames: u64,
     /// The writer found the queue empty and waits to be notified.
     pub(crate) writer_idle: bool,
     /// Some sender waits for room.
@@ -57,6 +62,8 @@ impl OutQueue {
         Self {
             buf,
             frames: 0,
+            control: BytesMut::new(),
+            control_frames: 0,
             writer_idle: false,
             space_waiters: false,
             state: OutState::Open,
@@ -248,21 +255,34 @@ impl Sender {
         }
     }
 
-    /// Queues a control frame regardless of capacity (it is tiny and must
-    /// not wait behind user data).
-    pub(crate) fn push_control(&self, kind: FrameKind, body: &[u8]) {
+    /// Queues a control frame on the control lane, regardless of capacity:
+    /// it is tiny, and it is written before any queued user data.
+    pub(crate) fn push_control(&self, kind: FrameKind, body: &[u8]) -> bool {
         let mut q = self.lock();
         if q.state == OutState::Closed {
-            return;
+            return false;
         }
-        frame::encode_header(kind, body.len(), &mut q.buf);
-        q.buf.put_slice(body);
-        q.frames += 1;
+        frame::encode_header(kind, body.len(), &mut q.control);
+        q.control.put_slice(body);
+        q.control_frames += 1;
+        self.shared.control_pending.store(true, Relaxed);
         let wake = mem::take(&mut q.writer_idle);
         drop(q);
         if wake {
             self.shared.writer_wake.notify_one();
         }
+        true
+    }
+
+    /// Queues a [`FrameKind::Heartbeat`] with `body` on the control lane:
+    /// it never waits for room and overtakes queued user data (it goes out
+    /// with the next write, between two frames of a large batch). The peer
+    /// answers with a [`FrameKind::HeartbeatAck`] carrying the same body,
+    /// which reaches [`Handler::on_heartbeat_ack`](crate::Handler::on_heartbeat_ack).
+    ///
+    /// Returns false if the connection is closed.
+    pub fn send_heartbeat(&self, body: &[u8]) -> bool {
+        self.push_control(FrameKind::Heartbeat, body)
     }
 
     /// Bytes queued and not yet handed to the socket.
@@ -291,7 +311,9 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     mut spare: BytesMut,
 ) -> (Result<(), TransportError>, BytesMut) {
-    let res = drive(&mut io, &shared, &mut spare).await;
+    // The control lane's spare: heartbeats are tiny, so this stays small.
+    let mut control = BytesMut::new();
+    let res = drive(&mut io, &shared, &mut spare, &mut control).await;
     spare.clear();
     (res, spare)
 }
@@ -300,14 +322,17 @@ async fn drive<W: AsyncWrite + Unpin>(
     io: &mut W,
     shared: &Shared,
     spare: &mut BytesMut,
+    control: &mut BytesMut,
 ) -> Result<(), TransportError> {
     loop {
         let step = {
             let mut q = shared.out.lock().unwrap_or_else(PoisonError::into_inner);
-            if !q.buf.is_empty() {
+            if !q.buf.is_empty() || !q.control.is_empty() {
                 mem::swap(&mut q.buf, spare);
+                mem::swap(&mut q.control, control);
+                shared.control_pending.store(false, Relaxed);
                 Step::Write {
-                    frames: mem::take(&mut q.frames),
+                    frames: mem::take(&mut q.frames) + mem::take(&mut q.control_frames),
                     close: false,
                     wake_senders: mem::take(&mut q.space_waiters),
                 }
@@ -331,7 +356,7 @@ async fn drive<W: AsyncWrite + Unpin>(
                 }
             }
         };
-        let (frames, close, wake_senders) = match step {
+        let (mut frames, close, wake_senders) = match step {
             Step::Wait => {
                 tokio::select! {
                     biased;
@@ -349,12 +374,52 @@ async fn drive<W: AsyncWrite + Unpin>(
             shared.space.notify_waiters();
         }
         let mut writes = 0u64;
+        let mut bytes = control.len() as u64 + spare.len() as u64;
+        // The control lane first.
+        if !write_all(io, shared, control, &mut writes).await? {
+            return Ok(());
+        }
+        control.clear();
         let mut pos = 0;
+        // The start of the first frame of `spare` at or after `pos`, found
+        // by walking headers only when a control frame is waiting.
+        let mut boundary = 0;
         while pos < spare.len() {
+            if shared.control_pending.load(Relaxed) {
+                while boundary < pos {
+                    let len = u32::from_be_bytes(
+                        spare[boundary..boundary + 4]
+                            .try_into()
+                            .expect("a frame header has a 4-byte length"),
+                    );
+                    boundary += HEADER_LEN + len as usize;
+                }
+                if boundary == pos {
+                    // Between two frames: let the control lane overtake.
+                    {
+                        let mut q = shared.out.lock().unwrap_or_else(PoisonError::into_inner);
+                        mem::swap(&mut q.control, control);
+                        frames += mem::take(&mut q.control_frames);
+                        shared.control_pending.store(false, Relaxed);
+                    }
+                    bytes += control.len() as u64;
+                    if !write_all(io, shared, control, &mut writes).await? {
+                        return Ok(());
+                    }
+                    control.clear();
+                }
+            }
+            // Up to the end of the current frame when a control frame waits,
+            // so that it can go next.
+            let end = if shared.control_pending.load(Relaxed) && boundary > pos {
+                boundary
+            } else {
+                spare.len()
+            };
             let n = tokio::select! {
                 biased;
                 () = shared.cancel.cancelled() => return Ok(()),
-                r = io.write(&spare[pos..]) => r?,
+                r = io.write(&spare[pos..end]) => r?,
             };
             if n == 0 {
                 return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
@@ -367,14 +432,121 @@ async fn drive<W: AsyncWrite + Unpin>(
             () = shared.cancel.cancelled() => return Ok(()),
             r = io.flush() => r?,
         }
-        shared
-            .stats
-            .record_write(frames, spare.len() as u64, writes);
+        shared.stats.record_write(frames, bytes, writes);
         spare.clear();
         if close {
             // Half-close: the peer reads our Close, then EOF.
             let _ = io.shutdown().await;
             return Ok(());
         }
+    }
+}
+
+/// Writes all of `buf`; false if the connection was cancelled meanwhile.
+async fn write_all<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    shared: &Shared,
+    buf: &[u8],
+    writes: &mut u64,
+) -> Result<bool, TransportError> {
+    let mut pos = 0;
+    while pos < buf.len() {
+        let n = tokio::select! {
+            biased;
+            () = shared.cancel.cancelled() => return Ok(false),
+            r = io.write(&buf[pos..]) => r?,
+        };
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+        }
+        pos += n;
+        *writes += 1;
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc as StdArc;
+
+    use bytes::BytesMut;
+
+    use tokio::sync::mpsc;
+
+    use crate::{
+        Established, PeerInfo, TransportConfig, conn::Connection, frame::FrameKind,
+        pool::BufferPool, reader::Handler,
+    };
+
+    /// Forwards heartbeat acks to the test.
+    struct Acks(mpsc::UnboundedSender<Vec<u8>>);
+
+    impl Handler for Acks {
+        fn on_frame(&mut self, _: crate::Frame) {}
+        fn on_heartbeat_ack(&mut self, body: &[u8]) {
+            let _ = self.0.send(body.to_vec());
+        }
+    }
+
+    fn established(
+        stream: tokio::io::DuplexStream,
+        config: &StdArc<TransportConfig>,
+    ) -> Established<tokio::io::DuplexStream> {
+        Established {
+            stream,
+            leftover: BytesMut::new(),
+            peer: PeerInfo {
+                addr: "peer".into(),
+                uid: 1,
+                socket_addr: "127.0.0.1:1".parse().expect("literal"),
+            },
+            config: config.clone(),
+            pool: BufferPool::new(64 * 1024, 4),
+        }
+    }
+
+    /// 50 MB of user frames are queued, the writer is busy with them, and a
+    /// heartbeat is queued after: the peer answers it long before it has
+    /// read the user data, because the writer lets the control lane overtake
+    /// at the next frame boundary.
+    #[tokio::test]
+    async fn heartbeat_overtakes_fifty_megabytes_of_queued_user_data() {
+        const FRAME: usize = 1024;
+        const FRAMES: usize = 50 * 1024;
+        let mut config = TransportConfig::default();
+        config.set_queue_capacity(64 * 1024 * 1024);
+        let config = StdArc::new(config);
+        let (a_io, b_io) = tokio::io::duplex(64 * 1024);
+        let (ack_tx, mut ack_rx) = mpsc::unbounded_channel();
+        let a: Connection = established(a_io, &config).start(Acks(ack_tx));
+        let (_b, mut b_in) = established(b_io, &config).start_channel(1);
+        let sender = a.sender();
+        for _ in 0..FRAMES {
+            sender
+                .try_send_with(FrameKind::Message, |b| b.extend_from_slice(&[7u8; FRAME]))
+                .map_err(|_| "room for 50 MB")
+                .expect("capacity is 64 MB");
+        }
+        // Let the writer take the whole batch and start writing it.
+        while sender.queued_bytes() > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(sender.send_heartbeat(b"hb-1"));
+        let mut received = 0usize;
+        let ack = loop {
+            tokio::select! {
+                biased;
+                ack = ack_rx.recv() => break ack.expect("a's handler lives"),
+                f = b_in.recv() => {
+                    f.expect("b receives");
+                    received += 1;
+                }
+            }
+        };
+        assert_eq!(ack, b"hb-1");
+        assert!(
+            received < FRAMES / 10,
+            "the ack came after {received} of {FRAMES} user frames"
+        );
     }
 }
