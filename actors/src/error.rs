@@ -20,12 +20,18 @@ pub enum SerializationError {
         /// Bytes given.
         len: usize,
     },
-    /// The encoded message exceeds the frame limit; it was not sent.
+    /// The encoded message exceeds the size limit; it was not sent and the
+    /// link is unaffected. Bincode-encoded messages are refused as soon as
+    /// they cross the limit, without being serialized whole. Send less per
+    /// message, or raise the limit on both nodes.
     #[error("message of {size} bytes exceeds the limit of {limit} bytes")]
     TooLarge {
-        /// Encoded size.
+        /// Encoded size, envelope included. For a message refused while it
+        /// was being encoded, the size it had reached when it crossed the
+        /// limit (a lower bound).
         size: usize,
-        /// The maximum frame size.
+        /// The limit: the maximum frame size, or the maximum message size
+        /// for messages sent on the large-message lane.
         limit: usize,
     },
 }

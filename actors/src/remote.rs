@@ -53,7 +53,7 @@ use crate::{
     mailbox::Refused,
     net::Net,
     path::ActorPath,
-    serialization::{Bincode, RemoteMessage, Serializer, manifest_id},
+    serialization::{Bincode, RemoteMessage, Serializer, manifest_id, with_encode_limit},
     system::SystemInner,
     watch::WatchSink,
 };
@@ -207,8 +207,14 @@ impl Association {
         }
     }
 
+    /// Envelope bytes around a payload to `r`, at most (when the envelope
+    /// defines the recipient's id).
+    fn envelope_overhead(r: &Recipient) -> usize {
+        ENV_HEADER + 2 + r.path.elements().len()
+    }
+
     fn check_size(&self, r: &Recipient, payload: usize) -> Result<(), TellError> {
-        let size = ENV_HEADER + 2 + r.path.elements().len() + payload;
+        let size = Self::envelope_overhead(r) + payload;
         if size > self.max_frame {
             return Err(TellError::Serialization(SerializationError::TooLarge {
                 size,
@@ -216,6 +222,31 @@ impl Association {
             }));
         }
         Ok(())
+    }
+
+    /// Serializes with `encode` into `out` (cleared first), refusing a
+    /// message that cannot fit in a frame as soon as it crosses the limit
+    /// (see [`with_encode_limit`]), so a huge message is never serialized
+    /// whole.
+    fn encode_bounded(
+        &self,
+        r: &Recipient,
+        out: &mut BytesMut,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), SerializationError>,
+    ) -> Result<(), TellError> {
+        out.clear();
+        let overhead = Self::envelope_overhead(r);
+        let room = self.max_frame.saturating_sub(overhead);
+        match with_encode_limit(room, || encode(out)) {
+            Ok(()) => self.check_size(r, out.len()),
+            Err(SerializationError::TooLarge { size, .. }) => {
+                Err(TellError::Serialization(SerializationError::TooLarge {
+                    size: size + overhead,
+                    limit: self.max_frame,
+                }))
+            }
+            Err(e) => Err(TellError::Serialization(e)),
+        }
     }
 
     /// Remote `tell`: never waits.
@@ -227,9 +258,7 @@ impl Association {
     ) -> Result<(), TellError> {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
-            scratch.clear();
-            encode(&mut scratch).map_err(TellError::Serialization)?;
-            self.check_size(r, scratch.len())?;
+            self.encode_bounded(r, &mut scratch, encode)?;
             let mut st = lock(&self.state);
             if let LinkState::Up(link) = &*st {
                 let res = link.sender.try_send_with(FrameKind::Message, |b| {
@@ -285,7 +314,7 @@ impl Association {
         encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
     ) -> Result<(), TellError> {
         let mut payload = BytesMut::new();
-        encode(&mut payload).map_err(TellError::Serialization)?;
+        self.encode_bounded(r, &mut payload, encode)?;
         let payload = payload.freeze();
         loop {
             let link = match &*lock(&self.state) {

@@ -7,7 +7,11 @@
 //! [`RemoteMessage::encode`] and [`RemoteMessage::decode`] with another
 //! [`Serializer`].
 
-use std::{cell::RefCell, fmt, ops::Deref};
+use std::{
+    cell::{Cell, RefCell},
+    fmt,
+    ops::Deref,
+};
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
@@ -53,12 +57,52 @@ const CONFIG: bincode::config::Configuration<
     bincode::config::Limit<DECODE_LIMIT>,
 > = bincode::config::standard().with_limit::<DECODE_LIMIT>();
 
-struct BufWriter<'a>(&'a mut BytesMut);
+thread_local! {
+    /// The most bytes [`Bincode::serialize`] may leave in its output buffer
+    /// on this thread; `usize::MAX` (no limit) except inside
+    /// [`with_encode_limit`].
+    static ENCODE_LIMIT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// Runs `f` with [`Bincode::serialize`] on this thread refusing to grow its
+/// output buffer past `limit` bytes: a message too large to send is
+/// refused with [`SerializationError::TooLarge`] as soon as it crosses the
+/// limit, without serializing (and allocating) the rest of it. Custom
+/// [`RemoteMessage::encode`] implementations that do not use [`Bincode`]
+/// are not bounded this way; their size is checked after encoding.
+pub(crate) fn with_encode_limit<T>(limit: usize, f: impl FnOnce() -> T) -> T {
+    let prev = ENCODE_LIMIT.with(|l| l.replace(limit));
+    // Restore even if `f` panics (a user `Serialize` impl may).
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ENCODE_LIMIT.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(prev);
+    f()
+}
+
+/// The error bincode's writer returns when the limit is crossed; mapped to
+/// [`SerializationError::TooLarge`].
+const OVER_LIMIT: &str = "message exceeds the encode limit";
+
+struct BufWriter<'a> {
+    out: &'a mut BytesMut,
+    limit: usize,
+    /// The size the output would have reached when it crossed the limit.
+    over: &'a Cell<usize>,
+}
 
 impl bincode::enc::write::Writer for BufWriter<'_> {
     #[inline]
     fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
-        self.0.extend_from_slice(bytes);
+        let len = self.out.len().saturating_add(bytes.len());
+        if len > self.limit {
+            self.over.set(len);
+            return Err(bincode::error::EncodeError::Other(OVER_LIMIT));
+        }
+        self.out.extend_from_slice(bytes);
         Ok(())
     }
 }
@@ -69,8 +113,24 @@ impl Serializer for Bincode {
         value: &T,
         out: &mut BytesMut,
     ) -> Result<(), SerializationError> {
-        bincode::serde::encode_into_writer(value, BufWriter(out), CONFIG)
-            .map_err(|e| SerializationError::Encode(e.to_string()))
+        let limit = ENCODE_LIMIT.with(Cell::get);
+        let over = Cell::new(0);
+        let start = out.len();
+        let writer = BufWriter {
+            out,
+            limit,
+            over: &over,
+        };
+        bincode::serde::encode_into_writer(value, writer, CONFIG).map_err(|e| {
+            out.truncate(start);
+            match e {
+                bincode::error::EncodeError::Other(OVER_LIMIT) => SerializationError::TooLarge {
+                    size: over.get(),
+                    limit,
+                },
+                e => SerializationError::Encode(e.to_string()),
+            }
+        })
     }
 
     fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
@@ -333,6 +393,34 @@ mod tests {
         // Without a frame it copies.
         let m: M = Bincode.deserialize(&frame).unwrap();
         assert!(!inside.contains(&(m.1.as_ptr() as usize)));
+    }
+
+    #[test]
+    fn encode_limit_refuses_without_serializing_the_rest() {
+        // 64 MiB of zeroes, encoded field by field: refused at the first
+        // write past 1 KiB, so the buffer never grows beyond the limit.
+        let big = Msg {
+            id: 1,
+            data: vec![0; 64 << 20],
+        };
+        let mut out = BytesMut::new();
+        let err = with_encode_limit(1024, || Bincode.serialize(&big, &mut out)).unwrap_err();
+        assert!(
+            matches!(err, SerializationError::TooLarge { size, limit: 1024 } if size > 1024 && size < 2048),
+            "{err}"
+        );
+        assert!(out.is_empty(), "nothing is left behind");
+        assert!(out.capacity() < 4096, "the rest was never serialized");
+        // Outside the scope the limit is gone again.
+        Bincode
+            .serialize(
+                &Msg {
+                    id: 2,
+                    data: vec![0; 2000],
+                },
+                &mut out,
+            )
+            .unwrap();
     }
 
     #[test]

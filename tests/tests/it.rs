@@ -10,6 +10,7 @@ mod it {
     mod bad_input;
     mod close;
     mod control;
+    mod limits;
     mod ordering;
     mod tls;
 }
