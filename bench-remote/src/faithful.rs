@@ -180,7 +180,7 @@ impl SenderActor {
             Step::Finished(mut o) => {
                 o.per_message = self.per_message.take();
                 if let Some(tx) = self.done.take() {
-                    let _ = tx.send(Ok(o));
+                    let _ = tx.send(Ok(*o));
                 }
                 Ok(true)
             }

@@ -133,7 +133,7 @@ pub enum Step {
     /// Nothing to send until the next echo.
     Wait,
     /// The run is over.
-    Finished(Outcome),
+    Finished(Box<Outcome>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,13 +264,13 @@ impl Pattern {
                 if self.verbose {
                     self.report.print_summary(elapsed);
                 }
-                Ok(Step::Finished(Outcome {
+                Ok(Step::Finished(Box::new(Outcome {
                     elapsed,
                     msgs_per_sec: self.shape.messages as f64 / elapsed.as_secs_f64(),
                     report: self.report.clone(),
                     received: echo.received.saturating_sub(self.received_at_start),
                     per_message: None,
-                }))
+                })))
             }
             (phase, kind) => bail!("unexpected {kind:?} echo in phase {phase:?}"),
         }
@@ -314,7 +314,7 @@ pub async fn drive<L: Link>(link: &mut L, shape: Shape, verbose: bool) -> Result
                 }
             }
             Step::Wait => {}
-            Step::Finished(o) => return Ok(o),
+            Step::Finished(o) => return Ok(*o),
         }
         step = p.on_echo(link.recv_marker().await?)?;
     }

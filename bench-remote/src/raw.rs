@@ -70,11 +70,9 @@ impl Handler for Echo {
         if frame.body.first() == Some(&TAG_MARKER) {
             let sender = self.sender.as_ref().expect("on_start runs first");
             if self.pending.is_empty() {
-                match sender.try_send(frame) {
-                    Ok(()) => return,
-                    Err(TrySendError::Full(f)) => self.pending.push(f.body),
-                    // Closed: the sender side is gone, nothing to echo to.
-                    Err(_) => {}
+                // Closed: the sender side is gone, nothing to echo to.
+                if let Err(TrySendError::Full(f)) = sender.try_send(frame) {
+                    self.pending.push(f.body);
                 }
             } else {
                 self.pending.push(frame.body);
