@@ -23,6 +23,12 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time a graceful close waits for the queue to drain.
 pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default most inbound connections an endpoint holds at once, handshaking
+/// or established: 1024. A cluster node talks to one connection per peer
+/// node, so this is far above a legitimate load, and it bounds what a
+/// connection flood can make the node hold (one task and about two
+/// read/write buffers per connection).
+pub const DEFAULT_MAX_INBOUND_CONNECTIONS: usize = 1024;
 
 /// Settings for an [`Endpoint`](crate::Endpoint) and its connections.
 ///
@@ -47,6 +53,7 @@ pub struct TransportConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) accept_backlog: u32,
+    pub(crate) max_inbound_connections: usize,
     pub(crate) shared_secret: Option<SharedSecret>,
 }
 
@@ -64,6 +71,7 @@ impl Default for TransportConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
             accept_backlog: 1024,
+            max_inbound_connections: DEFAULT_MAX_INBOUND_CONNECTIONS,
             shared_secret: None,
         }
     }
@@ -153,6 +161,20 @@ impl TransportConfig {
         self
     }
 
+    /// Most inbound connections held at once, counting those still in their
+    /// handshake. Default 1024 ([`DEFAULT_MAX_INBOUND_CONNECTIONS`]). A
+    /// connection over the limit is closed as soon as it is accepted,
+    /// logged, and reported by [`Endpoint::accept`](crate::Endpoint::accept)
+    /// as [`TransportError::TooManyConnections`](crate::TransportError::TooManyConnections);
+    /// its slot frees when a connection ends (or its handshake fails or
+    /// times out, see [`set_handshake_timeout`](Self::set_handshake_timeout)).
+    /// Outbound connections are not counted. Cost: one semaphore permit per
+    /// connection.
+    pub fn set_max_inbound_connections(&mut self, n: usize) -> &mut Self {
+        self.max_inbound_connections = n;
+        self
+    }
+
     /// Requires every peer to prove it knows `secret` during the handshake
     /// (HMAC-SHA256 over both sides' fresh nonces; the secret is never
     /// sent). Default `None`: no proof asked or given. Both nodes must
@@ -181,6 +203,11 @@ impl TransportConfig {
         self.handshake_timeout
     }
 
+    /// The most inbound connections held at once.
+    pub fn max_inbound_connections(&self) -> usize {
+        self.max_inbound_connections
+    }
+
     /// Checks every setting.
     ///
     /// # Errors
@@ -191,6 +218,7 @@ impl TransportConfig {
             ("queue_capacity", self.queue_capacity),
             ("write_buffer_size", self.write_buffer_size),
             ("read_buffer_size", self.read_buffer_size),
+            ("max_inbound_connections", self.max_inbound_connections),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero { name });

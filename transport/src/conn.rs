@@ -227,6 +227,9 @@ pub struct Established<T> {
     pub(crate) peer: PeerInfo,
     pub(crate) config: Arc<TransportConfig>,
     pub(crate) pool: BufferPool,
+    /// An inbound connection's slot under the endpoint's
+    /// `max_inbound_connections`; released when the connection ends.
+    pub(crate) permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<T> fmt::Debug for Established<T> {
@@ -258,6 +261,7 @@ where
             peer,
             config,
             pool,
+            permit,
         } = self;
         let (rd, wr) = tokio::io::split(stream);
         let shared = Arc::new(Shared {
@@ -315,6 +319,8 @@ where
                     tracing::warn!(dropped, "connection ended with queued frames unsent");
                 }
                 shared.set_reason(CloseReason::Lost);
+                // Free the inbound slot before anyone can see the end.
+                drop(permit);
                 tracing::debug!(reason = %shared.reason().expect("set just above"), "connection closed");
                 shared.cancel.cancel();
                 shared.done.cancel();

@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{TcpListener, TcpSocket, TcpStream},
-    sync::{Mutex, mpsc},
+    sync::{Mutex, Semaphore, mpsc},
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -310,6 +310,7 @@ impl<S: Security> Inner<S> {
             },
             config: self.config.clone(),
             pool: self.pool.clone(),
+            permit: None,
         }
     }
 
@@ -446,6 +447,8 @@ async fn accept_loop<S: Security>(
     inner: Arc<Inner<S>>,
     tx: mpsc::Sender<Accepted<S>>,
 ) {
+    let limit = inner.config.max_inbound_connections;
+    let slots = Arc::new(Semaphore::new(limit));
     loop {
         let (stream, peer) = tokio::select! {
             () = inner.cancel.cancelled() => return,
@@ -459,6 +462,15 @@ async fn accept_loop<S: Security>(
                 }
             },
         };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            // Over the limit: close before reading anything, so a flood
+            // costs one accept and one close per connection.
+            drop(stream);
+            tracing::warn!(%peer, limit, "too many inbound connections; connection closed");
+            let error = TransportError::TooManyConnections { limit };
+            let _ = tx.try_send(Err(AcceptError { peer, error }));
+            continue;
+        };
         let inner2 = inner.clone();
         let tx = tx.clone();
         inner.tasks.spawn(async move {
@@ -470,7 +482,8 @@ async fn accept_loop<S: Security>(
                 r = inner2.accepted(stream, peer) => r,
             };
             match res {
-                Ok(est) => {
+                Ok(mut est) => {
+                    est.permit = Some(permit);
                     tracing::debug!(%peer, uid = est.peer.uid, addr = %est.peer.addr, "inbound connection established");
                     let _ = tx.send(Ok(est)).await;
                 }

@@ -200,6 +200,16 @@ pub enum TransportError {
     /// a peer that does not speak TLS).
     #[error("tls: {0}")]
     Tls(#[from] TlsError),
+    /// An inbound connection arrived while the endpoint already held its
+    /// maximum of inbound connections (handshaking or established); it was
+    /// closed at once, before any byte was read. Raise
+    /// [`TransportConfig::set_max_inbound_connections`](crate::TransportConfig::set_max_inbound_connections)
+    /// if that many peers are legitimate.
+    #[error("too many inbound connections (limit {limit}); connection closed")]
+    TooManyConnections {
+        /// The configured maximum.
+        limit: usize,
+    },
     /// A connect attempt did not finish within the connect timeout.
     #[error("connect to {addr} timed out after {after:?}")]
     ConnectTimeout {

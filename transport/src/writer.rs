@@ -294,6 +294,38 @@ impl Sender {
     pub fn is_closed(&self) -> bool {
         self.lock().state != OutState::Open
     }
+
+    /// Waits until the writer has taken everything queued so far (handed it
+    /// to the socket), or the connection is closing. For bulk senders that
+    /// pace themselves: queue one chunk, wait, queue the next, so that
+    /// frames other senders queue meanwhile go out between two chunks
+    /// instead of behind all of them.
+    pub async fn wait_taken(&self) {
+        loop {
+            // Register before checking, so a swap in between is not missed.
+            let notified = self.shared.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut q = self.lock();
+                if q.buf.is_empty() || q.state != OutState::Open {
+                    return;
+                }
+                // The writer notifies `space` when it takes the queue.
+                q.space_waiters = true;
+            }
+            notified.await;
+        }
+    }
+
+    /// Ends the connection at once: queued frames are dropped (and
+    /// counted), the reader stops, and the connection's close reason is
+    /// `Local(reason)`. For handlers that find the peer misbehaving.
+    pub fn abort(&self, reason: &str) {
+        tracing::warn!(peer = %self.shared.peer.socket_addr, reason, "aborting connection");
+        self.shared
+            .abort(crate::conn::CloseReason::Local(reason.to_owned()));
+    }
 }
 
 enum Step {

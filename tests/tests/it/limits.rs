@@ -2,9 +2,12 @@
 //! to the sender with a typed error, and the link keeps working.
 
 use actors::{Actor, Ctx, RemoteMessage, SendError, SerializationError, SharedBytes};
-use integration_tests::{actor_path, actor_system, within};
+use integration_tests::{
+    actor_path, actor_system, assert_round_trip, connect, endpoint, raw_connect, within,
+};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::{io::AsyncReadExt, sync::mpsc};
+use transport::{Frame, TransportConfig, TransportError};
 
 /// A byte blob; `SharedBytes` encodes as one length and one write.
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,4 +71,49 @@ async fn oversized_tell_is_refused_with_sizes_and_the_link_stays_up() {
     sink.tell(Blob(vec![2; 10].into())).expect("room");
     assert_eq!(within("blob after refusal", sizes.recv()).await, Some(10));
     assert_eq!(b.dead_letters(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbound_connections_over_the_limit_are_closed_at_once() {
+    let mut config = TransportConfig::default();
+    config.set_max_inbound_connections(2);
+    let server = endpoint(config).await;
+    let client = endpoint(TransportConfig::default()).await;
+    let (c1, _c1_in, _s1, mut s1_in) = connect(&client, &server).await;
+    let (_c2, _c2_in, s2, _s2_in) = connect(&client, &server).await;
+
+    // A third connection is accepted by the kernel, then closed by the
+    // endpoint before it reads or writes a byte.
+    let mut raw = raw_connect(server.local_addr()).await;
+    let err = match within("accept error", server.accept()).await {
+        Some(Err(e)) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(err.peer, raw.local_addr().unwrap());
+    assert!(
+        matches!(err.error, TransportError::TooManyConnections { limit: 2 }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("too many inbound connections (limit 2)"),
+        "{err}"
+    );
+    let mut b = [0u8; 16];
+    let n = within("refused stream ends", raw.read(&mut b))
+        .await
+        .expect("a clean close");
+    assert_eq!(n, 0, "nothing is sent to a refused connection");
+
+    // Established connections are unaffected.
+    c1.send(Frame::message(&b"still here"[..])).await.unwrap();
+    let got = within("frame on an established link", s1_in.recv())
+        .await
+        .expect("arrives");
+    assert_eq!(&got.body[..], b"still here");
+
+    // Ending one frees its slot for a new peer.
+    s2.abort("free a slot");
+    within("closed", s2.closed()).await;
+    assert_round_trip(&client, &server).await;
 }
