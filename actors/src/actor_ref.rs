@@ -367,7 +367,10 @@ impl<M: Send + 'static> ActorRef<M> {
         // The common case, room in the mailbox or link, needs no future
         // state beyond this call.
         match self.tell(msg) {
-            Err(SendError::MailboxFull(msg)) => self.send_slow(msg).await,
+            // Boxed so that `send` futures (held inside every handler that
+            // sends) stay small: the slow path allocates, the fast path copies
+            // no large future state.
+            Err(SendError::MailboxFull(msg)) => Box::pin(self.send_slow(msg)).await,
             other => other,
         }
     }
