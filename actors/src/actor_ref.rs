@@ -352,6 +352,7 @@ impl<M: Send + 'static> ActorRef<M> {
             {
                 Ok(()) => Ok(()),
                 Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
+                Err(TellError::Gone) => Err(self.gone(msg, "its node's incarnation is quarantined")),
                 Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
             },
             Inner::Dead(..) => Err(self.gone(msg, "no such actor")),
@@ -394,6 +395,9 @@ impl<M: Send + 'static> ActorRef<M> {
                 {
                     Ok(()) => Ok(()),
                     Err(TellError::Full) => unreachable!("send waits instead of reporting full"),
+                    Err(TellError::Gone) => {
+                        Err(self.gone(msg, "its node's incarnation is quarantined"))
+                    }
                     Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
                 }
             }
@@ -469,7 +473,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Promise(p) => {
                 p.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
             }
-            Inner::Remote(r) => r.recipient.assoc.send_stop(&r.recipient.path),
+            Inner::Remote(r) => r.recipient.assoc.send_stop(&r.recipient),
             Inner::Dead(..) => {}
         }
     }
@@ -492,7 +496,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 path: p.path.clone(),
                 reason: StopReason::NotFound,
             }),
-            Inner::Remote(r) => r.recipient.assoc.watch(&r.recipient.path, sink),
+            Inner::Remote(r) => r.recipient.assoc.watch(&r.recipient, sink),
             Inner::Dead(p, _) => sink.deliver(crate::Terminated {
                 path: p.clone(),
                 reason: StopReason::NotFound,

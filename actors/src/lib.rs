@@ -72,6 +72,7 @@ mod error;
 mod mailbox;
 mod net;
 mod path;
+mod failure;
 mod remote;
 mod serialization;
 mod system;
@@ -80,12 +81,14 @@ mod watch;
 pub use actor::{Actor, Ctx, StopReason, Terminated};
 pub use actor_ref::ActorRef;
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
+pub use failure::RemoteEvent;
 pub use path::ActorPath;
 pub use serialization::{
     Bincode, DECODE_LIMIT, RemoteMessage, Serializer, SharedBytes, manifest_id,
 };
 pub use system::{
-    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
+    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_SYSTEM_MESSAGE_BUFFER, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
     SystemConfig,
 };
+pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;

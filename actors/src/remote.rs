@@ -26,22 +26,24 @@
 use std::{
     any::Any,
     cell::RefCell,
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     marker::PhantomData,
     net::SocketAddr,
     pin::Pin,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError, Weak,
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use transport::{
+    Backoff, Heartbeater,
     CloseReason, ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Sender, Tls,
     TlsConfig, TransportConfig, TransportError, TrySendError,
 };
@@ -50,11 +52,12 @@ use crate::{
     actor::{StopReason, Terminated},
     actor_ref::{ActorRef, RemoteRef},
     error::{ResolveError, SerializationError, SystemError},
+    failure::{Receive, RemoteEvent, SysIn, SysOut},
     mailbox::Refused,
     net::Net,
     path::ActorPath,
     serialization::{Bincode, RemoteMessage, Serializer, manifest_id, with_encode_limit},
-    system::SystemInner,
+    system::{SystemConfig, SystemInner},
     watch::WatchSink,
 };
 
@@ -84,6 +87,9 @@ pub(crate) trait RemoteTarget: Send + Sync + 'static {
 /// Why a remote tell failed.
 pub(crate) enum TellError {
     Full,
+    /// The recipient's incarnation is quarantined (its node restarted or
+    /// shut down): the message is a dead letter.
+    Gone,
     Serialization(SerializationError),
 }
 
@@ -92,6 +98,8 @@ pub(crate) enum TellError {
 pub(crate) struct Recipient {
     pub(crate) path: ActorPath,
     pub(crate) assoc: Arc<Association>,
+    /// The incarnation of its node this ref was made for; 0 if unknown.
+    uid: u64,
     /// `(link generation << 32) | id`; 0 when not yet defined on any link.
     compressed: AtomicU64,
 }
@@ -112,6 +120,14 @@ enum SysWire {
     Terminated { watch_id: u64, reason: StopReason },
     /// Stop the actor at `path`.
     Stop { path: String },
+    /// A system message (`Watch`, `Terminated`, `Stop`, encoded) delivered
+    /// exactly once, in order: number `seq` of the sender's stream `epoch`.
+    Reliable { epoch: u64, seq: u64, body: Vec<u8> },
+    /// Everything up to `seq` of stream `epoch` has been delivered.
+    Ack { epoch: u64, seq: u64 },
+    /// The sender's system is shutting down: do not wait for the failure
+    /// detector.
+    Shutdown,
 }
 
 enum Pending {
@@ -124,6 +140,10 @@ struct Link {
     sender: Sender,
     generation: u32,
     next_id: Arc<AtomicU32>,
+    /// The peer incarnation at the other end.
+    uid: u64,
+    /// This node dialed the connection.
+    dialed: bool,
 }
 
 enum LinkState {
@@ -148,6 +168,31 @@ pub(crate) struct Association {
     next_req: AtomicU64,
     pending_capacity: usize,
     max_frame: usize,
+    /// The peer's current incarnation; 0 until one has answered.
+    peer_uid: AtomicU64,
+    /// Incarnations that restarted, shut down or overflowed: never talked
+    /// to again.
+    quarantined: Mutex<HashSet<u64>>,
+    sys_out: Mutex<SysOut>,
+    sys_in: Mutex<SysIn>,
+    life: Mutex<Life>,
+    /// A connect attempt is in flight.
+    connecting: AtomicBool,
+    local_node: Arc<str>,
+}
+
+/// Liveness of the peer: heartbeat schedule, failure detector, reconnect
+/// backoff. Driven by [`keep`], once per heartbeat interval.
+struct Life {
+    hb: Heartbeater,
+    /// The detector is armed (a link came up, or a watch waits).
+    monitoring: bool,
+    /// The detector fired and no heartbeat has been answered since.
+    unreachable: bool,
+    backoff: Backoff,
+    /// No connect attempt before this.
+    next_connect: Instant,
+    last_resend: Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,6 +204,23 @@ thread_local! {
     /// Where `tell` serializes before taking any lock; reused, so the hot
     /// path does not allocate.
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(4096));
+}
+
+/// A `Reliable` system frame carrying `body` as number `seq` of `epoch`.
+fn reliable_frame(epoch: u64, seq: u64, body: &[u8]) -> Frame {
+    let mut out = BytesMut::new();
+    let msg = SysWire::Reliable {
+        epoch,
+        seq,
+        body: body.to_vec(),
+    };
+    if let Err(e) = Bincode.serialize(&msg, &mut out) {
+        tracing::error!(error = %e, "system message does not encode");
+    }
+    Frame {
+        kind: FrameKind::System,
+        body: out.freeze(),
+    }
 }
 
 /// Appends the envelope for `payload` to `b`, defining the recipient's id
@@ -189,10 +251,27 @@ impl Association {
     fn new(
         node: Arc<str>,
         system: Weak<SystemInner>,
-        pending_capacity: usize,
-        max_frame: usize,
+        config: &SystemConfig,
+        local_node: Arc<str>,
     ) -> Self {
+        let now = Instant::now();
+        let pending_capacity = config.pending_capacity;
+        let max_frame = config.transport.max_frame_size();
         Self {
+            peer_uid: AtomicU64::new(0),
+            quarantined: Mutex::new(HashSet::new()),
+            sys_out: Mutex::new(SysOut::new(config.system_buffer)),
+            sys_in: Mutex::new(SysIn::default()),
+            life: Mutex::new(Life {
+                hb: Heartbeater::new(config.heartbeat.clone(), now),
+                monitoring: false,
+                unreachable: false,
+                backoff: config.backoff.clone(),
+                next_connect: now,
+                last_resend: now,
+            }),
+            connecting: AtomicBool::new(false),
+            local_node,
             node,
             system,
             state: Mutex::new(LinkState::Idle),
@@ -261,6 +340,9 @@ impl Association {
             self.encode_bounded(r, &mut scratch, encode)?;
             let mut st = lock(&self.state);
             if let LinkState::Up(link) = &*st {
+                if r.uid != link.uid && r.uid != 0 {
+                    return Err(TellError::Gone);
+                }
                 let res = link.sender.try_send_with(FrameKind::Message, |b| {
                     write_envelope(b, r, link, manifest, &scratch)
                 });
@@ -275,6 +357,9 @@ impl Association {
                     // The link just died: reconnect below, keeping this message.
                     Err(_) => *st = LinkState::Idle,
                 }
+            }
+            if r.uid != 0 && lock(&self.quarantined).contains(&r.uid) {
+                return Err(TellError::Gone);
             }
             match &mut *st {
                 LinkState::Up(_) => unreachable!("handled above"),
@@ -322,6 +407,7 @@ impl Association {
                 _ => None,
             };
             match link {
+                Some(link) if r.uid != link.uid && r.uid != 0 => return Err(TellError::Gone),
                 Some(link) => {
                     let l2 = link.clone();
                     if link
@@ -391,25 +477,253 @@ impl Association {
     }
 
     pub(crate) fn send_terminated(self: &Arc<Self>, watch_id: u64, t: &Terminated) {
-        self.send_system(&SysWire::Terminated {
+        self.send_reliable(&SysWire::Terminated {
             watch_id,
             reason: t.reason.clone(),
         });
     }
 
-    pub(crate) fn send_stop(self: &Arc<Self>, path: &ActorPath) {
-        self.send_system(&SysWire::Stop {
-            path: path.elements().to_owned(),
+    pub(crate) fn send_stop(self: &Arc<Self>, r: &Recipient) {
+        if self.is_quarantined(r.uid) {
+            return;
+        }
+        self.send_reliable(&SysWire::Stop {
+            path: r.path.elements().to_owned(),
         });
     }
 
-    pub(crate) fn watch(self: &Arc<Self>, path: &ActorPath, sink: WatchSink) {
+    pub(crate) fn watch(self: &Arc<Self>, r: &Recipient, sink: WatchSink) {
+        if self.is_quarantined(r.uid) {
+            return sink.deliver(Terminated {
+                path: r.path.clone(),
+                reason: StopReason::NodeUnreachable(format!(
+                    "incarnation {:#x} of {} is quarantined",
+                    r.uid, self.node
+                )),
+            });
+        }
         let watch_id = self.next_req.fetch_add(1, Ordering::Relaxed);
-        lock(&self.watches).insert(watch_id, (path.clone(), sink));
-        self.send_system(&SysWire::Watch {
-            path: path.elements().to_owned(),
+        lock(&self.watches).insert(watch_id, (r.path.clone(), sink));
+        self.arm_detector();
+        self.send_reliable(&SysWire::Watch {
+            path: r.path.elements().to_owned(),
             watch_id,
         });
+    }
+
+    fn is_quarantined(&self, uid: u64) -> bool {
+        uid != 0 && lock(&self.quarantined).contains(&uid)
+    }
+
+    fn emit(&self, event: RemoteEvent) {
+        if let Some(sys) = self.system.upgrade() {
+            let _ = sys.events.send(event);
+        }
+    }
+
+    /// Queues a system message for exactly-once delivery: numbered, kept
+    /// until acknowledged, resent after a reconnect or when unacknowledged
+    /// for a heartbeat interval. A full buffer quarantines the peer.
+    fn send_reliable(self: &Arc<Self>, msg: &SysWire) {
+        let mut body = BytesMut::new();
+        if let Err(e) = Bincode.serialize(msg, &mut body) {
+            tracing::error!(error = %e, "system message does not encode");
+            return;
+        }
+        let body = body.freeze();
+        let mut out = lock(&self.sys_out);
+        let seq = match out.push(body.clone()) {
+            Ok(seq) => seq,
+            Err(overflow) => {
+                drop(out);
+                let uid = self.peer_uid.load(Ordering::Relaxed);
+                tracing::error!(node = %self.node, uid, capacity = overflow.capacity, "system message buffer overflowed: the peer acknowledged none of the last {} system messages; quarantining it", overflow.capacity);
+                self.quarantine(
+                    uid,
+                    &format!(
+                        "system message buffer overflowed ({} unacknowledged)",
+                        overflow.capacity
+                    ),
+                );
+                return;
+            }
+        };
+        let frame = reliable_frame(out.epoch(), seq, &body);
+        let up = match &*lock(&self.state) {
+            LinkState::Up(link) => {
+                // Full: the resend timer sends it later, in order.
+                let _ = link.sender.try_send(frame);
+                true
+            }
+            _ => false,
+        };
+        drop(out);
+        if !up {
+            self.ensure_connecting();
+        }
+    }
+
+    /// Resends every unacknowledged system message on the current link.
+    fn resend_unacked(&self) {
+        let out = lock(&self.sys_out);
+        if out.len() == 0 {
+            return;
+        }
+        let st = lock(&self.state);
+        let LinkState::Up(link) = &*st else { return };
+        for (seq, body) in out.unacked() {
+            if link
+                .sender
+                .try_send(reliable_frame(out.epoch(), *seq, body))
+                .is_err()
+            {
+                break;
+            }
+        }
+    }
+
+    /// Starts connecting if nothing is (and the backoff allows).
+    fn ensure_connecting(self: &Arc<Self>) {
+        {
+            let mut st = lock(&self.state);
+            if matches!(*st, LinkState::Idle) {
+                *st = LinkState::Connecting {
+                    pending: VecDeque::new(),
+                };
+            }
+        }
+        self.spawn_connect();
+    }
+
+    /// Arms the failure detector (a watch waits on this node).
+    fn arm_detector(&self) {
+        let mut life = lock(&self.life);
+        if !life.monitoring && !life.unreachable {
+            life.monitoring = true;
+            life.hb.reset(Instant::now());
+        }
+    }
+
+    /// A heartbeat ack for `seq` arrived on one of this node's links.
+    fn on_heartbeat_ack(&self, seq: u64) {
+        let now = Instant::now();
+        let mut life = lock(&self.life);
+        life.hb.handle_ack(now, seq);
+        if life.unreachable {
+            life.unreachable = false;
+            life.monitoring = true;
+            life.hb.reset(now);
+            drop(life);
+            let uid = self.peer_uid.load(Ordering::Relaxed);
+            tracing::info!(node = %self.node, uid, "node reachable again");
+            self.emit(RemoteEvent::Reachable {
+                node: self.node.to_string(),
+                uid,
+            });
+        }
+    }
+
+    /// One heartbeat tick: send a heartbeat, consult the detector, reconnect
+    /// when due, resend unacknowledged system messages. Returns when to run
+    /// again.
+    fn tick(self: &Arc<Self>, now: Instant) -> Instant {
+        let link = match &*lock(&self.state) {
+            LinkState::Up(l) => Some(l.sender.clone()),
+            _ => None,
+        };
+        let needs_link = !lock(&self.watches).is_empty()
+            || lock(&self.sys_out).len() > 0
+            || matches!(*lock(&self.state), LinkState::Connecting { .. });
+        let mut life = lock(&self.life);
+        if let Some(seq) = life.hb.poll_transmit(now)
+            && let Some(sender) = &link
+        {
+            sender.send_heartbeat(&seq.to_le_bytes());
+        }
+        let fire = life.monitoring && !life.unreachable && !life.hb.is_available(now);
+        let phi = life.hb.phi(now);
+        if fire {
+            life.unreachable = true;
+            life.monitoring = false;
+        }
+        let interval = life.hb.config().interval();
+        let resend = link.is_some() && now >= life.last_resend + interval;
+        if resend {
+            life.last_resend = now;
+        }
+        let reconnect = link.is_none() && needs_link && now >= life.next_connect;
+        let mut next = life.hb.poll_timeout();
+        if link.is_none() && needs_link {
+            next = next.min(life.next_connect.max(now + Duration::from_millis(1)));
+        }
+        drop(life);
+        if fire {
+            self.declare_unreachable(phi);
+        }
+        if reconnect {
+            self.ensure_connecting();
+        }
+        if resend {
+            self.resend_unacked();
+        }
+        next
+    }
+
+    /// The failure detector fired: watchers hear `Terminated`, waiting
+    /// resolves fail, the system-message stream starts over, and the links
+    /// are dropped (the association keeps reconnecting while it has work).
+    fn declare_unreachable(self: &Arc<Self>, phi: f64) {
+        let uid = self.peer_uid.load(Ordering::Relaxed);
+        tracing::warn!(node = %self.node, uid, phi, "node unreachable: failure detector fired");
+        self.emit(RemoteEvent::Unreachable {
+            node: self.node.to_string(),
+            uid,
+        });
+        self.fail_waiters(&format!("failure detector: phi {phi:.1} reached the threshold"));
+        self.reset_sys_out("node unreachable");
+        let conns: Vec<Connection> = lock(&self.conns).drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.abort("node unreachable");
+        }
+    }
+
+    fn reset_sys_out(&self, why: &str) {
+        let dropped = lock(&self.sys_out).reset();
+        if dropped > 0 {
+            tracing::warn!(node = %self.node, dropped, reason = why, "unacknowledged system messages dropped");
+        }
+    }
+
+    /// Quarantines incarnation `uid`: never talked to again; its watchers
+    /// get `Terminated`, refs to it become dead ends.
+    fn quarantine(self: &Arc<Self>, uid: u64, reason: &str) {
+        if uid == 0 || !lock(&self.quarantined).insert(uid) {
+            return;
+        }
+        tracing::warn!(node = %self.node, uid, reason, "incarnation quarantined");
+        self.emit(RemoteEvent::Quarantined {
+            node: self.node.to_string(),
+            uid,
+            reason: reason.to_owned(),
+        });
+        {
+            let mut life = lock(&self.life);
+            life.monitoring = false;
+            life.unreachable = false;
+        }
+        self.fail_waiters(&format!("quarantined: {reason}"));
+        self.reset_sys_out(reason);
+        let old: Vec<u32> = lock(&self.conns)
+            .iter()
+            .filter(|(_, c)| c.peer().uid == uid)
+            .map(|(g, _)| *g)
+            .collect();
+        for g in old {
+            let conn = lock(&self.conns).remove(&g);
+            if let Some(c) = conn {
+                c.abort(&format!("incarnation quarantined: {reason}"));
+            }
+        }
     }
 
     async fn identify(
@@ -443,10 +757,20 @@ impl Association {
         }
     }
 
+    /// Starts one connect attempt, unless one is in flight or the backoff
+    /// says to wait (the heartbeat tick tries again when it is due).
     fn spawn_connect(self: &Arc<Self>) {
+        if Instant::now() < lock(&self.life).next_connect {
+            return;
+        }
+        if self.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let assoc = self.clone();
         tokio::spawn(async move {
-            if let Err(reason) = assoc.connect().await {
+            let res = assoc.connect().await;
+            assoc.connecting.store(false, Ordering::Release);
+            if let Err(reason) = res {
                 tracing::warn!(node = %assoc.node, %reason, "connect failed");
                 assoc.link_failed(&reason);
             }
@@ -479,30 +803,78 @@ impl Association {
             ));
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let conn = est.start(Inbound::new(sys.clone(), self.clone(), generation));
-        self.install(conn, generation).await;
+        let uid = est.peer().uid;
+        let conn = est.start(Inbound::new(sys.clone(), self.clone(), generation, uid));
+        self.install(conn, generation, true).await;
         Ok(())
     }
 
     /// Makes `conn` this node's sending link (unless one is up already, in
     /// which case it only carries inbound traffic), flushing what was
     /// buffered while connecting, in order.
-    async fn install(self: &Arc<Self>, conn: Connection, generation: u32) {
+    ///
+    /// A connection from a quarantined incarnation is refused; one from a
+    /// new incarnation quarantines the old. When both nodes dialed at once,
+    /// the connection dialed by the node with the lower address wins on
+    /// both sides, and the other is closed.
+    async fn install(self: &Arc<Self>, conn: Connection, generation: u32, dialed: bool) {
+        let uid = conn.peer().uid;
+        if self.is_quarantined(uid) {
+            tracing::warn!(node = %self.node, uid, "refusing a connection from a quarantined incarnation");
+            conn.close("your incarnation is quarantined").await;
+            return;
+        }
+        let old = self.peer_uid.swap(uid, Ordering::AcqRel);
+        if old != 0 && old != uid {
+            self.quarantine(old, &format!("restarted as incarnation {uid:#x}"));
+        }
+        {
+            let mut life = lock(&self.life);
+            life.backoff.reset();
+            life.unreachable = false;
+            life.monitoring = true;
+            life.hb.reset(Instant::now());
+        }
         let link = Link {
             sender: conn.sender(),
             generation,
             next_id: Arc::new(AtomicU32::new(1)),
+            uid,
+            dialed,
         };
         lock(&self.conns).insert(generation, conn);
+        self.emit(RemoteEvent::Connected {
+            node: self.node.to_string(),
+            uid,
+        });
+        // The lower node's dialed connection is the one both sides keep.
+        let winner_dialed = *self.local_node < *self.node;
         loop {
             let chunk: Vec<Pending> = {
                 let mut st = lock(&self.state);
                 match &mut *st {
-                    LinkState::Up(_) => return,
+                    LinkState::Up(cur) => {
+                        // A new incarnation, or the same direction again (a
+                        // reconnect the old link has not noticed yet): the
+                        // new connection is the live one. Otherwise both
+                        // nodes dialed: the lower node's dial wins.
+                        let new_wins =
+                            cur.uid != uid || cur.dialed == dialed || dialed == winner_dialed;
+                        let loser = if new_wins {
+                            std::mem::replace(cur, link).generation
+                        } else {
+                            generation
+                        };
+                        drop(st);
+                        self.close_duplicate(loser);
+                        self.resend_unacked();
+                        return;
+                    }
                     LinkState::Idle => {
                         *st = LinkState::Up(link);
                         drop(st);
                         self.up.notify_waiters();
+                        self.resend_unacked();
                         return;
                     }
                     LinkState::Connecting { pending } => {
@@ -510,6 +882,7 @@ impl Association {
                             *st = LinkState::Up(link);
                             drop(st);
                             self.up.notify_waiters();
+                            self.resend_unacked();
                             return;
                         }
                         let n = pending.len().min(FLUSH_CHUNK);
@@ -521,6 +894,16 @@ impl Association {
             // so order is kept.
             for p in chunk {
                 let ok = match p {
+                    Pending::User(r, ..) if r.uid != 0 && r.uid != uid => {
+                        if let Some(sys) = self.system.upgrade() {
+                            sys.dead_letter(
+                                "(remote message)",
+                                &r.path,
+                                "the recipient's incarnation restarted",
+                            );
+                        }
+                        true
+                    }
                     Pending::User(r, manifest, payload) => link
                         .sender
                         .send_with(FrameKind::Message, |b| {
@@ -551,7 +934,24 @@ impl Association {
     /// An inbound connection from this node.
     fn install_inbound(self: &Arc<Self>, conn: Connection, generation: u32) {
         let assoc = self.clone();
-        tokio::spawn(async move { assoc.install(conn, generation).await });
+        tokio::spawn(async move { assoc.install(conn, generation, false).await });
+    }
+
+    /// Closes the connection that lost a simultaneous connect, after what
+    /// it has queued is written.
+    fn close_duplicate(&self, generation: u32) {
+        let conn = lock(&self.conns).remove(&generation);
+        if let Some(c) = conn {
+            tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
+            tokio::spawn(async move {
+                c.close("duplicate connection").await;
+            });
+        }
+    }
+
+    /// The peer told us it is shutting down.
+    fn peer_shut_down(self: &Arc<Self>, uid: u64) {
+        self.quarantine(uid, "peer shut down");
     }
 
     /// Connecting failed: buffered messages become dead letters, waiting
@@ -573,14 +973,27 @@ impl Association {
         if let Some(sys) = self.system.upgrade() {
             sys.dead_letters_n(users, "(remote message)", &self.node, reason);
         }
+        self.schedule_reconnect();
         self.up.notify_waiters();
-        self.fail_waiters(reason);
+        // Watchers wait for the failure detector: the node may be back soon.
+        self.fail_identifies(reason);
     }
 
-    fn fail_waiters(self: &Arc<Self>, reason: &str) {
+    /// The next connect attempt waits for the backoff.
+    fn schedule_reconnect(&self) {
+        let mut life = lock(&self.life);
+        let delay = life.backoff.next_delay(transport::random_uid());
+        life.next_connect = Instant::now() + delay;
+    }
+
+    fn fail_identifies(&self, reason: &str) {
         for (_, tx) in lock(&self.identifies).drain() {
             let _ = tx.send(Err(reason.to_owned()));
         }
+    }
+
+    fn fail_waiters(self: &Arc<Self>, reason: &str) {
+        self.fail_identifies(reason);
         let watches: Vec<_> = lock(&self.watches).drain().collect();
         for (_, (path, sink)) in watches {
             sink.deliver(Terminated {
@@ -602,12 +1015,28 @@ impl Association {
                 _ => false,
             }
         };
-        // Dropped outside the state lock: dropping aborts a live connection.
+        // Outside the state lock: dropping aborts a live connection. What it
+        // still had queued is counted as dead letters once it has ended.
         let conn = lock(&self.conns).remove(&generation);
-        drop(conn);
+        if let Some(conn) = conn
+            && let Some(sys) = self.system.upgrade()
+        {
+            let node = self.node.clone();
+            let why = reason.to_string();
+            tokio::spawn(async move {
+                conn.closed().await;
+                let lost = conn.stats().frames_dropped;
+                sys.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
+            });
+        }
         if was_up {
             tracing::info!(node = %self.node, %reason, "link to node closed");
-            self.fail_waiters(&reason.to_string());
+            self.schedule_reconnect();
+            self.emit(RemoteEvent::Disconnected {
+                node: self.node.to_string(),
+                reason: reason.to_string(),
+            });
+            self.fail_identifies(&reason.to_string());
         }
     }
 
@@ -626,6 +1055,8 @@ pub(crate) struct Inbound {
     sys: Arc<SystemInner>,
     assoc: Arc<Association>,
     generation: u32,
+    /// The incarnation at the other end of this connection.
+    peer_uid: u64,
     sender: Option<Sender>,
     table: Vec<Option<Entry>>,
     runs: Vec<Run>,
@@ -652,11 +1083,12 @@ const RUN_BUFFER: usize = 64 * 1024;
 const MAX_RUNS: usize = 64;
 
 impl Inbound {
-    fn new(sys: Arc<SystemInner>, assoc: Arc<Association>, generation: u32) -> Self {
+    fn new(sys: Arc<SystemInner>, assoc: Arc<Association>, generation: u32, peer_uid: u64) -> Self {
         Self {
             sys,
             assoc,
             generation,
+            peer_uid,
             sender: None,
             table: Vec::new(),
             runs: Vec::new(),
@@ -798,6 +1230,51 @@ impl Inbound {
             }
         };
         match msg {
+            SysWire::Reliable { epoch, seq, body } => {
+                // Held while delivering, so two links of one node cannot
+                // deliver out of order.
+                let assoc = self.assoc.clone();
+                let mut sys_in = lock(&assoc.sys_in);
+                let ack = match sys_in.handle(self.peer_uid, epoch, seq) {
+                    Receive::Deliver => {
+                        match Bincode.deserialize::<SysWire>(&body) {
+                            Ok(
+                                inner @ (SysWire::Watch { .. }
+                                | SysWire::Terminated { .. }
+                                | SysWire::Stop { .. }),
+                            ) => self.on_system_msg(inner),
+                            Ok(_) => tracing::warn!(node = %self.assoc.node, "unexpected message in the reliable stream dropped"),
+                            Err(e) => tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped"),
+                        }
+                        Some(seq)
+                    }
+                    Receive::Duplicate(acked) => Some(acked),
+                    Receive::Ignore => None,
+                };
+                drop(sys_in);
+                if let (Some(seq), Some(sender)) = (ack, &self.sender) {
+                    let mut out = BytesMut::new();
+                    if Bincode
+                        .serialize(&SysWire::Ack { epoch, seq }, &mut out)
+                        .is_ok()
+                    {
+                        // Lost acks are harmless: the message is resent and
+                        // acknowledged again.
+                        let _ = sender.try_send(Frame {
+                            kind: FrameKind::System,
+                            body: out.freeze(),
+                        });
+                    }
+                }
+            }
+            SysWire::Ack { epoch, seq } => lock(&self.assoc.sys_out).handle_ack(epoch, seq),
+            SysWire::Shutdown => self.assoc.peer_shut_down(self.peer_uid),
+            other => self.on_system_msg(other),
+        }
+    }
+
+    fn on_system_msg(&mut self, msg: SysWire) {
+        match msg {
             SysWire::Identify { id, path } => {
                 let manifest = self
                     .sys
@@ -833,6 +1310,7 @@ impl Inbound {
                     t.stop();
                 }
             }
+            SysWire::Reliable { .. } | SysWire::Ack { .. } | SysWire::Shutdown => {}
         }
     }
 }
@@ -913,8 +1391,29 @@ impl Handler for Inbound {
         });
     }
 
+    fn on_heartbeat_ack(&mut self, body: &[u8]) {
+        if let Ok(seq) = <[u8; 8]>::try_from(body) {
+            self.assoc.on_heartbeat_ack(u64::from_le_bytes(seq));
+        }
+    }
+
     fn on_close(&mut self, reason: &CloseReason) {
         self.assoc.link_closed(self.generation, reason);
+    }
+}
+
+/// An association's heartbeat task: one [`Association::tick`] per
+/// interval (or when a reconnect is due), until the system shuts down or
+/// the association is gone.
+async fn keep(assoc: Weak<Association>, cancel: CancellationToken) {
+    loop {
+        let Some(a) = assoc.upgrade() else { return };
+        let next = a.tick(Instant::now());
+        drop(a);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep_until(next.into()) => {}
+        }
     }
 }
 
@@ -923,6 +1422,8 @@ pub(crate) struct Remoting {
     endpoint: Box<dyn Net>,
     associations: Mutex<HashMap<Arc<str>, Arc<Association>>>,
     refs: Mutex<HashMap<String, Weak<Recipient>>>,
+    /// Stops the associations' heartbeat tasks.
+    cancel: CancellationToken,
 }
 
 impl Remoting {
@@ -946,6 +1447,7 @@ impl Remoting {
                 endpoint,
                 associations: Mutex::new(HashMap::new()),
                 refs: Mutex::new(HashMap::new()),
+                cancel: CancellationToken::new(),
             },
             node,
         ))
@@ -959,12 +1461,14 @@ impl Remoting {
         lock(&self.associations)
             .entry(node.into())
             .or_insert_with(|| {
-                Arc::new(Association::new(
+                let assoc = Arc::new(Association::new(
                     node.into(),
                     Arc::downgrade(sys),
-                    sys.config.pending_capacity,
-                    sys.config.transport.max_frame_size(),
-                ))
+                    &sys.config,
+                    sys.node.clone(),
+                ));
+                tokio::spawn(keep(Arc::downgrade(&assoc), self.cancel.clone()));
+                assoc
             })
             .clone()
     }
@@ -987,7 +1491,9 @@ impl Remoting {
                         }
                         let assoc = remoting.association(&s, &node);
                         let generation = assoc.generation.fetch_add(1, Ordering::Relaxed);
-                        let conn = est.start(Inbound::new(s.clone(), assoc.clone(), generation));
+                        let uid = est.peer().uid;
+                        let conn =
+                            est.start(Inbound::new(s.clone(), assoc.clone(), generation, uid));
                         assoc.install_inbound(conn, generation);
                     }
                 }
@@ -1000,15 +1506,19 @@ impl Remoting {
         sys: &Arc<SystemInner>,
         path: ActorPath,
     ) -> ActorRef<M> {
-        let key = path.to_string();
+        let assoc = self.association(sys, path.node());
+        // A ref belongs to the incarnation of its node known when it was
+        // made: after a restart, old refs are dead ends, new ones work.
+        let uid = assoc.peer_uid.load(Ordering::Acquire);
+        let key = format!("{path}#{uid:x}");
         let mut refs = lock(&self.refs);
         let recipient = match refs.get(&key).and_then(Weak::upgrade) {
             Some(r) => r,
             None => {
-                let assoc = self.association(sys, path.node());
                 let r = Arc::new(Recipient {
                     path,
                     assoc,
+                    uid,
                     compressed: AtomicU64::new(0),
                 });
                 refs.retain(|_, w| w.strong_count() > 0);
@@ -1045,11 +1555,26 @@ impl Remoting {
     }
 
     pub(crate) async fn shutdown(&self) {
+        self.cancel.cancel();
         let assocs: Vec<_> = lock(&self.associations).values().cloned().collect();
         let mut closing = tokio::task::JoinSet::new();
+        let mut notice = BytesMut::new();
+        if let Err(e) = Bincode.serialize(&SysWire::Shutdown, &mut notice) {
+            tracing::error!(error = %e, "shutdown notice does not encode");
+        }
+        let notice = notice.freeze();
         for a in assocs {
             let conns: Vec<Connection> = lock(&a.conns).drain().map(|(_, c)| c).collect();
             *lock(&a.state) = LinkState::Idle;
+            // Peers learn at once that this incarnation is gone, instead of
+            // waiting for their failure detectors. It follows everything
+            // queued before (the Terminated of this node's actors).
+            for c in &conns {
+                let _ = c.try_send(Frame {
+                    kind: FrameKind::System,
+                    body: notice.clone(),
+                });
+            }
             for c in conns {
                 closing.spawn(async move {
                     c.close("actor system shut down").await;

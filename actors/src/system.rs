@@ -14,12 +14,13 @@ use std::{
 
 use bytes::Bytes;
 use tokio_util::task::TaskTracker;
-use transport::{ConnStats, TransportConfig};
+use transport::{Backoff, ConnStats, HeartbeatConfig, TransportConfig};
 
 use crate::{
     actor::{Actor, Ctx, StopReason},
     actor_ref::{ActorRef, Cell},
     error::{ResolveError, SpawnError, SystemError},
+    failure::RemoteEvent,
     mailbox::{Envelope, Mailbox, SystemMsg, next_record},
     path::{ActorPath, valid_name},
     remote::{RemoteTarget, Remoting},
@@ -34,6 +35,13 @@ pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default messages buffered per remote node while its link is being
 /// established; beyond this `tell` reports `MailboxFull`.
 pub const DEFAULT_PENDING_CAPACITY: usize = 16 * 1024;
+/// Default system messages (watch, terminated, stop) kept per remote node
+/// until acknowledged: 20,000 (Akka's `system-message-buffer-size`). A peer
+/// that leaves more unacknowledged is quarantined.
+pub const DEFAULT_SYSTEM_MESSAGE_BUFFER: usize = 20_000;
+/// Remote events buffered per subscriber; a slower subscriber loses the
+/// oldest (and is told how many, by `broadcast`'s `Lagged`).
+const REMOTE_EVENT_BUFFER: usize = 1024;
 /// Dead letters logged individually before the log is sampled (every
 /// 10,000th). All of them are counted.
 const DEAD_LETTER_LOG_LIMIT: u64 = 100;
@@ -46,6 +54,9 @@ pub struct SystemConfig {
     pub(crate) pending_capacity: usize,
     pub(crate) transport: TransportConfig,
     pub(crate) tls: Option<transport::TlsConfig>,
+    pub(crate) heartbeat: HeartbeatConfig,
+    pub(crate) backoff: Backoff,
+    pub(crate) system_buffer: usize,
 }
 
 impl Default for SystemConfig {
@@ -56,6 +67,9 @@ impl Default for SystemConfig {
             pending_capacity: DEFAULT_PENDING_CAPACITY,
             transport: TransportConfig::default(),
             tls: None,
+            heartbeat: HeartbeatConfig::default(),
+            backoff: Backoff::default(),
+            system_buffer: DEFAULT_SYSTEM_MESSAGE_BUFFER,
         }
     }
 }
@@ -88,6 +102,33 @@ impl SystemConfig {
         self
     }
 
+    /// Heartbeats and the phi-accrual failure detector that decides when a
+    /// remote node is unreachable (its watchers then get `Terminated` with
+    /// [`StopReason::NodeUnreachable`]). Default: Akka's, a heartbeat per
+    /// second, threshold 10, acceptable pause 10 s (see
+    /// [`HeartbeatConfig`]). Cost: one small frame each way per interval
+    /// per connected node.
+    pub fn set_heartbeat(&mut self, config: HeartbeatConfig) -> &mut Self {
+        self.heartbeat = config;
+        self
+    }
+
+    /// Delays between reconnect attempts to a node whose link is down and
+    /// that has work waiting (watches, system messages, queued messages).
+    /// Default 100 ms doubling to 10 s, 20% jitter ([`Backoff::default`]).
+    pub fn set_reconnect_backoff(&mut self, backoff: Backoff) -> &mut Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// System messages kept per node until acknowledged. Default 20,000
+    /// ([`DEFAULT_SYSTEM_MESSAGE_BUFFER`]); overflowing it quarantines the
+    /// node. Cost: the encoded messages (tens of bytes each).
+    pub fn set_system_message_buffer(&mut self, n: usize) -> &mut Self {
+        self.system_buffer = n.max(1);
+        self
+    }
+
     /// The transport's settings (frame size, queue capacity, timeouts).
     pub fn transport_mut(&mut self) -> &mut TransportConfig {
         &mut self.transport
@@ -107,7 +148,8 @@ impl<M: Send + 'static> Stoppable for Cell<M> {
 
 pub(crate) struct SystemInner {
     name: String,
-    node: Arc<str>,
+    pub(crate) node: Arc<str>,
+    pub(crate) events: tokio::sync::broadcast::Sender<RemoteEvent>,
     pub(crate) config: SystemConfig,
     registry: Mutex<HashMap<Arc<str>, Arc<dyn RemoteTarget>>>,
     live: Mutex<HashMap<u64, Arc<dyn Stoppable>>>,
@@ -234,6 +276,7 @@ impl ActorSystem {
         let inner = Arc::new_cyclic(|me| SystemInner {
             name: name.to_owned(),
             node: node.into(),
+            events: tokio::sync::broadcast::channel(REMOTE_EVENT_BUFFER).0,
             config,
             registry: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
@@ -311,6 +354,13 @@ impl ActorSystem {
     /// and messages lost with a broken link.
     pub fn dead_letters(&self) -> u64 {
         self.inner.dead_letters.load(Ordering::Relaxed)
+    }
+
+    /// A stream of what happens to remote nodes: links up and down, nodes
+    /// judged unreachable (or reachable again), incarnations quarantined.
+    /// Each subscriber sees the events after it subscribed.
+    pub fn subscribe_remote_events(&self) -> tokio::sync::broadcast::Receiver<RemoteEvent> {
+        self.inner.events.subscribe()
     }
 
     /// Transport counters summed over this system's connections.
