@@ -83,12 +83,14 @@ pub use actor_ref::ActorRef;
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
 pub use failure::RemoteEvent;
 pub use path::ActorPath;
+#[doc(hidden)]
+pub use remote::fuzz_decode_envelope;
 pub use serialization::{
     Bincode, DECODE_LIMIT, RemoteMessage, Serializer, SharedBytes, manifest_id,
 };
 pub use system::{
-    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_SYSTEM_MESSAGE_BUFFER, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
-    SystemConfig,
+    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_SYSTEM_MESSAGE_BUFFER, DEFAULT_MAX_MALFORMED_PER_SECOND,
+    DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT, SystemConfig,
 };
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;

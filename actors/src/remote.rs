@@ -43,9 +43,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use transport::{
-    Backoff, Heartbeater,
-    CloseReason, ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Sender, Tls,
-    TlsConfig, TransportConfig, TransportError, TrySendError,
+    Backoff, CloseReason, ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Heartbeater,
+    Sender, Tls, TlsConfig, TransportConfig, TransportError, TrySendError,
 };
 
 use crate::{
@@ -70,6 +69,78 @@ const ENV_HEADER: usize = 1 + 4 + 4;
 const MAX_COMPRESSION_IDS: usize = 1 << 20;
 /// Pending messages moved from the connect buffer to a new link per lock.
 const FLUSH_CHUNK: usize = 1024;
+
+/// The window over which malformed envelopes are counted against
+/// [`SystemConfig::set_max_malformed_per_second`](crate::SystemConfig::set_max_malformed_per_second).
+const MALFORMED_WINDOW: Duration = Duration::from_secs(1);
+
+/// An envelope's fields (see the module docs for the layout).
+#[derive(Debug)]
+struct RawEnvelope<'a> {
+    id: u32,
+    /// The recipient path this envelope defines `id` as, if any.
+    define: Option<&'a str>,
+    manifest: u32,
+    payload: &'a [u8],
+}
+
+/// Parses an envelope; the error says what is malformed. Never panics,
+/// never allocates.
+#[inline]
+fn parse_envelope(body: &[u8]) -> Result<RawEnvelope<'_>, &'static str> {
+    let mut b = body;
+    if b.len() < 5 {
+        return Err("envelope shorter than its header");
+    }
+    let flags = b.get_u8();
+    let id = b.get_u32_le();
+    let mut define = None;
+    if flags & ENV_DEFINE != 0 {
+        if b.len() < 2 {
+            return Err("truncated recipient path");
+        }
+        let len = usize::from(b.get_u16_le());
+        if b.len() < len {
+            return Err("truncated recipient path");
+        }
+        let path = std::str::from_utf8(&b[..len]).map_err(|_| "recipient path is not utf-8")?;
+        if id as usize >= MAX_COMPRESSION_IDS {
+            return Err("recipient id beyond the compression table limit");
+        }
+        define = Some(path);
+        b.advance(len);
+    }
+    if b.len() < 4 {
+        return Err("envelope has no manifest");
+    }
+    let manifest = b.get_u32_le();
+    Ok(RawEnvelope {
+        id,
+        define,
+        manifest,
+        payload: b,
+    })
+}
+
+/// Decodes `bytes` the way a received frame is decoded, for fuzzing: as an
+/// envelope (then its payload as a few message types) and as a system
+/// message. Returns how many of these decodes succeeded. Never panics.
+#[doc(hidden)]
+pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
+    let mut ok = 0;
+    if let Ok(env) = parse_envelope(bytes) {
+        ok += 1;
+        ok += usize::from(Bincode.deserialize::<String>(env.payload).is_ok());
+        ok += usize::from(Bincode.deserialize::<Vec<u64>>(env.payload).is_ok());
+        ok += usize::from(
+            Bincode
+                .deserialize::<crate::SharedBytes>(env.payload)
+                .is_ok(),
+        );
+    }
+    ok += usize::from(Bincode.deserialize::<SysWire>(bytes).is_ok());
+    ok
+}
 
 /// A local actor (or ask slot) reachable from other nodes.
 pub(crate) trait RemoteTarget: Send + Sync + 'static {
@@ -679,7 +750,9 @@ impl Association {
             node: self.node.to_string(),
             uid,
         });
-        self.fail_waiters(&format!("failure detector: phi {phi:.1} reached the threshold"));
+        self.fail_waiters(&format!(
+            "failure detector: phi {phi:.1} reached the threshold"
+        ));
         self.reset_sys_out("node unreachable");
         let conns: Vec<Connection> = lock(&self.conns).drain().map(|(_, c)| c).collect();
         for c in conns {
@@ -1060,6 +1133,11 @@ pub(crate) struct Inbound {
     sender: Option<Sender>,
     table: Vec<Option<Entry>>,
     runs: Vec<Run>,
+    /// Malformed envelopes in the current window, and when it started.
+    malformed_count: usize,
+    malformed_since: Option<Instant>,
+    /// Set once the connection was aborted for malformed input.
+    misbehaving: bool,
 }
 
 #[derive(Clone)]
@@ -1092,6 +1170,9 @@ impl Inbound {
             sender: None,
             table: Vec::new(),
             runs: Vec::new(),
+            malformed_count: 0,
+            malformed_since: None,
+            misbehaving: false,
         }
     }
 
@@ -1099,48 +1180,47 @@ impl Inbound {
         self.sys.dead_letter(what, to, why);
     }
 
-    fn on_envelope(&mut self, body: &[u8]) {
-        let mut b = body;
-        if b.len() < 5 {
-            return self.dead(
-                "(malformed envelope)",
-                &self.assoc.node.clone(),
-                "envelope shorter than its header",
-            );
+    /// Counts a malformed envelope or system message (a dead letter), and
+    /// aborts the connection once the peer sends more than the configured
+    /// number within a second: a peer that keeps sending garbage is broken
+    /// or hostile, and every malformed envelope costs a log line.
+    #[cold]
+    fn malformed(&mut self, why: &str) {
+        self.dead("(malformed envelope)", &self.assoc.node.clone(), why);
+        let now = Instant::now();
+        match self.malformed_since {
+            Some(t) if now.duration_since(t) < MALFORMED_WINDOW => self.malformed_count += 1,
+            _ => {
+                self.malformed_since = Some(now);
+                self.malformed_count = 1;
+            }
         }
-        let flags = b.get_u8();
-        let id = b.get_u32_le();
-        if flags & ENV_DEFINE != 0 {
-            if b.len() < 2 {
-                return self.dead(
-                    "(malformed envelope)",
-                    &self.assoc.node.clone(),
-                    "truncated recipient path",
-                );
+        let limit = self.sys.config.max_malformed_per_second;
+        if self.malformed_count > limit && !self.misbehaving {
+            self.misbehaving = true;
+            let reason = format!(
+                "peer sent {} malformed envelopes within {MALFORMED_WINDOW:?} (limit {limit}); last: {why}",
+                self.malformed_count
+            );
+            tracing::warn!(node = %self.assoc.node, %reason, "closing connection to misbehaving peer");
+            if let Some(sender) = &self.sender {
+                sender.abort(&reason);
             }
-            let len = usize::from(b.get_u16_le());
-            if b.len() < len {
-                return self.dead(
-                    "(malformed envelope)",
-                    &self.assoc.node.clone(),
-                    "truncated recipient path",
-                );
-            }
-            let Ok(path) = std::str::from_utf8(&b[..len]) else {
-                return self.dead(
-                    "(malformed envelope)",
-                    &self.assoc.node.clone(),
-                    "recipient path is not utf-8",
-                );
-            };
+        }
+    }
+
+    fn on_envelope(&mut self, body: &[u8]) {
+        if self.misbehaving {
+            // Aborted: the rest of this read is not worth parsing.
+            return;
+        }
+        let env = match parse_envelope(body) {
+            Ok(env) => env,
+            Err(why) => return self.malformed(why),
+        };
+        let (id, manifest, b) = (env.id, env.manifest, env.payload);
+        if let Some(path) = env.define {
             let idx = id as usize;
-            if idx >= MAX_COMPRESSION_IDS {
-                return self.dead(
-                    "(malformed envelope)",
-                    &self.assoc.node.clone(),
-                    "recipient id beyond the compression table limit",
-                );
-            }
             if idx >= self.table.len() {
                 self.table.resize(idx + 1, None);
             }
@@ -1148,16 +1228,7 @@ impl Inbound {
                 path: path.into(),
                 target: self.sys.lookup(path),
             });
-            b.advance(len);
         }
-        if b.len() < 4 {
-            return self.dead(
-                "(malformed envelope)",
-                &self.assoc.node.clone(),
-                "envelope has no manifest",
-            );
-        }
-        let manifest = b.get_u32_le();
         // The actor at a path changes when one stops and another is spawned
         // there (or when one is spawned after the path was defined): when
         // the cached target cannot take this message, look again.
@@ -1170,11 +1241,8 @@ impl Inbound {
             entry.target = self.sys.lookup(&entry.path);
         }
         let Some(Some(entry)) = self.table.get(id as usize) else {
-            return self.dead(
-                "(remote message)",
-                &self.assoc.node.clone(),
-                &format!("unknown recipient id {id}"),
-            );
+            // Ids are defined in-stream before use: this is a broken peer.
+            return self.malformed(&format!("unknown recipient id {id}"));
         };
         let Some(target) = &entry.target else {
             let to = self.sys.path(&entry.path);
@@ -1226,7 +1294,7 @@ impl Inbound {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped");
-                return;
+                return self.malformed("undecodable system message");
             }
         };
         match msg {
@@ -1243,8 +1311,12 @@ impl Inbound {
                                 | SysWire::Terminated { .. }
                                 | SysWire::Stop { .. }),
                             ) => self.on_system_msg(inner),
-                            Ok(_) => tracing::warn!(node = %self.assoc.node, "unexpected message in the reliable stream dropped"),
-                            Err(e) => tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped"),
+                            Ok(_) => {
+                                tracing::warn!(node = %self.assoc.node, "unexpected message in the reliable stream dropped")
+                            }
+                            Err(e) => {
+                                tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped")
+                            }
                         }
                         Some(seq)
                     }

@@ -35,6 +35,11 @@ pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default messages buffered per remote node while its link is being
 /// established; beyond this `tell` reports `MailboxFull`.
 pub const DEFAULT_PENDING_CAPACITY: usize = 16 * 1024;
+/// Default malformed envelopes a connection may carry per second before it
+/// is closed: 100. A correct peer sends none; a few can come from a peer
+/// with a bug, and a flood is an attack that would otherwise cost a dead
+/// letter (and a sampled log line) each.
+pub const DEFAULT_MAX_MALFORMED_PER_SECOND: usize = 100;
 /// Default system messages (watch, terminated, stop) kept per remote node
 /// until acknowledged: 20,000 (Akka's `system-message-buffer-size`). A peer
 /// that leaves more unacknowledged is quarantined.
@@ -52,6 +57,7 @@ pub struct SystemConfig {
     pub(crate) mailbox_capacity: usize,
     pub(crate) resolve_timeout: Duration,
     pub(crate) pending_capacity: usize,
+    pub(crate) max_malformed_per_second: usize,
     pub(crate) transport: TransportConfig,
     pub(crate) tls: Option<transport::TlsConfig>,
     pub(crate) heartbeat: HeartbeatConfig,
@@ -65,6 +71,7 @@ impl Default for SystemConfig {
             mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             pending_capacity: DEFAULT_PENDING_CAPACITY,
+            max_malformed_per_second: DEFAULT_MAX_MALFORMED_PER_SECOND,
             transport: TransportConfig::default(),
             tls: None,
             heartbeat: HeartbeatConfig::default(),
@@ -99,6 +106,20 @@ impl SystemConfig {
     /// certificate must name the host it advertises.
     pub fn set_tls(&mut self, tls: transport::TlsConfig) -> &mut Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Malformed envelopes (ones that do not parse, name a recipient id the
+    /// peer never defined, or undecodable system messages) one connection
+    /// may carry within a second; one more aborts the connection with a
+    /// log line naming the count and the last fault. Default 100
+    /// ([`DEFAULT_MAX_MALFORMED_PER_SECOND`]); 0 closes on the first. Each
+    /// malformed envelope is also a dead letter. Messages to unknown actors
+    /// or of the wrong type are dead letters but not malformed (they
+    /// happen legitimately while actors restart). Cost: nothing per
+    /// well-formed message.
+    pub fn set_max_malformed_per_second(&mut self, n: usize) -> &mut Self {
+        self.max_malformed_per_second = n;
         self
     }
 

@@ -10,6 +10,8 @@
 //!   speaks bytes by hand.
 //! - [`actor_system`], [`actor_system_with`], [`actor_path`]: actor systems
 //!   on loopback and the paths of their actors.
+//! - [`raw_actor_peer`], [`envelope`], [`frame_bytes`], [`wait_closed`]: a
+//!   hand-written remote node that speaks envelopes to an actor system.
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
@@ -213,4 +215,80 @@ pub async fn actor_system_with(name: &str, config: actors::SystemConfig) -> acto
 /// The path of the actor named `name` on `system`: `tcp://node/user/name`.
 pub fn actor_path(system: &actors::ActorSystem, name: &str) -> String {
     format!("tcp://{}/user/{name}", system.node())
+}
+
+/// The node address a [`raw_actor_peer`] advertises.
+pub const RAW_NODE: &str = "raw@127.0.0.1:9";
+
+/// A raw TCP connection to `system` that has completed the handshake as the
+/// node [`RAW_NODE`]; the system now treats it as a link from that node.
+/// Returns the stream and any bytes the system sent after its hello.
+///
+/// # Panics
+/// If the handshake fails or does not finish in time.
+pub async fn raw_actor_peer(system: &actors::ActorSystem) -> (TcpStream, BytesMut) {
+    let addr = system.local_addr().expect("a system with remoting");
+    let mut stream = raw_connect(addr).await;
+    let hello = Hello {
+        uid: 0x0bad_5eed,
+        addr: RAW_NODE.into(),
+    };
+    let mut hs = Handshake::new(hello, std::time::Instant::now(), TIMEOUT);
+    let mut out = BytesMut::new();
+    assert!(hs.poll_transmit(&mut out));
+    stream.write_all(&out).await.expect("write hello");
+    let mut buf = BytesMut::new();
+    within("the system's hello", async {
+        loop {
+            if hs.handle_input(&mut buf).expect("valid hello").is_some() {
+                return;
+            }
+            let n = stream.read_buf(&mut buf).await.expect("read hello");
+            assert_ne!(n, 0, "the system closed during the handshake");
+        }
+    })
+    .await;
+    (stream, buf)
+}
+
+/// An envelope (the body of a `Message` frame, see `actors/src/remote.rs`):
+/// recipient `id`, defined as `path` if given, then the manifest id and
+/// the payload.
+pub fn envelope(id: u32, path: Option<&str>, manifest: u32, payload: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.push(u8::from(path.is_some()));
+    b.extend_from_slice(&id.to_le_bytes());
+    if let Some(p) = path {
+        b.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        b.extend_from_slice(p.as_bytes());
+    }
+    b.extend_from_slice(&manifest.to_le_bytes());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// `body` framed as one transport frame of `kind`.
+pub fn frame_bytes(kind: transport::FrameKind, body: &[u8]) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    transport::frame::encode_header(kind, body.len(), &mut b);
+    b.extend_from_slice(body);
+    b.to_vec()
+}
+
+/// Reads (and discards) from `stream` until the other side closes it, by
+/// end of stream or reset.
+///
+/// # Panics
+/// If the stream is still open after [`TIMEOUT`].
+#[track_caller]
+pub fn wait_closed(stream: &mut TcpStream) -> impl Future<Output = ()> + '_ {
+    within("the node to close the connection", async move {
+        let mut b = vec![0u8; 64 * 1024];
+        loop {
+            match stream.read(&mut b).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
 }

@@ -10,6 +10,8 @@ mod it {
     mod bad_input;
     mod close;
     mod control;
+    mod faults;
+    mod hostile;
     mod limits;
     mod ordering;
     mod tls;

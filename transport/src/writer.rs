@@ -533,6 +533,7 @@ mod tests {
                 socket_addr: "127.0.0.1:1".parse().expect("literal"),
             },
             config: config.clone(),
+            permit: None,
             pool: BufferPool::new(64 * 1024, 4),
         }
     }
