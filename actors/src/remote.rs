@@ -429,36 +429,51 @@ impl Association {
                     Err(_) => *st = LinkState::Idle,
                 }
             }
-            if r.uid != 0 && lock(&self.quarantined).contains(&r.uid) {
-                return Err(TellError::Gone);
+            self.tell_slow(st, r, manifest, &scratch)
+        })
+    }
+
+    /// `tell` when the link is not up: buffer while connecting, start a
+    /// connect, or refuse a ref of a quarantined incarnation. Kept out of
+    /// line so that the hot path stays small.
+    #[cold]
+    #[inline(never)]
+    fn tell_slow(
+        self: &Arc<Self>,
+        mut st: MutexGuard<'_, LinkState>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        payload: &[u8],
+    ) -> Result<(), TellError> {
+        if self.is_quarantined(r.uid) {
+            return Err(TellError::Gone);
+        }
+        match &mut *st {
+            LinkState::Up(_) => unreachable!("tell handles an up link"),
+            LinkState::Connecting { pending } => {
+                if pending.len() >= self.pending_capacity {
+                    return Err(TellError::Full);
+                }
+                pending.push_back(Pending::User(
+                    r.clone(),
+                    manifest,
+                    Bytes::copy_from_slice(payload),
+                ));
+                Ok(())
             }
-            match &mut *st {
-                LinkState::Up(_) => unreachable!("handled above"),
-                LinkState::Connecting { pending } => {
-                    if pending.len() >= self.pending_capacity {
-                        return Err(TellError::Full);
-                    }
-                    pending.push_back(Pending::User(
+            LinkState::Idle => {
+                *st = LinkState::Connecting {
+                    pending: VecDeque::from([Pending::User(
                         r.clone(),
                         manifest,
-                        Bytes::copy_from_slice(&scratch),
-                    ));
-                    Ok(())
-                }
-                LinkState::Idle => {
-                    *st = LinkState::Connecting {
-                        pending: VecDeque::from([Pending::User(
-                            r.clone(),
-                            manifest,
-                            Bytes::copy_from_slice(&scratch),
-                        )]),
-                    };
-                    drop(st);
-                    self.spawn_connect();
-                    Ok(())
-                }
+                        Bytes::copy_from_slice(payload),
+                    )]),
+                };
+                drop(st);
+                self.spawn_connect();
+                Ok(())
             }
-        })
+        }
     }
 
     /// Remote `send`: waits while the link's queue is full. The first try
@@ -1530,7 +1545,11 @@ impl Remoting {
     }
 
     fn association(&self, sys: &Arc<SystemInner>, node: &str) -> Arc<Association> {
-        lock(&self.associations)
+        let mut assocs = lock(&self.associations);
+        if let Some(a) = assocs.get(node) {
+            return a.clone();
+        }
+        assocs
             .entry(node.into())
             .or_insert_with(|| {
                 let assoc = Arc::new(Association::new(
