@@ -868,16 +868,22 @@ impl Association {
     async fn connect(self: &Arc<Self>) -> Result<(), String> {
         let sys = self.system.upgrade().ok_or("system shut down")?;
         let remoting = sys.remoting.get().ok_or("no remoting")?;
-        let hostport = self
-            .node
-            .split_once('@')
-            .map(|(_, hp)| hp)
-            .ok_or("node has no host:port")?;
-        let addr: SocketAddr = tokio::net::lookup_host(hostport)
-            .await
-            .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("{hostport} resolves to no address"))?;
+        let addr = match sys.config.routes.get(&*self.node) {
+            // SystemConfig::set_route: dialed elsewhere, identity unchanged.
+            Some(addr) => *addr,
+            None => {
+                let hostport = self
+                    .node
+                    .split_once('@')
+                    .map(|(_, hp)| hp)
+                    .ok_or("node has no host:port")?;
+                tokio::net::lookup_host(hostport)
+                    .await
+                    .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("{hostport} resolves to no address"))?
+            }
+        };
         let est = remoting
             .endpoint
             .connect(addr)

@@ -63,6 +63,8 @@ pub struct SystemConfig {
     pub(crate) heartbeat: HeartbeatConfig,
     pub(crate) backoff: Backoff,
     pub(crate) system_buffer: usize,
+    /// Addresses to dial instead of the one in a node's name.
+    pub(crate) routes: HashMap<String, SocketAddr>,
 }
 
 impl Default for SystemConfig {
@@ -77,6 +79,7 @@ impl Default for SystemConfig {
             heartbeat: HeartbeatConfig::default(),
             backoff: Backoff::default(),
             system_buffer: DEFAULT_SYSTEM_MESSAGE_BUFFER,
+            routes: HashMap::new(),
         }
     }
 }
@@ -147,6 +150,17 @@ impl SystemConfig {
     /// node. Cost: the encoded messages (tens of bytes each).
     pub fn set_system_message_buffer(&mut self, n: usize) -> &mut Self {
         self.system_buffer = n.max(1);
+        self
+    }
+
+    /// Dials `node` (`name@host:port`) at `addr` instead of the address
+    /// in its name: for a node behind NAT, a load balancer or a proxy
+    /// (Akka's public versus bind hostname, seen from the dialing side).
+    /// The peer must still identify as `node` in the handshake. Inbound
+    /// connections are unaffected. Default: none, every node is dialed at
+    /// its own address.
+    pub fn set_route(&mut self, node: &str, addr: SocketAddr) -> &mut Self {
+        self.routes.insert(node.to_owned(), addr);
         self
     }
 

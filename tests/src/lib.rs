@@ -12,6 +12,10 @@
 //!   on loopback and the paths of their actors.
 //! - [`raw_actor_peer`], [`envelope`], [`frame_bytes`], [`wait_closed`]: a
 //!   hand-written remote node that speaks envelopes to an actor system.
+//! - [`proxy`]: a TCP proxy that delays, stalls, blackholes or resets the
+//!   connections between two nodes, for fault tests on loopback.
+
+pub mod proxy;
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
