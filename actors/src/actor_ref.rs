@@ -352,7 +352,9 @@ impl<M: Send + 'static> ActorRef<M> {
             {
                 Ok(()) => Ok(()),
                 Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
-                Err(TellError::Gone) => Err(self.gone(msg, "its node's incarnation is quarantined")),
+                Err(TellError::Gone) => {
+                    Err(self.gone(msg, "its node's incarnation is quarantined"))
+                }
                 Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
             },
             Inner::Dead(..) => Err(self.gone(msg, "no such actor")),
