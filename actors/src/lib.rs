@@ -69,10 +69,10 @@
 mod actor;
 mod actor_ref;
 mod error;
+mod failure;
 mod mailbox;
 mod net;
 mod path;
-mod failure;
 mod remote;
 mod serialization;
 mod system;
@@ -89,8 +89,8 @@ pub use serialization::{
     Bincode, DECODE_LIMIT, RemoteMessage, Serializer, SharedBytes, manifest_id,
 };
 pub use system::{
-    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_SYSTEM_MESSAGE_BUFFER, DEFAULT_MAX_MALFORMED_PER_SECOND,
-    DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT, SystemConfig,
+    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_MAX_MALFORMED_PER_SECOND,
+    DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
 };
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;
