@@ -26,7 +26,11 @@ fuzz_target!(|data: &[u8]| {
     let mut hs = if mode & 1 == 0 {
         Handshake::new(hello, now, timeout)
     } else {
-        let role = if mode & 2 == 0 { Role::Dialer } else { Role::Listener };
+        let role = if mode & 2 == 0 {
+            Role::Dialer
+        } else {
+            Role::Listener
+        };
         Handshake::with_secret(
             hello,
             now,
