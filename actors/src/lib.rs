@@ -39,6 +39,11 @@
 //!   unreachable.
 //! - Messages that cross nodes implement [`RemoteMessage`]: serde plus a
 //!   stable manifest name. Refs inside messages serialize as their path.
+//!   Messages from one actor to another are delivered in order, except
+//!   large ones (over 256 KiB encoded): these travel in fragments on a
+//!   separate lane so they never hold up small messages and heartbeats,
+//!   and are ordered only among themselves (see
+//!   [`SystemConfig::set_max_message_size`]).
 //! - Dead letters (messages to stopped or unknown actors, undecodable or
 //!   mistyped remote messages) are counted ([`ActorSystem::dead_letters`])
 //!   and logged.
@@ -90,7 +95,8 @@ pub use serialization::{
 };
 pub use system::{
     ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_MAX_MALFORMED_PER_SECOND,
-    DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
+    DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
 };
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;

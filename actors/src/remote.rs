@@ -16,6 +16,30 @@
 //! The definition and every use travel through the same ordered stream, so
 //! the receiver always knows an id before it is used.
 //!
+//! # Large messages
+//!
+//! An envelope over [`LARGE_THRESHOLD`] (256 KiB) is not queued whole:
+//! it goes to the association's large-message lane, a task that sends its
+//! payload in [`FRAGMENT_SIZE`] (64 KiB) pieces, each an envelope with
+//! flags bit 1 and a fragment header after the manifest:
+//!
+//! ```text
+//! ... | manifest u32 | msg id u32 LE | total u32 LE | offset u32 LE | piece |
+//! ```
+//!
+//! It queues one fragment, then waits until the writer has taken it
+//! ([`Sender::wait_taken`]) and until the receiver has acknowledged all
+//! but [`LARGE_WINDOW`] bytes (`SysWire::LargeAck`, sent at the end of
+//! each read) before queueing the next, so small messages (queued straight
+//! into the link's buffer) and heartbeats (control lane) go out between
+//! two fragments: they wait behind a few fragments, in user space and in
+//! the sockets' kernel buffers, not behind the whole message. The receiver reassembles one large message
+//! per connection (fragments in order, a buffer grown as they arrive,
+//! capped by `SystemConfig::set_max_message_size`) and hands it to the
+//! mailbox as one message. Large messages are therefore not ordered with
+//! small ones to the same actor (Akka's large-message channel makes the
+//! same trade); they are ordered among themselves.
+//!
 //! # Hot path
 //! `tell` serializes into a thread-local scratch buffer (outside any lock),
 //! then copies header and payload into the link's pooled outbound buffer
@@ -62,6 +86,21 @@ use crate::{
 
 /// Flag: the envelope defines its recipient id with a path.
 const ENV_DEFINE: u8 = 1;
+/// Flag: the envelope carries one fragment of a large message; a fragment
+/// header follows the manifest.
+const ENV_FRAGMENT: u8 = 2;
+/// Fragment header: message id, total payload length, offset (u32 LE each).
+const FRAGMENT_HEADER: usize = 12;
+/// Envelopes larger than this (or than the frame size or the maximum
+/// message size, if smaller) go on the large-message lane, in fragments.
+const LARGE_THRESHOLD: usize = 256 * 1024;
+/// Payload bytes per fragment.
+const FRAGMENT_SIZE: usize = 64 * 1024;
+/// Payload bytes of a large message sent and not yet acknowledged by the
+/// receiver: what a small message may wait behind in the sockets' kernel
+/// buffers (which hold megabytes, so pacing by the writer alone is not
+/// enough).
+const LARGE_WINDOW: usize = 4 * FRAGMENT_SIZE;
 /// Fixed envelope header: flags, id, manifest.
 const ENV_HEADER: usize = 1 + 4 + 4;
 /// Most recipient ids one link may define; a peer defining more is
@@ -81,7 +120,20 @@ struct RawEnvelope<'a> {
     /// The recipient path this envelope defines `id` as, if any.
     define: Option<&'a str>,
     manifest: u32,
+    /// Set when the payload is one fragment of a large message.
+    fragment: Option<Fragment>,
     payload: &'a [u8],
+}
+
+/// Where a fragment's payload belongs (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Fragment {
+    /// The large message's id, per sending association.
+    msg: u32,
+    /// The whole message's payload length.
+    total: u32,
+    /// Where this fragment's payload starts in it.
+    offset: u32,
 }
 
 /// Parses an envelope; the error says what is malformed. Never panics,
@@ -114,10 +166,22 @@ fn parse_envelope(body: &[u8]) -> Result<RawEnvelope<'_>, &'static str> {
         return Err("envelope has no manifest");
     }
     let manifest = b.get_u32_le();
+    let mut fragment = None;
+    if flags & ENV_FRAGMENT != 0 {
+        if b.len() < FRAGMENT_HEADER {
+            return Err("truncated fragment header");
+        }
+        fragment = Some(Fragment {
+            msg: b.get_u32_le(),
+            total: b.get_u32_le(),
+            offset: b.get_u32_le(),
+        });
+    }
     Ok(RawEnvelope {
         id,
         define,
         manifest,
+        fragment,
         payload: b,
     })
 }
@@ -199,6 +263,9 @@ enum SysWire {
     /// The sender's system is shutting down: do not wait for the failure
     /// detector.
     Shutdown,
+    /// The receiver has processed large message `msg` up to `received`
+    /// bytes (flow control of the large-message lane).
+    LargeAck { msg: u32, received: u32 },
 }
 
 enum Pending {
@@ -239,6 +306,19 @@ pub(crate) struct Association {
     next_req: AtomicU64,
     pending_capacity: usize,
     max_frame: usize,
+    /// `SystemConfig::set_max_message_size`.
+    max_message: usize,
+    /// Envelopes larger than this take the large-message lane.
+    large_threshold: usize,
+    /// The large-message lane's queue.
+    large: Mutex<LargeQueue>,
+    /// Notified when the large-message lane finished a message.
+    large_room: tokio::sync::Notify,
+    next_large: AtomicU32,
+    /// The last `LargeAck`: message id and bytes received.
+    large_acked: Mutex<(u32, u32)>,
+    /// Notified on every `LargeAck`, and when a link closes.
+    large_ack: tokio::sync::Notify,
     /// The peer's current incarnation; 0 until one has answered.
     peer_uid: AtomicU64,
     /// Incarnations that restarted, shut down or overflowed: never talked
@@ -250,6 +330,22 @@ pub(crate) struct Association {
     /// A connect attempt is in flight.
     connecting: AtomicBool,
     local_node: Arc<str>,
+}
+
+/// A large message waiting for (or in) the large-message lane.
+struct LargeMsg {
+    r: Arc<Recipient>,
+    manifest: u32,
+    payload: Bytes,
+}
+
+#[derive(Default)]
+struct LargeQueue {
+    items: VecDeque<LargeMsg>,
+    /// Payload bytes queued, the message being sent included.
+    bytes: usize,
+    /// The lane's task is running.
+    running: bool,
 }
 
 /// Liveness of the peer: heartbeat schedule, failure detector, reconnect
@@ -298,9 +394,18 @@ fn reliable_frame(epoch: u64, seq: u64, body: &[u8]) -> Frame {
 /// on this link if needed. Runs under the transport's queue lock, which
 /// orders it with every other envelope on the link.
 fn write_envelope(b: &mut BytesMut, r: &Recipient, link: &Link, manifest: u32, payload: &[u8]) {
+    write_recipient(b, r, link, 0);
+    b.put_u32_le(manifest);
+    b.put_slice(payload);
+}
+
+/// Appends flags (`flags` plus `ENV_DEFINE` if needed) and the recipient
+/// id, with its path if this link has not defined it yet.
+#[inline(always)]
+fn write_recipient(b: &mut BytesMut, r: &Recipient, link: &Link, flags: u8) {
     let key = r.compressed.load(Ordering::Relaxed);
     if key >> 32 == u64::from(link.generation) && key as u32 != 0 {
-        b.put_u8(0);
+        b.put_u8(flags);
         b.put_u32_le(key as u32);
     } else {
         let id = link.next_id.fetch_add(1, Ordering::Relaxed);
@@ -309,13 +414,28 @@ fn write_envelope(b: &mut BytesMut, r: &Recipient, link: &Link, manifest: u32, p
             Ordering::Relaxed,
         );
         let path = r.path.elements().as_bytes();
-        b.put_u8(ENV_DEFINE);
+        b.put_u8(flags | ENV_DEFINE);
         b.put_u32_le(id);
         b.put_u16_le(path.len() as u16);
         b.put_slice(path);
     }
+}
+
+/// Appends the envelope for one fragment of a large message.
+fn write_fragment(
+    b: &mut BytesMut,
+    r: &Recipient,
+    link: &Link,
+    manifest: u32,
+    f: Fragment,
+    piece: &[u8],
+) {
+    write_recipient(b, r, link, ENV_FRAGMENT);
     b.put_u32_le(manifest);
-    b.put_slice(payload);
+    b.put_u32_le(f.msg);
+    b.put_u32_le(f.total);
+    b.put_u32_le(f.offset);
+    b.put_slice(piece);
 }
 
 impl Association {
@@ -328,7 +448,15 @@ impl Association {
         let now = Instant::now();
         let pending_capacity = config.pending_capacity;
         let max_frame = config.transport.max_frame_size();
+        let max_message = config.max_message_size;
         Self {
+            max_message,
+            large_threshold: LARGE_THRESHOLD.min(max_frame).min(max_message),
+            large: Mutex::new(LargeQueue::default()),
+            large_room: tokio::sync::Notify::new(),
+            next_large: AtomicU32::new(1),
+            large_acked: Mutex::new((0, 0)),
+            large_ack: tokio::sync::Notify::new(),
             peer_uid: AtomicU64::new(0),
             quarantined: Mutex::new(HashSet::new()),
             sys_out: Mutex::new(SysOut::new(config.system_buffer)),
@@ -363,21 +491,31 @@ impl Association {
         ENV_HEADER + 2 + r.path.elements().len()
     }
 
+    /// The message is too large for one frame on the link's shared queue:
+    /// it goes on the large-message lane (or is refused). The only check a
+    /// small message pays for large messages.
+    #[inline]
+    fn is_large(&self, r: &Recipient, payload: usize) -> bool {
+        Self::envelope_overhead(r) + payload > self.large_threshold
+    }
+
+    /// Refuses a message over the maximum message size (custom encoders
+    /// are not bounded while encoding).
     fn check_size(&self, r: &Recipient, payload: usize) -> Result<(), TellError> {
         let size = Self::envelope_overhead(r) + payload;
-        if size > self.max_frame {
+        if size > self.max_message {
             return Err(TellError::Serialization(SerializationError::TooLarge {
                 size,
-                limit: self.max_frame,
+                limit: self.max_message,
             }));
         }
         Ok(())
     }
 
     /// Serializes with `encode` into `out` (cleared first), refusing a
-    /// message that cannot fit in a frame as soon as it crosses the limit
-    /// (see [`with_encode_limit`]), so a huge message is never serialized
-    /// whole.
+    /// message over the maximum message size as soon as it crosses the
+    /// limit (see [`with_encode_limit`]), so a huge message is never
+    /// serialized whole.
     fn encode_bounded(
         &self,
         r: &Recipient,
@@ -386,16 +524,204 @@ impl Association {
     ) -> Result<(), TellError> {
         out.clear();
         let overhead = Self::envelope_overhead(r);
-        let room = self.max_frame.saturating_sub(overhead);
+        let room = self.max_message.saturating_sub(overhead);
         match with_encode_limit(room, || encode(out)) {
-            Ok(()) => self.check_size(r, out.len()),
+            Ok(()) => Ok(()),
             Err(SerializationError::TooLarge { size, .. }) => {
                 Err(TellError::Serialization(SerializationError::TooLarge {
                     size: size + overhead,
-                    limit: self.max_frame,
+                    limit: self.max_message,
                 }))
             }
             Err(e) => Err(TellError::Serialization(e)),
+        }
+    }
+
+    /// A large message from `tell`: checked, then queued on the
+    /// large-message lane if it has room.
+    #[cold]
+    #[inline(never)]
+    fn tell_large(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        payload: Bytes,
+    ) -> Result<(), TellError> {
+        self.check_large(r, payload.len())?;
+        self.enqueue_large(r, manifest, payload)
+            .map_err(|_| TellError::Full)
+    }
+
+    fn check_large(&self, r: &Recipient, payload: usize) -> Result<(), TellError> {
+        self.check_size(r, payload)?;
+        if self.is_quarantined(r.uid) {
+            return Err(TellError::Gone);
+        }
+        if let LinkState::Up(link) = &*lock(&self.state)
+            && r.uid != link.uid
+            && r.uid != 0
+        {
+            return Err(TellError::Gone);
+        }
+        Ok(())
+    }
+
+    /// Queues a large message unless the lane holds more than the maximum
+    /// message size already (an idle lane takes any); starts the lane's
+    /// task if it is not running.
+    fn enqueue_large(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        payload: Bytes,
+    ) -> Result<(), Bytes> {
+        let mut q = lock(&self.large);
+        if q.bytes > 0 && q.bytes + payload.len() > self.max_message {
+            return Err(payload);
+        }
+        q.bytes += payload.len();
+        q.items.push_back(LargeMsg {
+            r: r.clone(),
+            manifest,
+            payload,
+        });
+        if !std::mem::replace(&mut q.running, true) {
+            tokio::spawn(self.clone().run_large());
+        }
+        Ok(())
+    }
+
+    /// The large-message lane: sends queued large messages one at a time.
+    async fn run_large(self: Arc<Self>) {
+        let cancel = match self.system.upgrade() {
+            Some(sys) => sys.remoting.get().map(|r| r.cancel.clone()),
+            None => None,
+        }
+        .unwrap_or_default();
+        loop {
+            let m = {
+                let mut q = lock(&self.large);
+                match q.items.pop_front() {
+                    Some(m) => m,
+                    None => {
+                        q.running = false;
+                        return;
+                    }
+                }
+            };
+            if let Err(why) = self.send_large(&m, &cancel).await
+                && let Some(sys) = self.system.upgrade()
+            {
+                sys.dead_letter(
+                    &format!("large message of {} bytes", m.payload.len()),
+                    &m.r.path,
+                    why,
+                );
+            }
+            lock(&self.large).bytes -= m.payload.len();
+            self.large_room.notify_waiters();
+        }
+    }
+
+    /// Sends one large message in fragments, letting the link's other
+    /// traffic go out between two of them.
+    async fn send_large(
+        self: &Arc<Self>,
+        m: &LargeMsg,
+        cancel: &CancellationToken,
+    ) -> Result<(), &'static str> {
+        let link = self.large_link(&m.r, cancel).await?;
+        let total = m.payload.len();
+        let piece = FRAGMENT_SIZE
+            .min(
+                self.max_frame
+                    .saturating_sub(Self::envelope_overhead(&m.r) + FRAGMENT_HEADER),
+            )
+            .max(1);
+        let msg = self.next_large.fetch_add(1, Ordering::Relaxed);
+        let mut offset = 0;
+        while offset < total {
+            let end = (offset + piece).min(total);
+            let f = Fragment {
+                msg,
+                total: total as u32,
+                offset: offset as u32,
+            };
+            let bytes = &m.payload[offset..end];
+            link.sender
+                .send_with(FrameKind::Message, |b| {
+                    write_fragment(b, &m.r, &link, m.manifest, f, bytes)
+                })
+                .await
+                .map_err(|_| "link closed while sending a large message")?;
+            // What other senders queue meanwhile goes out before the next
+            // fragment, and at most `LARGE_WINDOW` bytes are unacknowledged
+            // (so in the sockets' buffers ahead of a small message).
+            link.sender.wait_taken().await;
+            self.wait_large_ack(&link, msg, end.saturating_sub(LARGE_WINDOW))
+                .await;
+            offset = end;
+        }
+        Ok(())
+    }
+
+    /// Waits until the receiver has acknowledged `want` bytes of large
+    /// message `msg`, or the link is closed.
+    async fn wait_large_ack(&self, link: &Link, msg: u32, want: usize) {
+        loop {
+            let acked = self.large_ack.notified();
+            tokio::pin!(acked);
+            acked.as_mut().enable();
+            let (m, got) = *lock(&self.large_acked);
+            if (m == msg && got as usize >= want) || link.sender.is_closed() {
+                return;
+            }
+            acked.await;
+        }
+    }
+
+    /// A `LargeAck` from the peer.
+    fn on_large_ack(&self, msg: u32, received: u32) {
+        {
+            let mut a = lock(&self.large_acked);
+            if a.0 != msg || a.1 < received {
+                *a = (msg, received);
+            }
+        }
+        self.large_ack.notify_waiters();
+    }
+
+    /// The link to send a large message on, connecting if needed.
+    async fn large_link(
+        self: &Arc<Self>,
+        r: &Recipient,
+        cancel: &CancellationToken,
+    ) -> Result<Link, &'static str> {
+        let mut asked = false;
+        loop {
+            let notified = self.up.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_quarantined(r.uid) {
+                return Err("its node's incarnation is quarantined");
+            }
+            match &*lock(&self.state) {
+                LinkState::Up(link) if r.uid != 0 && r.uid != link.uid => {
+                    return Err("the recipient's incarnation restarted");
+                }
+                LinkState::Up(link) => return Ok(link.clone()),
+                LinkState::Idle if asked => return Err("connecting to its node failed"),
+                LinkState::Idle | LinkState::Connecting { .. } => {}
+            }
+            if !asked {
+                asked = true;
+                self.ensure_connecting();
+                continue;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = cancel.cancelled() => return Err("actor system shut down"),
+            }
         }
     }
 
@@ -409,6 +735,11 @@ impl Association {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             self.encode_bounded(r, &mut scratch, encode)?;
+            if self.is_large(r, scratch.len()) {
+                // Handed over whole; the scratch buffer starts small again.
+                let payload = std::mem::replace(&mut *scratch, BytesMut::with_capacity(4096));
+                return self.tell_large(r, manifest, payload.freeze());
+            }
             let mut st = lock(&self.state);
             if let LinkState::Up(link) = &*st {
                 if r.uid != link.uid && r.uid != 0 {
@@ -487,6 +818,9 @@ impl Association {
         let mut payload = BytesMut::new();
         self.encode_bounded(r, &mut payload, encode)?;
         let payload = payload.freeze();
+        if self.is_large(r, payload.len()) {
+            return self.send_large_wait(r, manifest, payload).await;
+        }
         loop {
             let link = match &*lock(&self.state) {
                 LinkState::Up(link) => Some(link.clone()),
@@ -517,6 +851,27 @@ impl Association {
                 Err(TellError::Full) => {}
                 other => return other,
             }
+        }
+    }
+
+    /// `send` of a large message: waits while the large-message lane is
+    /// full.
+    async fn send_large_wait(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        mut payload: Bytes,
+    ) -> Result<(), TellError> {
+        self.check_large(r, payload.len())?;
+        loop {
+            let room = self.large_room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match self.enqueue_large(r, manifest, payload) {
+                Ok(()) => return Ok(()),
+                Err(p) => payload = p,
+            }
+            room.await;
         }
     }
 
@@ -1109,6 +1464,8 @@ impl Association {
                 _ => false,
             }
         };
+        // The large-message lane may wait for acks on it.
+        self.large_ack.notify_waiters();
         // Outside the state lock: dropping aborts a live connection. What it
         // still had queued is counted as dead letters once it has ended.
         let conn = lock(&self.conns).remove(&generation);
@@ -1159,6 +1516,36 @@ pub(crate) struct Inbound {
     malformed_since: Option<Instant>,
     /// Set once the connection was aborted for malformed input.
     misbehaving: bool,
+    /// The large message being reassembled on this connection.
+    partial: Option<Partial>,
+    /// A large message whose further fragments are dropped (too large, or
+    /// for no actor that takes it).
+    skipping: Option<u32>,
+    /// Reassembled large messages, handed over at the end of the read:
+    /// recipient path, target, a one-record batch.
+    ready: Vec<(Arc<str>, Arc<dyn RemoteTarget>, Bytes)>,
+    /// The last fragment of this read (message id, end offset), to be
+    /// acknowledged at the end of the read.
+    large_ack: Option<(u32, u32)>,
+}
+
+/// A large message being reassembled.
+struct Partial {
+    msg: u32,
+    id: u32,
+    manifest: u32,
+    total: usize,
+    path: Arc<str>,
+    target: Arc<dyn RemoteTarget>,
+    /// A one-record batch: `[total u32 LE]`, then the payload so far. A
+    /// `Vec` for `reserve_exact`.
+    buf: Vec<u8>,
+}
+
+impl Partial {
+    fn received(&self) -> usize {
+        self.buf.len() - 4
+    }
 }
 
 #[derive(Clone)]
@@ -1194,6 +1581,10 @@ impl Inbound {
             malformed_count: 0,
             malformed_since: None,
             misbehaving: false,
+            partial: None,
+            skipping: None,
+            ready: Vec::new(),
+            large_ack: None,
         }
     }
 
@@ -1249,6 +1640,9 @@ impl Inbound {
                 path: path.into(),
                 target: self.sys.lookup(path),
             });
+        }
+        if let Some(f) = env.fragment {
+            return self.on_fragment(id, manifest, f, b);
         }
         // The actor at a path changes when one stops and another is spawned
         // there (or when one is spawned after the path was defined): when
@@ -1310,6 +1704,150 @@ impl Inbound {
         run.n += 1;
     }
 
+    /// The target for a large message to recipient `id`, or why there is
+    /// none (reported here, as for a small message).
+    fn large_target(
+        &mut self,
+        id: u32,
+        manifest: u32,
+    ) -> Option<(Arc<str>, Arc<dyn RemoteTarget>)> {
+        if let Some(Some(entry)) = self.table.get_mut(id as usize)
+            && entry
+                .target
+                .as_ref()
+                .is_none_or(|t| t.manifest() != manifest)
+        {
+            entry.target = self.sys.lookup(&entry.path);
+        }
+        let Some(Some(entry)) = self.table.get(id as usize) else {
+            self.malformed(&format!("unknown recipient id {id}"));
+            return None;
+        };
+        let what = format!("large message, manifest {manifest:#010x}");
+        match &entry.target {
+            None => {
+                let to = self.sys.path(&entry.path);
+                self.dead(&what, &to, "no such actor");
+                None
+            }
+            Some(t) if t.manifest() != manifest => {
+                let to = self.sys.path(&entry.path);
+                let why = format!(
+                    "actor takes {}, message is another or unregistered type",
+                    t.manifest_name()
+                );
+                self.dead(&what, &to, &why);
+                None
+            }
+            Some(t) => Some((entry.path.clone(), t.clone())),
+        }
+    }
+
+    /// One fragment of a large message. Fragments of a message arrive in
+    /// order and one message at a time (the sender's lane sends them so);
+    /// anything else is a malformed envelope that drops the message.
+    #[cold]
+    #[inline(never)]
+    fn on_fragment(&mut self, id: u32, manifest: u32, f: Fragment, piece: &[u8]) {
+        // Acknowledged whatever becomes of it: the sender only paces on it.
+        self.large_ack = Some((f.msg, f.offset.saturating_add(piece.len() as u32)));
+        let total = f.total as usize;
+        if f.offset == 0 {
+            self.skipping = None;
+            if let Some(p) = self.partial.take() {
+                self.malformed(&format!(
+                    "large message {} left at {} of {} bytes when message {} started",
+                    p.msg,
+                    p.received(),
+                    p.total,
+                    f.msg
+                ));
+            }
+            if piece.is_empty() || piece.len() > total {
+                return self.malformed(&format!(
+                    "fragment of {} bytes does not fit large message {} of {total} bytes",
+                    piece.len(),
+                    f.msg
+                ));
+            }
+            let max = self.sys.config.max_message_size;
+            if total > max {
+                self.skipping = Some(f.msg);
+                let to = self
+                    .table
+                    .get(id as usize)
+                    .and_then(|e| e.as_ref())
+                    .map(|e| self.sys.path(&e.path).to_string())
+                    .unwrap_or_else(|| self.assoc.node.to_string());
+                return self.dead(
+                    &format!("large message of {total} bytes"),
+                    &to,
+                    &format!("exceeds the maximum message size of {max} bytes"),
+                );
+            }
+            let Some((path, target)) = self.large_target(id, manifest) else {
+                self.skipping = Some(f.msg);
+                return;
+            };
+            // Grown as fragments arrive: a peer's claimed total is never
+            // allocated up front.
+            let mut buf = Vec::with_capacity(4 + piece.len());
+            buf.extend_from_slice(&f.total.to_le_bytes());
+            buf.extend_from_slice(piece);
+            self.partial = Some(Partial {
+                msg: f.msg,
+                id,
+                manifest,
+                total,
+                path,
+                target,
+                buf,
+            });
+        } else {
+            if self.skipping == Some(f.msg) {
+                return;
+            }
+            let Some(p) = &mut self.partial else {
+                return self.malformed(&format!(
+                    "fragment at offset {} of large message {}, which never started",
+                    f.offset, f.msg
+                ));
+            };
+            if p.msg != f.msg
+                || p.id != id
+                || p.manifest != manifest
+                || p.total != total
+                || p.received() != f.offset as usize
+                || piece.is_empty()
+                || piece.len() > total - p.received()
+            {
+                let why = format!(
+                    "fragment (message {}, {} bytes at offset {} of {total}) does not continue large message {} ({} of {} bytes received)",
+                    f.msg,
+                    piece.len(),
+                    f.offset,
+                    p.msg,
+                    p.received(),
+                    p.total
+                );
+                self.partial = None;
+                return self.malformed(&why);
+            }
+            if p.buf.capacity() - p.buf.len() < piece.len() {
+                // Double, but never beyond the message's size.
+                let want = p.received().max(piece.len()).min(total - p.received());
+                p.buf.reserve_exact(want);
+            }
+            p.buf.extend_from_slice(piece);
+        }
+        if let Some(p) = &self.partial
+            && p.received() == p.total
+        {
+            let p = self.partial.take().expect("checked");
+            self.ready.push((p.path, p.target, Bytes::from(p.buf)));
+        }
+    }
+
     fn on_system(&mut self, body: &[u8]) {
         let msg: SysWire = match Bincode.deserialize(body) {
             Ok(m) => m,
@@ -1362,6 +1900,7 @@ impl Inbound {
             }
             SysWire::Ack { epoch, seq } => lock(&self.assoc.sys_out).handle_ack(epoch, seq),
             SysWire::Shutdown => self.assoc.peer_shut_down(self.peer_uid),
+            SysWire::LargeAck { msg, received } => self.assoc.on_large_ack(msg, received),
             other => self.on_system_msg(other),
         }
     }
@@ -1403,7 +1942,10 @@ impl Inbound {
                     t.stop();
                 }
             }
-            SysWire::Reliable { .. } | SysWire::Ack { .. } | SysWire::Shutdown => {}
+            SysWire::Reliable { .. }
+            | SysWire::Ack { .. }
+            | SysWire::Shutdown
+            | SysWire::LargeAck { .. } => {}
         }
     }
 }
@@ -1473,6 +2015,12 @@ impl Handler for Inbound {
                 }
             }
         }
+        if let Some((msg, received)) = self.large_ack.take() {
+            self.ack_large(msg, received);
+        }
+        if !self.ready.is_empty() {
+            self.deliver_large().await;
+        }
         // Runs whose recipient changed are re-created on the next message.
         let table = &self.table;
         self.runs.retain(|r| {
@@ -1491,7 +2039,73 @@ impl Handler for Inbound {
     }
 
     fn on_close(&mut self, reason: &CloseReason) {
+        if let Some(p) = self.partial.take() {
+            let why = format!(
+                "connection closed after {} of {} bytes",
+                p.received(),
+                p.total
+            );
+            self.dead(
+                &format!("large message of {} bytes", p.total),
+                &self.sys.path(&p.path),
+                &why,
+            );
+        }
         self.assoc.link_closed(self.generation, reason);
+    }
+}
+
+impl Inbound {
+    /// Tells the sender how far large message `msg` has been read, so
+    /// that it sends more. Never dropped: a lost ack would stall its lane.
+    #[cold]
+    fn ack_large(&self, msg: u32, received: u32) {
+        let Some(sender) = &self.sender else { return };
+        let mut body = BytesMut::new();
+        if Bincode
+            .serialize(&SysWire::LargeAck { msg, received }, &mut body)
+            .is_err()
+        {
+            return;
+        }
+        let frame = Frame {
+            kind: FrameKind::System,
+            body: body.freeze(),
+        };
+        if let Err(TrySendError::Full(f)) = sender.try_send(frame) {
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                let _ = sender.send(f).await;
+            });
+        }
+    }
+
+    /// Hands each reassembled large message to its mailbox, waiting for
+    /// room like a run of small ones.
+    async fn deliver_large(&mut self) {
+        for (path, mut target, batch) in std::mem::take(&mut self.ready) {
+            loop {
+                match target.push_batch(&batch, 1) {
+                    Ok(()) => break,
+                    Err(Refused::Full) => target.wait_space().await,
+                    Err(Refused::Closed) => {
+                        if let Some(t) = self.sys.lookup(&path)
+                            && !Arc::ptr_eq(&t, &target)
+                            && t.manifest() == target.manifest()
+                        {
+                            target = t;
+                            continue;
+                        }
+                        self.sys.dead_letter(
+                            target.manifest_name(),
+                            &self.sys.path(&path),
+                            "actor stopped",
+                        );
+                        break;
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -25,6 +25,17 @@ use crate::error::SerializationError;
 /// frame size, since no message can be larger than its frame.
 pub const DECODE_LIMIT: usize = transport::DEFAULT_MAX_FRAME_SIZE;
 
+/// Decode limits above [`DECODE_LIMIT`], for payloads longer than it
+/// (large messages, reassembled from fragments): a payload of `n` bytes is
+/// decoded with the smallest of these that is at least `n`. bincode takes
+/// its limit as a const generic, so the limit cannot be the configured
+/// maximum message size itself; choosing by the payload's own length keeps
+/// hostile claims bounded by what actually arrived (which the reassembly
+/// caps at `SystemConfig::set_max_message_size`), and payloads up to
+/// [`DECODE_LIMIT`] (every message that fits a default frame) keep the
+/// 8 MiB limit.
+const LARGE_DECODE_LIMITS: [usize; 3] = [64 << 20, 512 << 20, u32::MAX as usize];
+
 /// Turns values into bytes and back. Implementations must never panic on
 /// hostile input and must bound what decoding allocates.
 pub trait Serializer: Send + Sync + 'static {
@@ -47,7 +58,9 @@ pub trait Serializer: Send + Sync + 'static {
 }
 
 /// bincode 2 (serde), standard config (varint integers, little endian),
-/// decoding limited to [`DECODE_LIMIT`] bytes.
+/// decoding limited to [`DECODE_LIMIT`] bytes (a payload longer than that,
+/// which only a large message can be, is decoded with a limit of 64 MiB,
+/// 512 MiB or 4 GiB, the smallest at least its length).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Bincode;
 
@@ -134,17 +147,47 @@ impl Serializer for Bincode {
     }
 
     fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
-        // The borrowing decoder hands byte strings to the visitor as slices
-        // of the input, which lets `SharedBytes` avoid a copy.
-        let (value, used) = bincode::serde::borrow_decode_from_slice::<T, _>(bytes, CONFIG)
-            .map_err(|e| SerializationError::Decode(e.to_string()))?;
-        if used != bytes.len() {
-            return Err(SerializationError::TrailingBytes {
-                used,
-                len: bytes.len(),
-            });
+        if bytes.len() > DECODE_LIMIT {
+            return decode_large(bytes);
         }
-        Ok(value)
+        decode_with(bytes, CONFIG)
+    }
+}
+
+/// Decodes all of `bytes` with `config`.
+#[inline]
+fn decode_with<T: DeserializeOwned, C: bincode::config::Config>(
+    bytes: &[u8],
+    config: C,
+) -> Result<T, SerializationError> {
+    // The borrowing decoder hands byte strings to the visitor as slices
+    // of the input, which lets `SharedBytes` avoid a copy.
+    let (value, used) = bincode::serde::borrow_decode_from_slice::<T, _>(bytes, config)
+        .map_err(|e| SerializationError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(SerializationError::TrailingBytes {
+            used,
+            len: bytes.len(),
+        });
+    }
+    Ok(value)
+}
+
+/// Decodes a payload longer than [`DECODE_LIMIT`] with the smallest of
+/// [`LARGE_DECODE_LIMITS`] that covers it.
+#[cold]
+#[inline(never)]
+fn decode_large<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, SerializationError> {
+    const L0: usize = LARGE_DECODE_LIMITS[0];
+    const L1: usize = LARGE_DECODE_LIMITS[1];
+    const L2: usize = LARGE_DECODE_LIMITS[2];
+    let std = bincode::config::standard();
+    if bytes.len() <= L0 {
+        decode_with(bytes, std.with_limit::<L0>())
+    } else if bytes.len() <= L1 {
+        decode_with(bytes, std.with_limit::<L1>())
+    } else {
+        decode_with(bytes, std.with_limit::<L2>())
     }
 }
 
@@ -421,6 +464,21 @@ mod tests {
                 &mut out,
             )
             .unwrap();
+    }
+
+    #[test]
+    fn payloads_over_the_decode_limit_decode_with_a_larger_limit() {
+        let m = Msg {
+            id: 3,
+            data: vec![5; DECODE_LIMIT + 10],
+        };
+        let mut b = BytesMut::new();
+        Bincode.serialize(&m, &mut b).unwrap();
+        assert_eq!(Bincode.deserialize::<Msg>(&b).unwrap(), m);
+        // A short payload still gets the small limit.
+        let mut bomb = vec![7u8, 252];
+        bomb.extend_from_slice(&((DECODE_LIMIT as u32) + 1).to_le_bytes());
+        assert!(Bincode.deserialize::<Msg>(&bomb).is_err());
     }
 
     #[test]

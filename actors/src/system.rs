@@ -44,6 +44,10 @@ pub const DEFAULT_MAX_MALFORMED_PER_SECOND: usize = 100;
 /// until acknowledged: 20,000 (Akka's `system-message-buffer-size`). A peer
 /// that leaves more unacknowledged is quarantined.
 pub const DEFAULT_SYSTEM_MESSAGE_BUFFER: usize = 20_000;
+/// Default largest remote message: 64 MiB encoded. Messages larger than a
+/// fragment threshold (256 KiB) travel in 64 KiB fragments on the link's
+/// large-message lane; see `SystemConfig::set_max_message_size`.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 << 20;
 /// Remote events buffered per subscriber; a slower subscriber loses the
 /// oldest (and is told how many, by `broadcast`'s `Lagged`).
 const REMOTE_EVENT_BUFFER: usize = 1024;
@@ -63,6 +67,7 @@ pub struct SystemConfig {
     pub(crate) heartbeat: HeartbeatConfig,
     pub(crate) backoff: Backoff,
     pub(crate) system_buffer: usize,
+    pub(crate) max_message_size: usize,
     /// Addresses to dial instead of the one in a node's name.
     pub(crate) routes: HashMap<String, SocketAddr>,
 }
@@ -79,6 +84,7 @@ impl Default for SystemConfig {
             heartbeat: HeartbeatConfig::default(),
             backoff: Backoff::default(),
             system_buffer: DEFAULT_SYSTEM_MESSAGE_BUFFER,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             routes: HashMap::new(),
         }
     }
@@ -150,6 +156,30 @@ impl SystemConfig {
     /// node. Cost: the encoded messages (tens of bytes each).
     pub fn set_system_message_buffer(&mut self, n: usize) -> &mut Self {
         self.system_buffer = n.max(1);
+        self
+    }
+
+    /// The largest remote message, envelope included, this node sends or
+    /// accepts. Default 64 MiB ([`DEFAULT_MAX_MESSAGE_SIZE`]); at most
+    /// `u32::MAX`. A larger message is refused to the sender with
+    /// [`SerializationError::TooLarge`](crate::SerializationError) (a
+    /// bincode-encoded one as soon as its encoding crosses the limit); a
+    /// peer's larger message is dropped as a dead letter while its
+    /// fragments arrive, without buffering it.
+    ///
+    /// Messages over 256 KiB (or over the frame size, if that is smaller)
+    /// are split into 64 KiB fragments sent one at a time on the link's
+    /// large-message lane, with at most 256 KiB unacknowledged by the
+    /// receiver, so that small messages and heartbeats on the same link
+    /// wait behind a few fragments, never behind a whole large message
+    /// (wire format and checks: `docs/PROTOCOL.md`, "Large messages").
+    /// They are not ordered with small messages to the same actor (large
+    /// messages between two nodes stay ordered among themselves). The receiver reassembles at most one large message per
+    /// connection, in a buffer that grows as fragments arrive. Cost:
+    /// nothing per small message beyond one size comparison. Both nodes
+    /// should use the same limit.
+    pub fn set_max_message_size(&mut self, n: usize) -> &mut Self {
+        self.max_message_size = n.min(u32::MAX as usize);
         self
     }
 

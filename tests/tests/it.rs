@@ -12,6 +12,7 @@ mod it {
     mod control;
     mod faults;
     mod hostile;
+    mod large;
     mod limits;
     mod ordering;
     mod tls;

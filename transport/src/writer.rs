@@ -44,6 +44,8 @@ pub(crate) struct OutQueue {
     pub(crate) writer_idle: bool,
     /// Some sender waits for room.
     pub(crate) space_waiters: bool,
+    /// How many times the writer has taken `buf` (for `wait_taken`).
+    pub(crate) takes: u64,
     pub(crate) state: OutState,
 }
 
@@ -66,6 +68,7 @@ impl OutQueue {
             control_frames: 0,
             writer_idle: false,
             space_waiters: false,
+            takes: 0,
             state: OutState::Open,
         }
     }
@@ -300,7 +303,12 @@ impl Sender {
     /// pace themselves: queue one chunk, wait, queue the next, so that
     /// frames other senders queue meanwhile go out between two chunks
     /// instead of behind all of them.
+    ///
+    /// The writer takes the whole queue at once, so one take after this
+    /// call is enough: frames other senders queue right after it do not
+    /// keep this waiting.
     pub async fn wait_taken(&self) {
+        let start = self.lock().takes;
         loop {
             // Register before checking, so a swap in between is not missed.
             let notified = self.shared.space.notified();
@@ -308,7 +316,7 @@ impl Sender {
             notified.as_mut().enable();
             {
                 let mut q = self.lock();
-                if q.buf.is_empty() || q.state != OutState::Open {
+                if q.buf.is_empty() || q.takes != start || q.state != OutState::Open {
                     return;
                 }
                 // The writer notifies `space` when it takes the queue.
@@ -360,6 +368,7 @@ async fn drive<W: AsyncWrite + Unpin>(
         let step = {
             let mut q = shared.out.lock().unwrap_or_else(PoisonError::into_inner);
             if !q.buf.is_empty() || !q.control.is_empty() {
+                q.takes = q.takes.wrapping_add(1);
                 mem::swap(&mut q.buf, spare);
                 mem::swap(&mut q.control, control);
                 shared.control_pending.store(false, Relaxed);
