@@ -48,7 +48,9 @@ pub enum RemoteEvent {
         /// The incarnation last seen (0 if none ever answered).
         uid: u64,
     },
-    /// A node judged unreachable answers heartbeats again.
+    /// A node judged unreachable is back, same incarnation: it answered a
+    /// heartbeat, or a new link to it came up (after a healed partition).
+    /// Watches ended by the unreachability stay ended; new ones work.
     Reachable {
         /// The node.
         node: String,

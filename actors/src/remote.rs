@@ -1277,13 +1277,16 @@ impl Association {
         if old != 0 && old != uid {
             self.quarantine(old, &format!("restarted as incarnation {uid:#x}"));
         }
-        {
+        // The same incarnation back after the detector fired: a healed
+        // partition (the unreachable links were aborted, so this is how it
+        // comes back).
+        let was_unreachable = {
             let mut life = lock(&self.life);
             life.backoff.reset();
-            life.unreachable = false;
             life.monitoring = true;
             life.hb.reset(Instant::now());
-        }
+            std::mem::replace(&mut life.unreachable, false)
+        };
         let link = Link {
             sender: conn.sender(),
             generation,
@@ -1296,6 +1299,13 @@ impl Association {
             node: self.node.to_string(),
             uid,
         });
+        if was_unreachable {
+            tracing::info!(node = %self.node, uid, "node reachable again");
+            self.emit(RemoteEvent::Reachable {
+                node: self.node.to_string(),
+                uid,
+            });
+        }
         // The lower node's dialed connection is the one both sides keep.
         let winner_dialed = *self.local_node < *self.node;
         loop {
@@ -1406,14 +1416,18 @@ impl Association {
     /// Connecting failed: buffered messages become dead letters, waiting
     /// resolves fail, watchers hear that the node is unreachable.
     fn link_failed(self: &Arc<Self>, reason: &str) {
-        let pending = match std::mem::replace(&mut *lock(&self.state), LinkState::Idle) {
-            LinkState::Connecting { pending } => pending,
-            LinkState::Up(link) => {
+        // One guard: a second `lock` while the scrutinee's guard lives (as it
+        // did here) deadlocks this thread and every later user of the state.
+        let pending = {
+            let mut st = lock(&self.state);
+            if matches!(*st, LinkState::Up(_)) {
                 // Raced with an inbound link coming up: keep it.
-                *lock(&self.state) = LinkState::Up(link);
                 return;
             }
-            LinkState::Idle => VecDeque::new(),
+            match std::mem::replace(&mut *st, LinkState::Idle) {
+                LinkState::Connecting { pending } => pending,
+                _ => VecDeque::new(),
+            }
         };
         let users = pending
             .iter()
