@@ -18,14 +18,17 @@
 //! - [`Mode::StallToTarget`]: the client→target direction is not read: the
 //!   target behaves like a peer that stopped reading its socket (the
 //!   client's writes fill the kernel buffers, then block). The other
-//!   direction still flows.
+//!   direction still flows. [`Mode::StallToClient`] is the mirror image.
 //! - [`Proxy::reset_all`]: every live connection is reset (`RST` to both
-//!   ends). [`Mode::Refuse`] resets new connections at once.
+//!   ends); what it held is discarded. [`Mode::Refuse`] resets new
+//!   connections at once (and holds live ones): set it, then `reset_all`,
+//!   and the link is cut until healed.
 //!
 //! Nothing here sleeps to let things settle: [`Proxy::wait_live`] and
 //! [`Proxy::wait_accepted`] wait on a watch channel.
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -58,7 +61,12 @@ pub enum Mode {
     /// Do not read what the client sends (the target "stops reading"); the
     /// target's data still reaches the client.
     StallToTarget,
-    /// Reset new connections as soon as they are accepted.
+    /// Do not read what the target sends; the client's data still reaches
+    /// the target.
+    StallToClient,
+    /// Reset new connections as soon as they are accepted; live ones carry
+    /// nothing (as in a blackhole) until reset or healed. With
+    /// [`Proxy::reset_all`]: the link is cut and stays down.
     Refuse,
 }
 
@@ -71,9 +79,10 @@ enum Dir {
 impl Mode {
     fn moves(self, dir: Dir) -> bool {
         match self {
-            Mode::Forward | Mode::Refuse => true,
-            Mode::Blackhole => false,
+            Mode::Forward => true,
+            Mode::Blackhole | Mode::Refuse => false,
             Mode::StallToTarget => dir == Dir::ToClient,
+            Mode::StallToClient => dir == Dir::ToTarget,
         }
     }
 }
@@ -85,8 +94,20 @@ struct Shared {
     delay: Mutex<Duration>,
     /// Bumped by `reset_all`: connections of older generations reset.
     cuts: watch::Sender<u64>,
-    /// `(accepted so far, live now)`.
-    counts: watch::Sender<(usize, usize)>,
+    counts: watch::Sender<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    accepted: usize,
+    /// Live connections by the `cuts` generation they were accepted in.
+    live: BTreeMap<u64, usize>,
+}
+
+impl Counts {
+    fn live(&self) -> usize {
+        self.live.values().sum()
+    }
 }
 
 impl Shared {
@@ -120,7 +141,7 @@ impl Proxy {
             mode: watch::channel(Mode::Forward).0,
             delay: Mutex::new(Duration::ZERO),
             cuts: watch::channel(0).0,
-            counts: watch::channel((0, 0)).0,
+            counts: watch::channel(Counts::default()).0,
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
@@ -129,7 +150,7 @@ impl Proxy {
                 tokio::select! {
                     accepted = listener.accept() => {
                         let Ok((client, _)) = accepted else { continue };
-                        s.counts.send_modify(|c| c.0 += 1);
+                        s.counts.send_modify(|c| c.accepted += 1);
                         conns.spawn(serve(client, s.clone()));
                     }
                     Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -177,20 +198,36 @@ impl Proxy {
         self.set_mode(Mode::Forward);
     }
 
-    /// Resets every live connection (both ends get `RST`). New ones are
-    /// served as the mode says.
-    pub fn reset_all(&self) {
-        self.shared.cuts.send_modify(|g| *g += 1);
+    /// Resets every live connection (both ends get `RST`, held data is
+    /// discarded) and waits until they are gone. New ones are served as the
+    /// mode says.
+    ///
+    /// # Panics
+    /// If the connections do not end within [`crate::TIMEOUT`].
+    pub async fn reset_all(&self) {
+        let mut now = 0;
+        self.shared.cuts.send_modify(|g| {
+            *g += 1;
+            now = *g;
+        });
+        let mut rx = self.shared.counts.subscribe();
+        within("the reset connections to end", async move {
+            rx.wait_for(|c| c.live.range(..now).all(|(_, n)| *n == 0))
+                .await
+                .map(|_| ())
+                .expect("the proxy is running")
+        })
+        .await;
     }
 
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
-        self.shared.counts.borrow().0
+        self.shared.counts.borrow().accepted
     }
 
     /// Connections open now (accepted and not yet ended on both sides).
     pub fn live(&self) -> usize {
-        self.shared.counts.borrow().1
+        self.shared.counts.borrow().live()
     }
 
     /// Waits (at most [`crate::TIMEOUT`]) until the number of live
@@ -207,9 +244,9 @@ impl Proxy {
         let mut rx = self.shared.counts.subscribe();
         let mut pred = pred;
         within(what, async move {
-            rx.wait_for(|c| pred(c.1))
+            rx.wait_for(|c| pred(c.live()))
                 .await
-                .map(|c| c.1)
+                .map(|c| c.live())
                 .expect("the proxy is running")
         })
     }
@@ -223,7 +260,7 @@ impl Proxy {
     pub fn wait_accepted(&self, n: usize) -> impl Future<Output = ()> + Send {
         let mut rx = self.shared.counts.subscribe();
         within("connections accepted by the proxy", async move {
-            rx.wait_for(|c| c.0 >= n)
+            rx.wait_for(|c| c.accepted >= n)
                 .await
                 .map(|_| ())
                 .expect("the proxy is running")
@@ -253,7 +290,8 @@ async fn serve(mut client: TcpStream, s: Arc<Shared>) {
         let _ = client.set_zero_linger();
         return;
     }
-    s.counts.send_modify(|c| c.1 += 1);
+    s.counts
+        .send_modify(|c| *c.live.entry(generation).or_default() += 1);
     let cut = async {
         let _ = cuts.wait_for(|g| *g != generation).await;
     };
@@ -287,7 +325,11 @@ async fn serve(mut client: TcpStream, s: Arc<Shared>) {
             let _ = server.set_zero_linger();
         }
     }
-    s.counts.send_modify(|c| c.1 -= 1);
+    s.counts.send_modify(|c| {
+        if let Some(n) = c.live.get_mut(&generation) {
+            *n -= 1;
+        }
+    });
 }
 
 /// Copies `r` to `w`: a reader that stamps each chunk and a writer that

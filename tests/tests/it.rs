@@ -11,6 +11,7 @@ mod it {
     mod close;
     mod control;
     mod faults;
+    mod faults_net;
     mod hostile;
     mod large;
     mod limits;
