@@ -1,0 +1,415 @@
+//! Memory under faults, with a peer in its own process (`src/bin/peer.rs`):
+//! a peer that stops reading (SIGSTOP: its socket stays open, nothing is
+//! read) and a peer killed with data queued for it.
+//!
+//! Its own test binary, because it counts the live heap bytes of the whole
+//! process (a counting global allocator): other tests running alongside
+//! would be counted too. Its tests take a lock so they run one at a time.
+//! `VmRSS` is sampled and printed too; the assertions are on the heap,
+//! which the allocator returns to the OS or not as it likes.
+#![allow(unsafe_code)]
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, Instant},
+};
+
+use actors::{
+    Actor, ActorRef, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteMessage, SendError,
+    SharedBytes, StopReason, SystemConfig,
+};
+use bytes::Bytes;
+use integration_tests::{TIMEOUT, actor_path, actor_system_with, within};
+use serde::{Deserialize, Serialize};
+
+/// Counts live heap bytes, then defers to `System`.
+struct Counting;
+
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees hold; the counter is a relaxed atomic
+// and never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Relaxed);
+        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Relaxed);
+        // SAFETY: forwarded unchanged; the caller upholds the contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Relaxed);
+        // SAFETY: `ptr` and `layout` come from this allocator, which got
+        // them from `System`; the caller upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// One test at a time: the counter is process-wide.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const MIB: i64 = 1024 * 1024;
+/// The sender's transport queue for these tests.
+const QUEUE: usize = 16 * 1024 * 1024;
+/// Messages buffered while connecting.
+const PENDING: usize = 64;
+const BLOB: usize = 64 * 1024;
+/// What may stay allocated after a link ends: the endpoint's buffer pool
+/// keeps the connection's two write buffers for reuse when their capacity
+/// is at most 8 MiB (`transport` `MAX_RETAINED_BUFFER`), plus small change.
+const RETAINED: i64 = 2 * 8 * MIB + 2 * MIB;
+
+fn heap() -> i64 {
+    LIVE.load(Relaxed)
+}
+
+/// The process's resident set, from `/proc/self/status`, in bytes.
+fn rss() -> i64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Waits until `cond` holds, checking every 10 ms, for at most [`TIMEOUT`]
+/// (memory is freed by other tasks, with no event to await).
+async fn poll_until(what: &str, mut cond: impl FnMut() -> bool) {
+    within(what, async {
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        while !cond() {
+            tick.tick().await;
+        }
+    })
+    .await;
+}
+
+/// The peer's counter messages (same manifest and shape as in `peer.rs`).
+#[derive(Debug, Serialize, Deserialize)]
+enum PeerCount {
+    Add(u64),
+    Get(ActorRef<u64>),
+    Blob(SharedBytes),
+}
+
+impl RemoteMessage for PeerCount {
+    const MANIFEST: &'static str = "peer.Count";
+}
+
+/// A peer process; killed when dropped.
+struct Peer {
+    child: Child,
+    node: String,
+}
+
+impl Peer {
+    async fn spawn() -> Peer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_peer"))
+            .args(["b", "127.0.0.1:0"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the peer binary starts");
+        let stdout = child.stdout.take().expect("piped");
+        let line = within(
+            "the peer's ready line",
+            tokio::task::spawn_blocking(move || {
+                let mut line = String::new();
+                BufReader::new(stdout)
+                    .read_line(&mut line)
+                    .expect("read the peer's stdout");
+                line
+            }),
+        )
+        .await
+        .expect("the reader does not panic");
+        let node = line
+            .trim()
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("unexpected peer output {line:?}"))
+            .to_owned();
+        Peer { child, node }
+    }
+
+    /// SIGSTOP: the process stops reading; its sockets stay open.
+    fn stop(&self) {
+        let ok = Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "SIGSTOP delivered");
+    }
+
+    /// SIGKILL: no close frame, no shutdown notice.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn config() -> SystemConfig {
+    let mut hb = HeartbeatConfig::default();
+    hb.set_interval(Duration::from_millis(50))
+        .set_acceptable_pause(Duration::from_millis(500));
+    let mut c = SystemConfig::default();
+    c.set_heartbeat(hb)
+        .set_reconnect_backoff(Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+            0.2,
+        ))
+        .set_pending_capacity(PENDING);
+    c.transport_mut().set_queue_capacity(QUEUE);
+    c
+}
+
+/// Node `a` with the peer's counter resolved, watched, and a first round
+/// trip done (so the link and its buffers exist before the baseline).
+async fn connected(peer: &Peer) -> (ActorSystem, ActorRef<PeerCount>, actors::Watch) {
+    let a = actor_system_with("a", config()).await;
+    let counter: ActorRef<PeerCount> = within(
+        "resolve",
+        a.resolve(&format!("tcp://{}/user/counter", peer.node)),
+    )
+    .await
+    .expect("resolves");
+    let watch = counter.watch();
+    let blob = SharedBytes(Bytes::from(vec![7u8; BLOB]));
+    for _ in 0..64 {
+        within("send", counter.send(PeerCount::Blob(blob.clone())))
+            .await
+            .expect("sent");
+    }
+    let total = within("a round trip", counter.ask(PeerCount::Get, TIMEOUT))
+        .await
+        .expect("answers");
+    assert_eq!(total, 0);
+    (a, counter, watch)
+}
+
+/// Tells blobs until the link refuses one (its queue and the kernel's
+/// buffers are full); returns how many were taken.
+fn fill(counter: &ActorRef<PeerCount>) -> usize {
+    let blob = SharedBytes(Bytes::from(vec![7u8; BLOB]));
+    for i in 0..100_000 {
+        match counter.tell(PeerCount::Blob(blob.clone())) {
+            Ok(()) => {}
+            Err(SendError::MailboxFull(_)) => return i,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    panic!("6 GB taken for a stopped peer: the queue is not bounded");
+}
+
+/// `n` more tells; returns how many were taken.
+fn more(counter: &ActorRef<PeerCount>, n: usize) -> usize {
+    let blob = SharedBytes(Bytes::from(vec![7u8; BLOB]));
+    (0..n)
+        .filter(|_| counter.tell(PeerCount::Blob(blob.clone())).is_ok())
+        .count()
+}
+
+fn mib(b: i64) -> f64 {
+    b as f64 / MIB as f64
+}
+
+/// The counter of the third node's test: answers its total.
+#[derive(Default)]
+struct Echo(u64);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ping(ActorRef<u64>);
+
+impl RemoteMessage for Ping {
+    const MANIFEST: &'static str = "mem.Ping";
+}
+
+impl Actor for Echo {
+    type Msg = Ping;
+
+    async fn handle(&mut self, Ping(reply): Ping, _: &mut Ctx<Self>) {
+        self.0 += 1;
+        let _ = reply.tell(self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_leaves_the_sender_bounded_and_other_peers_unaffected() {
+    let _serial = SERIAL.lock().await;
+    let peer = Peer::spawn().await;
+    let (a, counter, watch) = connected(&peer).await;
+    // A third node talks to a the whole time.
+    let _echo = a.spawn_named("echo", Echo::default()).expect("free");
+    let c = actor_system_with("c", SystemConfig::default()).await;
+    let echo: ActorRef<Ping> = within("resolve echo", c.resolve(&actor_path(&a, "echo")))
+        .await
+        .expect("resolves");
+    let stop = Arc::new(AtomicBool::new(false));
+    let worst_ms = Arc::new(AtomicU64::new(0));
+    let asker = tokio::spawn({
+        let (stop, worst_ms) = (stop.clone(), worst_ms.clone());
+        async move {
+            let mut n = 0u64;
+            while !stop.load(Relaxed) {
+                let t = Instant::now();
+                let got = echo
+                    .ask(Ping, Duration::from_secs(5))
+                    .await
+                    .expect("c's asks to a keep succeeding");
+                n += 1;
+                assert_eq!(got, n);
+                worst_ms.fetch_max(t.elapsed().as_millis() as u64, Relaxed);
+            }
+            n
+        }
+    });
+    let (h0, r0) = (heap(), rss());
+
+    peer.stop();
+    let taken = fill(&counter);
+    let (h1, r1) = (heap(), rss());
+    // Then a tight loop of 2,000 more (128 MB if they were kept).
+    let extra = more(&counter, 2_000);
+    let (h2, r2) = (heap(), rss());
+    eprintln!(
+        "stopped peer: baseline heap {:.1} MiB rss {:.1} MiB; full after {taken} blobs: heap +{:.1} rss +{:.1}; \
+         2000 more tells ({extra} taken): heap +{:.1} rss +{:.1}",
+        mib(h0),
+        mib(r0),
+        mib(h1 - h0),
+        mib(r1 - r0),
+        mib(h2 - h0),
+        mib(r2 - r0)
+    );
+    // The queue's capacity counts queued bytes; the heap holds them in the
+    // writer's two buffers (one filling, one being written), whose capacity
+    // grows by doubling: up to about four times the queue. Bounded, whatever
+    // the number of tells: a few more are taken while the kernel's buffers
+    // for the stopped peer still have room, then all are refused.
+    let bound = 4 * QUEUE as i64 + 8 * MIB;
+    for (what, h) in [("full", h1), ("after 2,000 more tells", h2)] {
+        assert!(
+            h - h0 <= bound,
+            "{what}: the link holds {:.1} MiB for a {:.0} MiB queue",
+            mib(h - h0),
+            mib(QUEUE as i64)
+        );
+    }
+    assert!(
+        (taken + extra) * BLOB <= QUEUE + 64 * MIB as usize,
+        "{} blobs taken for a peer that reads nothing",
+        taken + extra
+    );
+
+    // The failure detector fires: the stopped peer answers no heartbeat.
+    let t = within("Terminated from the failure detector", watch).await;
+    assert!(
+        matches!(&t.reason, StopReason::NodeUnreachable(why) if why.contains("failure detector")),
+        "{t:?}"
+    );
+    // Unreachable: the link's queue is dropped; new tells wait for a
+    // connection in a buffer of PENDING messages.
+    let _ = more(&counter, 2_000);
+    let h3 = heap();
+    assert!(h3 - h0 <= bound, "bounded while the link is aborted");
+    let pending = (PENDING * BLOB) as i64 + RETAINED + 4 * MIB;
+    poll_until("the aborted link's queue to be freed", || {
+        heap() - h0 <= pending
+    })
+    .await;
+    eprintln!(
+        "after the detector fired and 2000 more tells: heap +{:.1} MiB, then +{:.1} MiB",
+        mib(h3 - h0),
+        mib(heap() - h0)
+    );
+
+    stop.store(true, Relaxed);
+    let asks = within("the third node's asker", asker)
+        .await
+        .expect("c's asks all succeeded");
+    let worst = Duration::from_millis(worst_ms.load(Relaxed));
+    eprintln!("third node: {asks} asks to a, slowest {worst:?}");
+    assert!(asks >= 1);
+    assert!(worst < Duration::from_secs(2), "slowest ask {worst:?}");
+    within("c shuts down", c.shutdown()).await;
+    within("a shuts down", a.shutdown()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_returns_to_baseline_after_a_killed_peer() {
+    let _serial = SERIAL.lock().await;
+    let mut peer = Peer::spawn().await;
+    let (a, counter, watch) = connected(&peer).await;
+    let (h0, r0) = (heap(), rss());
+    // Queue as much as the link takes for a peer that stopped reading...
+    peer.stop();
+    let taken = fill(&counter);
+    let (h1, r1) = (heap(), rss());
+    assert!(
+        h1 - h0 >= 8 * MIB,
+        "the link queued {:.1} MiB ({taken} blobs)",
+        mib(h1 - h0)
+    );
+    // ...then kill it.
+    peer.kill();
+    let t = within("Terminated from the failure detector", watch).await;
+    assert!(matches!(t.reason, StopReason::NodeUnreachable(_)), "{t:?}");
+    poll_until("the queued bytes to be freed", || heap() - h0 <= RETAINED).await;
+    let (h2, r2) = (heap(), rss());
+    eprintln!(
+        "killed peer: baseline heap {:.1} MiB rss {:.1} MiB; queued: heap +{:.1} rss +{:.1}; \
+         after the kill: heap {:+.1} rss {:+.1}",
+        mib(h0),
+        mib(r0),
+        mib(h1 - h0),
+        mib(r1 - r0),
+        mib(h2 - h0),
+        mib(r2 - r0)
+    );
+    // Generous: the allocator keeps some freed pages (the heap count above
+    // is the exact check).
+    assert!(
+        r2 - r0 <= (r1 - r0) * 3 / 4 + 4 * MIB,
+        "resident memory stays high after the kill: +{:.1} MiB (+{:.1} while queued)",
+        mib(r2 - r0),
+        mib(r1 - r0)
+    );
+    // And stays there: the association keeps nothing of the dead peer.
+    let _ = more(&counter, 100);
+    poll_until("the pending buffer to be dropped", || {
+        heap() - h0 <= RETAINED
+    })
+    .await;
+    within("a shuts down", a.shutdown()).await;
+}
