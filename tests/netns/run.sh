@@ -104,7 +104,7 @@ wait_for() {
 lines() { wc -l <"$LOG"; }
 count() { tail -n +"$(($2 + 1))" "$LOG" | head -n "$(($3 - $2))" | grep -c -- "$1" || true; }
 
-for ((i = 0; i < 100; i++)); do grep -q '^ready' "$WORK/b.log" && break; sleep 0.1; done
+for ((i = 0; i < 100; i++)); do grep -q '^ready' "$WORK/b.log" 2>/dev/null && break; sleep 0.1; done
 grep -q '^ready' "$WORK/b.log" || { echo "FAIL: the server did not start"; cat "$WORK/b.log"; exit 1; }
 ip netns exec "$NS_A" "$PEER" a "$ADDR_A:$PORT" "${FLAGS[@]}" "${CLIENT_FLAGS[@]}" <"$WORK/in_a" >"$LOG" 2>&1 &
 PIDS+=($!)
