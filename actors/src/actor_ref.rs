@@ -364,17 +364,21 @@ impl<M: Send + 'static> ActorRef<M> {
     /// Sends `msg`, waiting while the mailbox (or the link to a remote
     /// node) is full. This is how backpressure reaches a producer.
     ///
+    /// The first attempt happens when `send` is called (as `tell`); the
+    /// returned future only waits if there was no room. It is small either
+    /// way, so handlers that send do not carry a large future state per
+    /// message.
+    ///
     /// # Errors
     /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
-    pub async fn send(&self, msg: M) -> Result<(), SendError<M>> {
-        // The common case, room in the mailbox or link, needs no future
-        // state beyond this call.
+    pub fn send(&self, msg: M) -> SendFuture<'_, M> {
         match self.tell(msg) {
-            // Boxed so that `send` futures (held inside every handler that
-            // sends) stay small: the slow path allocates, the fast path copies
-            // no large future state.
-            Err(SendError::MailboxFull(msg)) => Box::pin(self.send_slow(msg)).await,
-            other => other,
+            Err(SendError::MailboxFull(msg)) => SendFuture {
+                state: SendState::Waiting(Box::pin(self.send_slow(msg))),
+            },
+            done => SendFuture {
+                state: SendState::Done(Some(done)),
+            },
         }
     }
 
@@ -387,14 +391,16 @@ impl<M: Send + 'static> ActorRef<M> {
                 Err(Envelope::Batch(..)) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) => {
-                match r
-                    .recipient
-                    .assoc
-                    .send(&r.recipient, r.manifest, |b: &mut bytes::BytesMut| {
-                        (r.encode)(&msg, b)
-                    })
-                    .await
-                {
+                let assoc = &r.recipient.assoc;
+                let payload = match assoc.encode_payload(&r.recipient, |b| (r.encode)(&msg, b)) {
+                    Ok(p) => p,
+                    Err(TellError::Serialization(e)) => return Err(SendError::Serialization(e)),
+                    Err(TellError::Gone) => {
+                        return Err(self.gone(msg, "its node's incarnation is quarantined"));
+                    }
+                    Err(TellError::Full) => unreachable!("encoding never reports full"),
+                };
+                match assoc.send_payload(&r.recipient, r.manifest, payload).await {
                     Ok(()) => Ok(()),
                     Err(TellError::Full) => unreachable!("send waits instead of reporting full"),
                     Err(TellError::Gone) => {
@@ -511,6 +517,48 @@ impl<M: Send + 'static> ActorRef<M> {
         match &self.inner {
             Inner::Local(c) => c.mailbox.len(),
             _ => 0,
+        }
+    }
+}
+
+type SlowSend<'a, M> = Pin<Box<dyn Future<Output = Result<(), SendError<M>>> + Send + 'a>>;
+
+enum SendState<'a, M> {
+    Done(Option<Result<(), SendError<M>>>),
+    Waiting(SlowSend<'a, M>),
+}
+
+/// The future of [`ActorRef::send`].
+#[must_use = "a send that had to wait is only completed by awaiting it"]
+pub struct SendFuture<'a, M> {
+    state: SendState<'a, M>,
+}
+
+impl<M> fmt::Debug for SendFuture<'_, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let waiting = matches!(self.state, SendState::Waiting(_));
+        f.debug_struct("SendFuture")
+            .field("waiting", &waiting)
+            .finish()
+    }
+}
+
+// `poll` never pins into the message; it only moves a finished result out.
+impl<M> Unpin for SendFuture<'_, M> {}
+
+impl<M> Future for SendFuture<'_, M> {
+    type Output = Result<(), SendError<M>>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // Both variants are Unpin (an Option and a pinned box).
+        match &mut self.get_mut().state {
+            SendState::Done(r) => {
+                std::task::Poll::Ready(r.take().expect("Send polled after it completed"))
+            }
+            SendState::Waiting(f) => f.as_mut().poll(cx),
         }
     }
 }

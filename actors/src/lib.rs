@@ -84,7 +84,7 @@ mod system;
 mod watch;
 
 pub use actor::{Actor, Ctx, StopReason, Terminated};
-pub use actor_ref::ActorRef;
+pub use actor_ref::{ActorRef, SendFuture};
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
 pub use failure::RemoteEvent;
 pub use path::ActorPath;

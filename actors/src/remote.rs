@@ -809,15 +809,27 @@ impl Association {
 
     /// Remote `send`: waits while the link's queue is full. The first try
     /// is `tell`'s allocation-free path; only a full link costs a copy.
-    pub(crate) async fn send(
+    /// Encodes a message for [`send_payload`](Self::send_payload), before
+    /// any await, so the waiting future holds bytes rather than a borrow of
+    /// the message.
+    pub(crate) fn encode_payload(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
+    ) -> Result<Bytes, TellError> {
+        let mut payload = BytesMut::new();
+        self.encode_bounded(r, &mut payload, encode)?;
+        Ok(payload.freeze())
+    }
+
+    /// Remote `send` of an encoded message: waits while the link's queue is
+    /// full.
+    pub(crate) async fn send_payload(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
         manifest: u32,
-        encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
+        payload: Bytes,
     ) -> Result<(), TellError> {
-        let mut payload = BytesMut::new();
-        self.encode_bounded(r, &mut payload, encode)?;
-        let payload = payload.freeze();
         if self.is_large(r, payload.len()) {
             return self.send_large_wait(r, manifest, payload).await;
         }
@@ -1525,6 +1537,9 @@ pub(crate) struct Inbound {
     sender: Option<Sender>,
     table: Vec<Option<Entry>>,
     runs: Vec<Run>,
+    /// Bytes of the current read not yet handed to a handler method: how
+    /// much a run buffer may still need this read.
+    left_in_read: usize,
     /// Malformed envelopes in the current window, and when it started.
     malformed_count: usize,
     malformed_since: Option<Instant>,
@@ -1592,6 +1607,7 @@ impl Inbound {
             sender: None,
             table: Vec::new(),
             runs: Vec::new(),
+            left_in_read: 0,
             malformed_count: 0,
             malformed_since: None,
             misbehaving: false,
@@ -1710,8 +1726,12 @@ impl Inbound {
             run.target = target.clone();
         }
         let need = 4 + b.len();
+        let left = self.left_in_read;
         if run.buf.capacity() - run.buf.len() < need {
-            run.buf.reserve(need.max(RUN_BUFFER));
+            // Room for the rest of this read at once: growing frame by
+            // frame copied every batch again (perf: 12% of the receiving
+            // thread in memmove with reads of 1 MiB).
+            run.buf.reserve(need.max(RUN_BUFFER).max(left));
         }
         run.buf.put_u32_le(b.len() as u32);
         run.buf.put_slice(b);
@@ -1973,7 +1993,14 @@ impl Handler for Inbound {
     /// the reader needs no reference-counted `Bytes` per frame.
     const BORROW: bool = true;
 
+    fn on_read(&mut self, buffered: usize) {
+        self.left_in_read = buffered;
+    }
+
     fn on_frame_ref(&mut self, kind: FrameKind, body: &[u8]) {
+        self.left_in_read = self
+            .left_in_read
+            .saturating_sub(transport::frame::HEADER_LEN + body.len());
         match kind {
             FrameKind::Message => self.on_envelope(body),
             FrameKind::System => self.on_system(body),

@@ -63,6 +63,13 @@ pub trait Handler: Send + 'static {
         });
     }
 
+    /// Called before the frames of one read are delivered, with the number
+    /// of bytes buffered: lets a handler that copies bodies size its
+    /// buffers once per read instead of growing them frame by frame.
+    fn on_read(&mut self, buffered: usize) {
+        let _ = buffered;
+    }
+
     /// Called after the frames of one read have been delivered. Awaiting
     /// here pauses reading from the socket (backpressure); use it to hand a
     /// batch on or wait for room.
@@ -249,6 +256,7 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
     loop {
         let mut frames = 0u64;
         let mut delivered = false;
+        handler.on_read(buf.len());
         if H::BORROW {
             // Parse in place; one advance per read.
             let mut pos = 0;
