@@ -266,7 +266,7 @@ impl SystemInner {
     /// Counts a dead letter and logs it (sampled past the first hundred).
     pub(crate) fn dead_letter(&self, msg_type: &str, recipient: &dyn fmt::Display, why: &str) {
         let n = self.dead_letters.fetch_add(1, Ordering::Relaxed) + 1;
-        if n <= DEAD_LETTER_LOG_LIMIT || n % 10_000 == 0 {
+        if n <= DEAD_LETTER_LOG_LIMIT || n.is_multiple_of(10_000) {
             tracing::warn!(
                 system = %self.name,
                 msg_type,

@@ -296,3 +296,39 @@ pub fn wait_closed(stream: &mut TcpStream) -> impl Future<Output = ()> + '_ {
         }
     })
 }
+
+/// Starts the `peer` binary (`tests/src/bin/peer.rs`; pass
+/// `env!("CARGO_BIN_EXE_peer")`) as node `name` bound to `bind`, and waits
+/// for its `ready <node>` line. Returns the child and the node it
+/// advertises (`name@host:port`).
+pub async fn spawn_peer(bin: &str, name: &str, bind: &str) -> (std::process::Child, String) {
+    use std::{
+        io::{BufRead, BufReader},
+        process::{Command, Stdio},
+    };
+    let mut child = Command::new(bin)
+        .args([name, bind])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the peer binary starts");
+    let stdout = child.stdout.take().expect("piped");
+    let line = within(
+        "the peer's ready line",
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout)
+                .read_line(&mut line)
+                .expect("read the peer's stdout");
+            line
+        }),
+    )
+    .await
+    .expect("the reader does not panic");
+    let node = line
+        .trim()
+        .strip_prefix("ready ")
+        .unwrap_or_else(|| panic!("unexpected peer output {line:?}"))
+        .to_owned();
+    (child, node)
+}

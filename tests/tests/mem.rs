@@ -11,8 +11,7 @@
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed},
@@ -25,7 +24,7 @@ use actors::{
     SharedBytes, StopReason, SystemConfig,
 };
 use bytes::Bytes;
-use integration_tests::{TIMEOUT, actor_path, actor_system_with, within};
+use integration_tests::{TIMEOUT, actor_path, actor_system_with, spawn_peer, within};
 use serde::{Deserialize, Serialize};
 
 /// Counts live heap bytes, then defers to `System`.
@@ -128,30 +127,7 @@ struct Peer {
 
 impl Peer {
     async fn spawn() -> Peer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_peer"))
-            .args(["b", "127.0.0.1:0"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the peer binary starts");
-        let stdout = child.stdout.take().expect("piped");
-        let line = within(
-            "the peer's ready line",
-            tokio::task::spawn_blocking(move || {
-                let mut line = String::new();
-                BufReader::new(stdout)
-                    .read_line(&mut line)
-                    .expect("read the peer's stdout");
-                line
-            }),
-        )
-        .await
-        .expect("the reader does not panic");
-        let node = line
-            .trim()
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("unexpected peer output {line:?}"))
-            .to_owned();
+        let (child, node) = spawn_peer(env!("CARGO_BIN_EXE_peer"), "b", "127.0.0.1:0").await;
         Peer { child, node }
     }
 

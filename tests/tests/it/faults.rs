@@ -1,17 +1,13 @@
 //! Fault tests with a peer in its own process (`src/bin/peer.rs`): killed
 //! mid-burst, restarted on the same address. Every wait is bounded.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::{process::Child, time::Duration};
 
 use actors::{
     ActorRef, Backoff, HeartbeatConfig, RemoteEvent, RemoteMessage, SendError, StopReason,
     SystemConfig,
 };
-use integration_tests::{actor_system_with, eventually, within};
+use integration_tests::{actor_system_with, eventually, spawn_peer, within};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
@@ -34,30 +30,7 @@ struct Peer {
 
 impl Peer {
     async fn spawn(name: &str, bind: &str) -> Peer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_peer"))
-            .args([name, bind])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the peer binary starts");
-        let stdout = child.stdout.take().expect("piped");
-        let line = within(
-            "the peer's ready line",
-            tokio::task::spawn_blocking(move || {
-                let mut line = String::new();
-                BufReader::new(stdout)
-                    .read_line(&mut line)
-                    .expect("read the peer's stdout");
-                line
-            }),
-        )
-        .await
-        .expect("the reader does not panic");
-        let node = line
-            .trim()
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("unexpected peer output {line:?}"))
-            .to_owned();
+        let (child, node) = spawn_peer(env!("CARGO_BIN_EXE_peer"), name, bind).await;
         Peer { child, node }
     }
 
