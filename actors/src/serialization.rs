@@ -233,6 +233,25 @@ pub(crate) fn decode_frame<T>(
     })
 }
 
+/// Runs `f` (which decodes records of `frame` with no await in between)
+/// with `frame` and `system` as the decode context, set once for the whole
+/// batch, then releases the frame.
+pub(crate) fn decode_batch<T>(
+    system: &std::sync::Arc<crate::system::SystemInner>,
+    frame: &Bytes,
+    f: impl FnOnce() -> T,
+) -> T {
+    DECODE.with(|ctx| {
+        if !std::ptr::eq(ctx.system.borrow().as_ptr(), std::sync::Arc::as_ptr(system)) {
+            *ctx.system.borrow_mut() = std::sync::Arc::downgrade(system);
+        }
+        *ctx.frame.borrow_mut() = Some(frame.clone());
+    });
+    let out = f();
+    release_frame();
+    out
+}
+
 /// Releases this thread's hold on the last decoded frame, so its buffer
 /// can be reused.
 pub(crate) fn release_frame() {

@@ -12,7 +12,6 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
 use tokio_util::task::TaskTracker;
 use transport::{Backoff, ConnStats, HeartbeatConfig, TransportConfig};
 
@@ -24,7 +23,7 @@ use crate::{
     mailbox::{Envelope, Mailbox, SystemMsg, next_record},
     path::{ActorPath, valid_name},
     remote::{RemoteTarget, Remoting},
-    serialization::{DECODE, RemoteMessage, decode_frame, manifest_id, release_frame},
+    serialization::{DECODE, RemoteMessage, decode_batch, manifest_id},
     watch::{WatchSink, Watchers},
 };
 
@@ -629,7 +628,9 @@ async fn run_actor<A: Actor>(
     let mut user: VecDeque<Envelope<A::Msg>> = VecDeque::new();
     let mut sys: VecDeque<SystemMsg> = VecDeque::new();
     // The remote batch being worked through, and the read position in it.
-    let mut batch: Option<(Bytes, usize)> = None;
+    // The messages of the remote batch being worked through, decoded
+    // together (one decode context per batch, no await in between).
+    let mut decoded: VecDeque<A::Msg> = VecDeque::new();
     let reason = 'run: loop {
         if ctx.stop {
             break StopReason::Stopped;
@@ -647,33 +648,29 @@ async fn run_actor<A: Actor>(
                     break 'run StopReason::Stopped;
                 }
             }
-            let msg = if let Some((bytes, pos)) = &mut batch {
-                let Some(range) = next_record(bytes, pos) else {
-                    batch = None;
-                    release_frame();
-                    continue;
-                };
-                let decode = cell
-                    .decode
-                    .get()
-                    .expect("remote messages reach only registered actors, which have a decoder");
-                match decode_frame(&sys_inner, bytes, range, decode) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        sys_inner.dead_letter(
-                            std::any::type_name::<A::Msg>(),
-                            &cell.path,
-                            &format!("remote message does not decode: {e}"),
-                        );
-                        continue;
-                    }
-                }
+            let msg = if let Some(m) = decoded.pop_front() {
+                m
             } else {
                 match user.pop_front() {
                     None => break,
                     Some(Envelope::Local(m)) => m,
                     Some(Envelope::Batch(bytes, _)) => {
-                        batch = Some((bytes, 0));
+                        let decode = cell.decode.get().expect(
+                            "remote messages reach only registered actors, which have a decoder",
+                        );
+                        decode_batch(&sys_inner, &bytes, || {
+                            let mut pos = 0;
+                            while let Some(range) = next_record(&bytes, &mut pos) {
+                                match decode(&bytes[range]) {
+                                    Ok(m) => decoded.push_back(m),
+                                    Err(e) => sys_inner.dead_letter(
+                                        std::any::type_name::<A::Msg>(),
+                                        &cell.path,
+                                        &format!("remote message does not decode: {e}"),
+                                    ),
+                                }
+                            }
+                        });
                         continue;
                     }
                 }
@@ -687,14 +684,8 @@ async fn run_actor<A: Actor>(
             }
         }
     };
-    release_frame();
-    let mut left = batch.map_or(0, |(bytes, mut pos)| {
-        let mut n = 0u64;
-        while next_record(&bytes, &mut pos).is_some() {
-            n += 1;
-        }
-        n
-    });
+    let mut left = decoded.len() as u64;
+    decoded.clear();
     for env in user.drain(..) {
         left += match env {
             Envelope::Local(_) => 1,
