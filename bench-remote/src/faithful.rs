@@ -128,18 +128,28 @@ impl Actor for Receiver {
             ToReceiver::Marker(mut m, reply) => {
                 self.received.store(self.count, Relaxed);
                 m.received = self.count;
-                // Waiting (rather than dropping) keeps an echo from being
-                // lost if the sender's mailbox is ever full.
-                let _ = reply.send(ToSender::Echo(m)).await;
+                echo(&reply, ToSender::Echo(m));
                 self.session = Some(reply);
             }
             ToReceiver::Timed(t, _) => {
                 self.count += 1;
                 if let Some(reply) = &self.session {
-                    let _ = reply.send(ToSender::TimedEcho(t)).await;
+                    echo(reply, ToSender::TimedEcho(t));
                 }
             }
         }
+    }
+}
+
+/// Echoes like Akka's `sender() ! msg`: a `tell`, so the handler never
+/// waits (and its future stays small). Should the sender's mailbox ever be
+/// full, the echo waits for room on a task of its own instead of being lost.
+fn echo(reply: &ActorRef<ToSender>, msg: ToSender) {
+    if let Err(actors::SendError::MailboxFull(msg)) = reply.tell(msg) {
+        let reply = reply.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(msg).await;
+        });
     }
 }
 
