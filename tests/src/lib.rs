@@ -332,3 +332,19 @@ pub async fn spawn_peer(bin: &str, name: &str, bind: &str) -> (std::process::Chi
         .to_owned();
     (child, node)
 }
+
+/// The messages of the `peer` binary's counter actor, shared by the binary
+/// and the tests that talk to it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub enum PeerCount {
+    /// Adds to the total.
+    Add(u64),
+    /// Replies with the total.
+    Get(actors::ActorRef<u64>),
+    /// Bulk for memory tests: ignored.
+    Blob(actors::SharedBytes),
+}
+
+impl actors::RemoteMessage for PeerCount {
+    const MANIFEST: &'static str = "peer.Count";
+}

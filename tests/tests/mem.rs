@@ -24,7 +24,7 @@ use actors::{
     SharedBytes, StopReason, SystemConfig,
 };
 use bytes::Bytes;
-use integration_tests::{TIMEOUT, actor_path, actor_system_with, spawn_peer, within};
+use integration_tests::{PeerCount, TIMEOUT, actor_path, actor_system_with, spawn_peer, within};
 use serde::{Deserialize, Serialize};
 
 /// Counts live heap bytes, then defers to `System`.
@@ -105,18 +105,6 @@ async fn poll_until(what: &str, mut cond: impl FnMut() -> bool) {
         }
     })
     .await;
-}
-
-/// The peer's counter messages (same manifest and shape as in `peer.rs`).
-#[derive(Debug, Serialize, Deserialize)]
-enum PeerCount {
-    Add(u64),
-    Get(ActorRef<u64>),
-    Blob(SharedBytes),
-}
-
-impl RemoteMessage for PeerCount {
-    const MANIFEST: &'static str = "peer.Count";
 }
 
 /// A peer process; killed when dropped.

@@ -33,23 +33,9 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteEvent, RemoteMessage,
-    SharedBytes, SystemConfig,
+    Actor, ActorRef, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteEvent, SystemConfig,
 };
-use serde::{Deserialize, Serialize};
-
-/// The counter's messages; the fault tests declare the same type.
-#[derive(Debug, Serialize, Deserialize)]
-enum PeerCount {
-    Add(u64),
-    Get(ActorRef<u64>),
-    /// Bulk for memory tests: ignored.
-    Blob(SharedBytes),
-}
-
-impl RemoteMessage for PeerCount {
-    const MANIFEST: &'static str = "peer.Count";
-}
+use integration_tests::PeerCount;
 
 struct Counter(u64);
 

@@ -4,23 +4,10 @@
 use std::{process::Child, time::Duration};
 
 use actors::{
-    ActorRef, Backoff, HeartbeatConfig, RemoteEvent, RemoteMessage, SendError, StopReason,
-    SystemConfig,
+    ActorRef, Backoff, HeartbeatConfig, RemoteEvent, SendError, StopReason, SystemConfig,
 };
-use integration_tests::{actor_system_with, eventually, spawn_peer, within};
-use serde::{Deserialize, Serialize};
+use integration_tests::{PeerCount, actor_system_with, eventually, spawn_peer, within};
 use tokio::sync::broadcast;
-
-/// The peer's counter messages (same manifest and shape as in `peer.rs`).
-#[derive(Debug, Serialize, Deserialize)]
-enum PeerCount {
-    Add(u64),
-    Get(ActorRef<u64>),
-}
-
-impl RemoteMessage for PeerCount {
-    const MANIFEST: &'static str = "peer.Count";
-}
 
 /// A peer process; killed when dropped.
 struct Peer {
