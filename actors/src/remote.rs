@@ -1674,17 +1674,7 @@ impl Inbound {
         if let Some(f) = env.fragment {
             return self.on_fragment(id, manifest, f, b);
         }
-        // The actor at a path changes when one stops and another is spawned
-        // there (or when one is spawned after the path was defined): when
-        // the cached target cannot take this message, look again.
-        if let Some(Some(entry)) = self.table.get_mut(id as usize)
-            && entry
-                .target
-                .as_ref()
-                .is_none_or(|t| t.manifest() != manifest)
-        {
-            entry.target = self.sys.lookup(&entry.path);
-        }
+        self.refresh_target(id, manifest);
         let Some(Some(entry)) = self.table.get(id as usize) else {
             // Ids are defined in-stream before use: this is a broken peer.
             return self.malformed(&format!("unknown recipient id {id}"));
@@ -1738,13 +1728,11 @@ impl Inbound {
         run.n += 1;
     }
 
-    /// The target for a large message to recipient `id`, or why there is
-    /// none (reported here, as for a small message).
-    fn large_target(
-        &mut self,
-        id: u32,
-        manifest: u32,
-    ) -> Option<(Arc<str>, Arc<dyn RemoteTarget>)> {
+    /// The actor at a path changes when one stops and another is spawned
+    /// there (or when one is spawned after the path was defined): when the
+    /// cached target of `id` cannot take `manifest`, look the path up again.
+    #[inline]
+    fn refresh_target(&mut self, id: u32, manifest: u32) {
         if let Some(Some(entry)) = self.table.get_mut(id as usize)
             && entry
                 .target
@@ -1753,6 +1741,16 @@ impl Inbound {
         {
             entry.target = self.sys.lookup(&entry.path);
         }
+    }
+
+    /// The target for a large message to recipient `id`, or why there is
+    /// none (reported here, as for a small message).
+    fn large_target(
+        &mut self,
+        id: u32,
+        manifest: u32,
+    ) -> Option<(Arc<str>, Arc<dyn RemoteTarget>)> {
+        self.refresh_target(id, manifest);
         let Some(Some(entry)) = self.table.get(id as usize) else {
             self.malformed(&format!("unknown recipient id {id}"));
             return None;
