@@ -82,6 +82,7 @@ mod remote;
 mod serialization;
 mod system;
 mod watch;
+mod wire;
 
 pub use actor::{Actor, Ctx, StopReason, Terminated};
 pub use actor_ref::{ActorRef, SendFuture};
@@ -90,9 +91,7 @@ pub use failure::RemoteEvent;
 pub use path::ActorPath;
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
-pub use serialization::{
-    Bincode, DECODE_LIMIT, RemoteMessage, Serializer, SharedBytes, manifest_id,
-};
+pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
 pub use system::{
     ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_MAX_MALFORMED_PER_SECOND,
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,

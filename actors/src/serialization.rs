@@ -18,24 +18,6 @@ use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
 use crate::error::SerializationError;
 
-/// The most bytes a decode may claim. bincode's own default is unlimited
-/// ("The purpose of byte-limiting is to prevent Denial-Of-Service
-/// attacks"): with this limit a length field claiming gigabytes is refused
-/// before anything is allocated. Equal to the transport's default maximum
-/// frame size, since no message can be larger than its frame.
-pub const DECODE_LIMIT: usize = transport::DEFAULT_MAX_FRAME_SIZE;
-
-/// Decode limits above [`DECODE_LIMIT`], for payloads longer than it
-/// (large messages, reassembled from fragments): a payload of `n` bytes is
-/// decoded with the smallest of these that is at least `n`. bincode takes
-/// its limit as a const generic, so the limit cannot be the configured
-/// maximum message size itself; choosing by the payload's own length keeps
-/// hostile claims bounded by what actually arrived (which the reassembly
-/// caps at `SystemConfig::set_max_message_size`), and payloads up to
-/// [`DECODE_LIMIT`] (every message that fits a default frame) keep the
-/// 8 MiB limit.
-const LARGE_DECODE_LIMITS: [usize; 3] = [64 << 20, 512 << 20, u32::MAX as usize];
-
 /// Turns values into bytes and back. Implementations must never panic on
 /// hostile input and must bound what decoding allocates.
 pub trait Serializer: Send + Sync + 'static {
@@ -57,18 +39,15 @@ pub trait Serializer: Send + Sync + 'static {
     fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError>;
 }
 
-/// bincode 2 (serde), standard config (varint integers, little endian),
-/// decoding limited to [`DECODE_LIMIT`] bytes (a payload longer than that,
-/// which only a large message can be, is decoded with a limit of 64 MiB,
-/// 512 MiB or 4 GiB, the smallest at least its length).
+/// bincode 2's format (serde, standard config: varint integers, little
+/// endian). Encoding uses the bincode crate; decoding uses this crate's own
+/// reader of the same format ([`crate::wire`]), which bounds every length
+/// by the bytes that actually arrived, so a hostile length claim is refused
+/// before anything is allocated, whatever the message's size.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Bincode;
 
-const CONFIG: bincode::config::Configuration<
-    bincode::config::LittleEndian,
-    bincode::config::Varint,
-    bincode::config::Limit<DECODE_LIMIT>,
-> = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+const CONFIG: bincode::config::Configuration = bincode::config::standard();
 
 thread_local! {
     /// The most bytes [`Bincode::serialize`] may leave in its output buffer
@@ -146,49 +125,23 @@ impl Serializer for Bincode {
         })
     }
 
+    #[inline]
     fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
-        if bytes.len() > DECODE_LIMIT {
-            return decode_large(bytes);
+        match crate::wire::from_slice::<T>(bytes) {
+            Ok((value, used)) if used == bytes.len() => Ok(value),
+            Ok((_, used)) => Err(SerializationError::TrailingBytes {
+                used,
+                len: bytes.len(),
+            }),
+            Err(e) => Err(decode_error(e)),
         }
-        decode_with(bytes, CONFIG)
     }
 }
 
-/// Decodes all of `bytes` with `config`.
-#[inline]
-fn decode_with<T: DeserializeOwned, C: bincode::config::Config>(
-    bytes: &[u8],
-    config: C,
-) -> Result<T, SerializationError> {
-    // The borrowing decoder hands byte strings to the visitor as slices
-    // of the input, which lets `SharedBytes` avoid a copy.
-    let (value, used) = bincode::serde::borrow_decode_from_slice::<T, _>(bytes, config)
-        .map_err(|e| SerializationError::Decode(e.to_string()))?;
-    if used != bytes.len() {
-        return Err(SerializationError::TrailingBytes {
-            used,
-            len: bytes.len(),
-        });
-    }
-    Ok(value)
-}
-
-/// Decodes a payload longer than [`DECODE_LIMIT`] with the smallest of
-/// [`LARGE_DECODE_LIMITS`] that covers it.
 #[cold]
 #[inline(never)]
-fn decode_large<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, SerializationError> {
-    const L0: usize = LARGE_DECODE_LIMITS[0];
-    const L1: usize = LARGE_DECODE_LIMITS[1];
-    const L2: usize = LARGE_DECODE_LIMITS[2];
-    let std = bincode::config::standard();
-    if bytes.len() <= L0 {
-        decode_with(bytes, std.with_limit::<L0>())
-    } else if bytes.len() <= L1 {
-        decode_with(bytes, std.with_limit::<L1>())
-    } else {
-        decode_with(bytes, std.with_limit::<L2>())
-    }
+fn decode_error(e: crate::wire::WireError) -> SerializationError {
+    SerializationError::Decode(e.to_string())
 }
 
 /// What a decode on this thread can see: the system that resolves
@@ -430,10 +383,17 @@ mod tests {
         bomb.extend_from_slice(&u64::MAX.to_le_bytes());
         let err = Bincode.deserialize::<Msg>(&bomb).unwrap_err();
         assert!(matches!(err, SerializationError::Decode(_)), "{err}");
-        // A claim just over the limit is refused too.
-        let mut bomb = vec![7u8, 252];
-        bomb.extend_from_slice(&((DECODE_LIMIT as u32) + 1).to_le_bytes());
-        assert!(Bincode.deserialize::<Msg>(&bomb).is_err());
+        // A claim one byte longer than what arrived is refused too, and
+        // names both figures.
+        let mut bomb = vec![7u8, 5];
+        bomb.extend_from_slice(&[1, 2, 3, 4]);
+        let err = Bincode.deserialize::<Msg>(&bomb).unwrap_err().to_string();
+        assert!(err.contains("length 5 exceeds the 4 bytes left"), "{err}");
+        // Zero-sized elements cannot make the decoder spin: a claim of
+        // 2^63 `()`s is refused at once.
+        let mut bomb = vec![253u8];
+        bomb.extend_from_slice(&(1u64 << 63).to_le_bytes());
+        assert!(Bincode.deserialize::<Vec<()>>(&bomb).is_err());
     }
 
     #[test]
@@ -486,18 +446,15 @@ mod tests {
     }
 
     #[test]
-    fn payloads_over_the_decode_limit_decode_with_a_larger_limit() {
+    fn large_payloads_decode() {
+        // Larger than the default frame: a large message, reassembled.
         let m = Msg {
             id: 3,
-            data: vec![5; DECODE_LIMIT + 10],
+            data: vec![5; (9 << 20) + 10],
         };
         let mut b = BytesMut::new();
         Bincode.serialize(&m, &mut b).unwrap();
         assert_eq!(Bincode.deserialize::<Msg>(&b).unwrap(), m);
-        // A short payload still gets the small limit.
-        let mut bomb = vec![7u8, 252];
-        bomb.extend_from_slice(&((DECODE_LIMIT as u32) + 1).to_le_bytes());
-        assert!(Bincode.deserialize::<Msg>(&bomb).is_err());
     }
 
     #[test]
