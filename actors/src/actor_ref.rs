@@ -335,22 +335,31 @@ impl<M: Send + 'static> ActorRef<M> {
     /// - [`SendError::Serialization`]: a remote message did not encode (or
     ///   is larger than the frame limit); nothing was sent.
     pub fn tell(&self, msg: M) -> Result<(), SendError<M>> {
+        self.tell_hint(msg).map(|_| ())
+    }
+
+    /// `tell`, also saying whether the caller should yield its thread to a
+    /// remote link's writer (`Ok(true)`; see
+    /// `transport::Sender::try_send_with_hint`).
+    #[inline]
+    fn tell_hint(&self, msg: M) -> Result<bool, SendError<M>> {
         match &self.inner {
             Inner::Local(c) => match c.mailbox.push(Envelope::Local(msg)) {
-                Ok(()) => Ok(()),
+                Ok(()) => Ok(false),
                 Err((Refused::Full, Envelope::Local(m))) => Err(SendError::MailboxFull(m)),
                 Err((Refused::Closed, Envelope::Local(m))) => Err(self.gone(m, "actor stopped")),
                 Err((_, Envelope::Batch(..))) => unreachable!("pushed a local envelope"),
             },
             Inner::Promise(p) => p
                 .complete(msg)
+                .map(|()| false)
                 .map_err(|m| self.gone(m, "ask already answered or timed out")),
             Inner::Remote(r) => match r
                 .recipient
                 .assoc
-                .tell(&r.recipient, r.manifest, |b| (r.encode)(&msg, b))
+                .tell_hint(&r.recipient, r.manifest, |b| (r.encode)(&msg, b))
             {
-                Ok(()) => Ok(()),
+                Ok(yield_now) => Ok(yield_now),
                 Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
                 Err(TellError::Gone) => {
                     Err(self.gone(msg, "its node's incarnation is quarantined"))
@@ -369,15 +378,28 @@ impl<M: Send + 'static> ActorRef<M> {
     /// way, so handlers that send do not carry a large future state per
     /// message.
     ///
+    /// To a remote actor, the send also yields once whenever the link's
+    /// writer has a large batch (64 KiB by default) waiting for this
+    /// thread, so a handler sending many messages in a loop lets them go
+    /// out, and the peer start on them, while it goes on (see
+    /// `transport::TransportConfig::set_producer_yield_bytes`).
+    ///
     /// # Errors
     /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
     pub fn send(&self, msg: M) -> SendFuture<'_, M> {
-        match self.tell(msg) {
+        match self.tell_hint(msg) {
             Err(SendError::MailboxFull(msg)) => SendFuture {
                 state: SendState::Waiting(Box::pin(self.send_slow(msg))),
             },
+            Ok(true) => SendFuture {
+                // Once per batch (64 KiB), so the box is not per message.
+                state: SendState::Waiting(Box::pin(async {
+                    tokio::task::yield_now().await;
+                    Ok(())
+                })),
+            },
             done => SendFuture {
-                state: SendState::Done(Some(done)),
+                state: SendState::Done(Some(done.map(|_| ()))),
             },
         }
     }

@@ -732,24 +732,39 @@ impl Association {
         manifest: u32,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), SerializationError>,
     ) -> Result<(), TellError> {
+        self.tell_hint(r, manifest, encode).map(|_| ())
+    }
+
+    /// Remote `tell` that also says whether the caller should yield its
+    /// thread to the link's writer (`Ok(true)`, see
+    /// `transport::Sender::try_send_with_hint`).
+    #[inline]
+    pub(crate) fn tell_hint(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), SerializationError>,
+    ) -> Result<bool, TellError> {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             self.encode_bounded(r, &mut scratch, encode)?;
             if self.is_large(r, scratch.len()) {
                 // Handed over whole; the scratch buffer starts small again.
                 let payload = std::mem::replace(&mut *scratch, BytesMut::with_capacity(4096));
-                return self.tell_large(r, manifest, payload.freeze());
+                return self
+                    .tell_large(r, manifest, payload.freeze())
+                    .map(|()| false);
             }
             let mut st = lock(&self.state);
             if let LinkState::Up(link) = &*st {
                 if r.uid != link.uid && r.uid != 0 {
                     return Err(TellError::Gone);
                 }
-                let res = link.sender.try_send_with(FrameKind::Message, |b| {
+                let res = link.sender.try_send_with_hint(FrameKind::Message, |b| {
                     write_envelope(b, r, link, manifest, &scratch)
                 });
                 match res {
-                    Ok(()) => return Ok(()),
+                    Ok(yield_now) => return Ok(yield_now),
                     Err(TrySendError::Full(_)) => return Err(TellError::Full),
                     Err(TrySendError::TooLarge(e)) => {
                         return Err(TellError::Serialization(SerializationError::Encode(
@@ -760,7 +775,7 @@ impl Association {
                     Err(_) => *st = LinkState::Idle,
                 }
             }
-            self.tell_slow(st, r, manifest, &scratch)
+            self.tell_slow(st, r, manifest, &scratch).map(|()| false)
         })
     }
 

@@ -17,4 +17,5 @@ mod it {
     mod limits;
     mod ordering;
     mod tls;
+    mod yield_to_writer;
 }

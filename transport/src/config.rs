@@ -17,6 +17,9 @@ pub const DEFAULT_WRITE_BUFFER_SIZE: usize = 64 * 1024;
 /// Default read buffer: 64 KiB, matching the write size so one read takes in
 /// a whole batch.
 pub const DEFAULT_READ_BUFFER_SIZE: usize = 64 * 1024;
+/// Default producer yield threshold: 64 KiB, one default write buffer.
+/// See [`TransportConfig::set_producer_yield_bytes`].
+pub const DEFAULT_PRODUCER_YIELD_BYTES: usize = 64 * 1024;
 /// Default handshake timeout.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default connect timeout.
@@ -46,6 +49,7 @@ pub struct TransportConfig {
     pub(crate) queue_capacity: usize,
     pub(crate) write_buffer_size: usize,
     pub(crate) read_buffer_size: usize,
+    pub(crate) producer_yield_bytes: Option<usize>,
     pub(crate) send_buffer_size: Option<u32>,
     pub(crate) recv_buffer_size: Option<u32>,
     pub(crate) nodelay: bool,
@@ -64,6 +68,7 @@ impl Default for TransportConfig {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             write_buffer_size: DEFAULT_WRITE_BUFFER_SIZE,
             read_buffer_size: DEFAULT_READ_BUFFER_SIZE,
+            producer_yield_bytes: Some(DEFAULT_PRODUCER_YIELD_BYTES),
             send_buffer_size: None,
             recv_buffer_size: None,
             nodelay: true,
@@ -110,6 +115,20 @@ impl TransportConfig {
     /// syscall at the cost of memory per connection.
     pub fn set_read_buffer_size(&mut self, bytes: usize) -> &mut Self {
         self.read_buffer_size = bytes;
+        self
+    }
+
+    /// Queued bytes at which a producer is asked to yield its thread to the
+    /// connection's writer, if the writer has been woken and has not run
+    /// yet. Default 64 KiB ([`DEFAULT_PRODUCER_YIELD_BYTES`]); `None`
+    /// never asks. `Sender::send_with().await` (and the actors' `send`)
+    /// yield once when asked, so a batch goes to the socket while the
+    /// producer encodes the next, and the peer starts on it; `try_send*`
+    /// never yield (see `Sender::try_send_with_hint`). Smaller values mean
+    /// more, smaller writes and earlier starts at the peer; larger values
+    /// fewer writes and less overlap.
+    pub fn set_producer_yield_bytes(&mut self, bytes: Option<usize>) -> &mut Self {
+        self.producer_yield_bytes = bytes;
         self
     }
 

@@ -165,6 +165,9 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     pub(crate) max_frame_size: usize,
     pub(crate) capacity: usize,
+    /// Queued bytes at which a sender is asked to yield to a woken writer
+    /// (`usize::MAX`: never).
+    pub(crate) yield_at: usize,
     /// Stops both tasks at once (abort, error, drop).
     pub(crate) cancel: CancellationToken,
     /// Cancelled when both tasks have ended and the reason is final.
@@ -272,6 +275,7 @@ where
             stats: Stats::default(),
             max_frame_size: config.max_frame_size,
             capacity: config.queue_capacity,
+            yield_at: config.producer_yield_bytes.unwrap_or(usize::MAX),
             cancel: CancellationToken::new(),
             done: CancellationToken::new(),
             reason: Mutex::new(None),

@@ -42,6 +42,10 @@ pub(crate) struct OutQueue {
     pub(crate) control_frames: u64,
     /// The writer found the queue empty and waits to be notified.
     pub(crate) writer_idle: bool,
+    /// A sender woke the idle writer, which has not taken the queue yet:
+    /// it waits for a thread. Cleared when it takes the queue, or when a
+    /// sender is told to yield to it (see `Sender::try_send_with_hint`).
+    pub(crate) wake_pending: bool,
     /// Some sender waits for room.
     pub(crate) space_waiters: bool,
     /// How many times the writer has taken `buf` (for `wait_taken`).
@@ -67,6 +71,8 @@ impl OutQueue {
             control: BytesMut::new(),
             control_frames: 0,
             writer_idle: false,
+            // A new writer task has not run yet either.
+            wake_pending: true,
             space_waiters: false,
             takes: 0,
             state: OutState::Open,
@@ -131,13 +137,15 @@ impl Sender {
     }
 
     /// Appends one frame whose body `encode` writes, if there is room.
+    /// `Ok(true)` asks the caller to yield to the writer (see
+    /// [`try_send_with_hint`](Self::try_send_with_hint)).
     #[inline]
     fn push<F: FnOnce(&mut BytesMut)>(
         &self,
         kind: FrameKind,
         encode: F,
         wait_on_full: bool,
-    ) -> Result<(), Refused<F>> {
+    ) -> Result<bool, Refused<F>> {
         let mut q = self.lock();
         if q.state != OutState::Open {
             return Err(Refused::Closed(encode));
@@ -166,10 +174,16 @@ impl Sender {
         q.frames += 1;
         let wake = mem::take(&mut q.writer_idle);
         drop(guard);
+        q.wake_pending |= wake;
+        let yield_now = q.wake_pending && q.buf.len() >= self.shared.yield_at;
+        if yield_now {
+            // Once per wake: the writer takes everything when it runs.
+            q.wake_pending = false;
+        }
         if wake {
             self.shared.writer_wake.notify_one();
         }
-        Ok(())
+        Ok(yield_now)
     }
 
     /// Queues `frame`, waiting while the queue is full (backpressure).
@@ -190,6 +204,11 @@ impl Sender {
     /// Queues a frame whose body `encode` appends to the buffer it is given,
     /// waiting while the queue is full.
     ///
+    /// Once the woken writer has a large batch waiting for a thread (see
+    /// [`try_send_with_hint`](Self::try_send_with_hint)), this yields once,
+    /// so a producer sending in a loop lets the batch go out while it goes
+    /// on, instead of holding the thread until its loop ends.
+    ///
     /// `encode` runs under the connection's queue lock: keep it to encoding.
     /// If the body it writes exceeds the maximum frame size, the frame is
     /// removed again and nothing is sent.
@@ -202,7 +221,11 @@ impl Sender {
         encode: F,
     ) -> Result<(), SendError> {
         let mut encode = match self.push(kind, encode, false) {
-            Ok(()) => return Ok(()),
+            Ok(false) => return Ok(()),
+            Ok(true) => {
+                tokio::task::yield_now().await;
+                return Ok(());
+            }
             Err(Refused::Full(f)) => f,
             Err(Refused::Closed(_)) => return Err(SendError::Closed),
             Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
@@ -214,7 +237,7 @@ impl Sender {
             tokio::pin!(notified);
             notified.as_mut().enable();
             encode = match self.push(kind, encode, true) {
-                Ok(()) => return Ok(()),
+                Ok(_) => return Ok(()),
                 Err(Refused::Full(f)) => f,
                 Err(Refused::Closed(_)) => return Err(SendError::Closed),
                 Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
@@ -234,7 +257,7 @@ impl Sender {
         }
         let body = &frame.body;
         match self.push(frame.kind, |b| b.extend_from_slice(body), false) {
-            Ok(()) => Ok(()),
+            Ok(_) => Ok(()),
             Err(Refused::Full(_)) => Err(TrySendError::Full(frame)),
             Err(Refused::Closed(_)) => Err(TrySendError::Closed(frame)),
             Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
@@ -250,8 +273,33 @@ impl Sender {
         kind: FrameKind,
         encode: F,
     ) -> Result<(), TrySendError<F>> {
+        self.try_send_with_hint(kind, encode).map(|_| ())
+    }
+
+    /// As [`try_send_with`](Self::try_send_with), and tells the caller
+    /// whether to yield its thread to the writer: `Ok(true)` when the
+    /// writer, woken by an earlier frame, has not run yet and the queue has
+    /// reached the yield threshold
+    /// ([`TransportConfig::set_producer_yield_bytes`](crate::TransportConfig::set_producer_yield_bytes)).
+    ///
+    /// Why: the writer is a task, and on a single-threaded runtime (or
+    /// when tokio keeps the woken writer on the waking worker) it only runs
+    /// when the producing task yields. A producer that sends thousands of
+    /// frames in one go would otherwise hand them all to the socket in one
+    /// write after its loop, and the peer would start on none of them
+    /// until then. Yielding once per threshold lets the first batch go out
+    /// while the producer encodes the next, so both nodes work at once.
+    /// Once per wake of the writer; ignoring it is harmless.
+    ///
+    /// # Errors
+    /// As [`try_send_with`](Self::try_send_with).
+    pub fn try_send_with_hint<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<bool, TrySendError<F>> {
         match self.push(kind, encode, false) {
-            Ok(()) => Ok(()),
+            Ok(y) => Ok(y),
             Err(Refused::Full(f)) => Err(TrySendError::Full(f)),
             Err(Refused::Closed(f)) => Err(TrySendError::Closed(f)),
             Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
@@ -367,6 +415,7 @@ async fn drive<W: AsyncWrite + Unpin>(
     loop {
         let step = {
             let mut q = shared.out.lock().unwrap_or_else(PoisonError::into_inner);
+            q.wake_pending = false;
             if !q.buf.is_empty() || !q.control.is_empty() {
                 q.takes = q.takes.wrapping_add(1);
                 mem::swap(&mut q.buf, spare);
