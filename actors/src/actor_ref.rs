@@ -387,21 +387,17 @@ impl<M: Send + 'static> ActorRef<M> {
     /// # Errors
     /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
     pub fn send(&self, msg: M) -> SendFuture<'_, M> {
-        match self.tell_hint(msg) {
-            Err(SendError::MailboxFull(msg)) => SendFuture {
-                state: SendState::Waiting(Box::pin(self.send_slow(msg))),
-            },
-            Ok(true) => SendFuture {
-                // Once per batch (64 KiB), so the box is not per message.
-                state: SendState::Waiting(Box::pin(async {
-                    tokio::task::yield_now().await;
-                    Ok(())
-                })),
-            },
-            done => SendFuture {
-                state: SendState::Done(Some(done.map(|_| ()))),
-            },
-        }
+        let state = match self.tell_hint(msg) {
+            Ok(false) => SendState::Sent,
+            // Once per batch (64 KiB), so the box is not per message.
+            Ok(true) => SendState::Waiting(Box::pin(async {
+                tokio::task::yield_now().await;
+                Ok(())
+            })),
+            Err(SendError::MailboxFull(msg)) => SendState::Waiting(Box::pin(self.send_slow(msg))),
+            Err(e) => SendState::Failed(Some(Box::new(e))),
+        };
+        SendFuture { state }
     }
 
     #[inline(never)]
@@ -545,8 +541,12 @@ impl<M: Send + 'static> ActorRef<M> {
 
 type SlowSend<'a, M> = Pin<Box<dyn Future<Output = Result<(), SendError<M>>> + Send + 'a>>;
 
+/// Small whatever `M` is: handlers that send in a loop keep one of these
+/// in their future state per await, so it stays two words.
 enum SendState<'a, M> {
-    Done(Option<Result<(), SendError<M>>>),
+    Sent,
+    /// Boxed: errors are rare, and `SendError<M>` holds the message.
+    Failed(Option<Box<SendError<M>>>),
     Waiting(SlowSend<'a, M>),
 }
 
@@ -575,11 +575,12 @@ impl<M> Future for SendFuture<'_, M> {
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        // Both variants are Unpin (an Option and a pinned box).
+        // Every variant is Unpin (nothing, an Option and a pinned box).
         match &mut self.get_mut().state {
-            SendState::Done(r) => {
-                std::task::Poll::Ready(r.take().expect("Send polled after it completed"))
-            }
+            SendState::Sent => std::task::Poll::Ready(Ok(())),
+            SendState::Failed(e) => std::task::Poll::Ready(Err(*e
+                .take()
+                .expect("SendFuture polled after it completed"))),
             SendState::Waiting(f) => f.as_mut().poll(cx),
         }
     }
@@ -641,5 +642,20 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
             }
         }
         d.deserialize_str(V(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SendFuture;
+
+    #[test]
+    fn send_future_stays_small_whatever_the_message() {
+        // Handlers sending in a loop keep one per await in their state.
+        assert!(std::mem::size_of::<SendFuture<'static, [u8; 1024]>>() <= 24);
+        assert_eq!(
+            std::mem::size_of::<SendFuture<'static, u8>>(),
+            std::mem::size_of::<SendFuture<'static, [u8; 1024]>>()
+        );
     }
 }
