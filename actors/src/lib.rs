@@ -99,3 +99,5 @@ pub use system::{
 };
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;
+#[doc(hidden)]
+pub use wire::fuzz_differential as fuzz_wire_differential;

@@ -573,6 +573,72 @@ impl<'de> de::VariantAccess<'de> for &mut Reader<'de> {
     }
 }
 
+/// Differential check for the fuzz targets: decodes `input` with this
+/// reader and with the bincode crate (byte limit on) as a few types
+/// covering every serde shape, and panics if they disagree on success, on
+/// the bytes used or on the value. Returns how many types decoded.
+#[doc(hidden)]
+pub fn fuzz_differential(input: &[u8]) -> usize {
+    use serde::{Deserialize, Serialize};
+
+    // Within bincode's byte limit below, so that only the formats differ.
+    if input.len() > 1 << 15 {
+        return 0;
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum Probe {
+        Unit,
+        Ints(u8, u16, u32, u64, i8, i16, i32, i64),
+        Wide(u128, i128, usize),
+        Floats(f32, f64),
+        Text { b: bool, c: char, s: String },
+        Bytes(#[serde(with = "serde_bytes_like")] Vec<u8>),
+        Seq(Vec<u16>, Option<Box<Probe>>),
+        Map(std::collections::BTreeMap<u8, Probe>),
+        Tuple((u8, Option<u32>), ()),
+    }
+
+    mod serde_bytes_like {
+        pub(super) fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(v)
+        }
+        pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+            d: D,
+        ) -> Result<Vec<u8>, D::Error> {
+            crate::SharedBytes::deserialize(d).map(|b| b.to_vec())
+        }
+        use serde::Deserialize;
+    }
+
+    agree::<Probe>(input) as usize
+        + agree::<(String, Vec<u64>, bool)>(input) as usize
+        + agree::<Option<(char, i128)>>(input) as usize
+}
+
+/// Decodes `input` with both decoders; they must agree on success, on the
+/// bytes used, and on the value (compared re-encoded, so NaNs compare
+/// equal). True if both decoded it.
+fn agree<T: serde::Serialize + serde::de::DeserializeOwned>(input: &[u8]) -> bool {
+    const STD: bincode::config::Configuration = bincode::config::standard();
+    let encode = |v: &T| bincode::serde::encode_to_vec(v, STD).expect("a decoded value encodes");
+    let ours = from_slice::<T>(input);
+    // bincode needs a limit, or a long length claim makes it allocate.
+    let theirs = bincode::serde::decode_from_slice::<T, _>(input, STD.with_limit::<{ 1 << 16 }>());
+    match (ours, theirs) {
+        (Ok((a, n)), Ok((b, m))) => {
+            assert_eq!(n, m, "bytes used");
+            assert_eq!(encode(&a), encode(&b), "values");
+            true
+        }
+        (Err(_), Err(_)) => false,
+        // bincode has no nesting limit (and no stack guard).
+        (Err(e), Ok(_)) if matches!(*e.0, Kind::Depth) => false,
+        (Ok(_), Err(e)) => panic!("bincode refused what we accepted: {e}"),
+        (Err(e), Ok(_)) => panic!("we refused what bincode accepted: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -717,26 +783,6 @@ mod tests {
         bincode::serde::encode_to_vec(v, STD).unwrap()
     }
 
-    /// Decodes `input` with both decoders: they must agree on success, on
-    /// the bytes used, and on the value (compared re-encoded, so NaNs
-    /// compare equal).
-    fn agree<T: Serialize + for<'de> Deserialize<'de>>(input: &[u8]) -> bool {
-        let ours = from_slice::<T>(input);
-        // bincode needs a limit, or a long length claim makes it allocate.
-        let theirs =
-            bincode::serde::borrow_decode_from_slice::<T, _>(input, STD.with_limit::<4096>());
-        match (ours, theirs) {
-            (Ok((a, n)), Ok((b, m))) => {
-                assert_eq!(n, m, "bytes used");
-                assert_eq!(encode(&a), encode(&b), "values");
-                true
-            }
-            (Err(_), Err(_)) => false,
-            (Ok(_), Err(e)) => panic!("bincode refused what we accepted: {e}"),
-            (Err(e), Ok(_)) => panic!("we refused what bincode accepted: {e}"),
-        }
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -770,6 +816,7 @@ mod tests {
             agree::<E>(&bytes);
             agree::<(u16, i32, char, Option<u64>, u128, i128)>(&bytes);
             agree::<(String, Vec<u32>, bool)>(&bytes);
+            fuzz_differential(&bytes);
         }
     }
 

@@ -1,6 +1,6 @@
 //! Envelope and system-message decoding (`actors::fuzz_decode_envelope`):
-//! the envelope header parser, then bincode with its byte limit on the
-//! payload. Never panics, and never allocates what a length field claims
+//! the envelope header parser, then the message decoder (`actors::wire`)
+//! on the payload. Never panics, and never allocates what a length field claims
 //! (libFuzzer's -rss_limit_mb catches that).
 #![no_main]
 
