@@ -41,7 +41,7 @@ pub trait Serializer: Send + Sync + 'static {
 
 /// bincode 2's format (serde, standard config: varint integers, little
 /// endian). Encoding uses the bincode crate; decoding uses this crate's own
-/// reader of the same format ([`crate::wire`]), which bounds every length
+/// reader of the same format (`actors::wire`, private), which bounds every length
 /// by the bytes that actually arrived, so a hostile length claim is refused
 /// before anything is allocated, whatever the message's size.
 #[derive(Debug, Clone, Copy, Default)]
