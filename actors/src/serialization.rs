@@ -40,14 +40,14 @@ pub trait Serializer: Send + Sync + 'static {
 }
 
 /// bincode 2's format (serde, standard config: varint integers, little
-/// endian). Encoding uses the bincode crate; decoding uses this crate's own
-/// reader of the same format (`actors::wire`, private), which bounds every length
-/// by the bytes that actually arrived, so a hostile length claim is refused
-/// before anything is allocated, whatever the message's size.
+/// endian), written and read by this crate's own serde serializer and
+/// deserializer (`actors::wire`, private; property tests and a fuzz target
+/// check they agree byte for byte with the bincode crate). Decoding bounds
+/// every length by the bytes that actually arrived, so a hostile length
+/// claim is refused before anything is allocated, whatever the message's
+/// size.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Bincode;
-
-const CONFIG: bincode::config::Configuration = bincode::config::standard();
 
 thread_local! {
     /// The most bytes [`Bincode::serialize`] may leave in its output buffer
@@ -75,53 +75,18 @@ pub(crate) fn with_encode_limit<T>(limit: usize, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// The error bincode's writer returns when the limit is crossed; mapped to
-/// [`SerializationError::TooLarge`].
-const OVER_LIMIT: &str = "message exceeds the encode limit";
-
-struct BufWriter<'a> {
-    out: &'a mut BytesMut,
-    limit: usize,
-    /// The size the output would have reached when it crossed the limit.
-    over: &'a Cell<usize>,
-}
-
-impl bincode::enc::write::Writer for BufWriter<'_> {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
-        let len = self.out.len().saturating_add(bytes.len());
-        if len > self.limit {
-            self.over.set(len);
-            return Err(bincode::error::EncodeError::Other(OVER_LIMIT));
-        }
-        self.out.extend_from_slice(bytes);
-        Ok(())
-    }
-}
-
 impl Serializer for Bincode {
+    #[inline]
     fn serialize<T: Serialize + ?Sized>(
         &self,
         value: &T,
         out: &mut BytesMut,
     ) -> Result<(), SerializationError> {
         let limit = ENCODE_LIMIT.with(Cell::get);
-        let over = Cell::new(0);
         let start = out.len();
-        let writer = BufWriter {
-            out,
-            limit,
-            over: &over,
-        };
-        bincode::serde::encode_into_writer(value, writer, CONFIG).map_err(|e| {
+        crate::wire::to_buf(value, out, limit).map_err(|e| {
             out.truncate(start);
-            match e {
-                bincode::error::EncodeError::Other(OVER_LIMIT) => SerializationError::TooLarge {
-                    size: over.get(),
-                    limit,
-                },
-                e => SerializationError::Encode(e.to_string()),
-            }
+            encode_error(&e, limit)
         })
     }
 
@@ -135,6 +100,17 @@ impl Serializer for Bincode {
             }),
             Err(e) => Err(decode_error(e)),
         }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn encode_error(e: &crate::wire::EncodeError, limit: usize) -> SerializationError {
+    match e.kind() {
+        crate::wire::EncodeKind::TooLarge { size } => {
+            SerializationError::TooLarge { size: *size, limit }
+        }
+        _ => SerializationError::Encode(e.to_string()),
     }
 }
 
