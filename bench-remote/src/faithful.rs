@@ -73,8 +73,11 @@ pub enum ToReceiver {
     /// A payload, ignored (counted). Decoded without copying.
     Payload(SharedBytes),
     /// A marker to echo to the enclosed ref, which also becomes where
-    /// `Timed` messages are echoed.
-    Marker(WireMarker, ActorRef<ToSender>),
+    /// `Timed` messages are echoed. Boxed, so that the payload variant
+    /// (nearly every message) sets the enum's size: 40 bytes instead of 96
+    /// to move through decoding, the mailbox and the handler. Serialized
+    /// exactly as unboxed.
+    Marker(Box<(WireMarker, ActorRef<ToSender>)>),
     /// A payload stamped with its send (or scheduled) time, echoed back
     /// (`--echo-all`, `--rate`).
     Timed(u64, SharedBytes),
@@ -125,7 +128,8 @@ impl Actor for Receiver {
     async fn handle(&mut self, msg: ToReceiver, _ctx: &mut Ctx<Self>) {
         match msg {
             ToReceiver::Payload(_) => self.count += 1,
-            ToReceiver::Marker(mut m, reply) => {
+            ToReceiver::Marker(marker) => {
+                let (mut m, reply) = *marker;
                 self.received.store(self.count, Relaxed);
                 m.received = self.count;
                 echo(&reply, ToSender::Echo(m));
@@ -180,7 +184,10 @@ impl SenderActor {
                             .map_err(|e| anyhow!("payload not sent: {e}"))?;
                     }
                     self.receiver
-                        .send(ToReceiver::Marker(m.into(), ctx.myself().clone()))
+                        .send(ToReceiver::Marker(Box::new((
+                            m.into(),
+                            ctx.myself().clone(),
+                        ))))
                         .await
                         .map_err(|e| anyhow!("marker not sent: {e}"))?;
                 }
@@ -407,10 +414,10 @@ pub async fn run_rate(
     });
     // Register the collector as the receiver's echo target.
     receiver
-        .send(ToReceiver::Marker(
+        .send(ToReceiver::Marker(Box::new((
             Marker::bare(MarkerKind::Warmup).into(),
             collector.clone(),
-        ))
+        ))))
         .await
         .map_err(|e| anyhow!("cannot reach the receiver: {e}"))?;
     let payload = SharedBytes::from(vec![7u8; shape.payload]);
