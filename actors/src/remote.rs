@@ -394,9 +394,19 @@ fn reliable_frame(epoch: u64, seq: u64, body: &[u8]) -> Frame {
 /// on this link if needed. Runs under the transport's queue lock, which
 /// orders it with every other envelope on the link.
 fn write_envelope(b: &mut BytesMut, r: &Recipient, link: &Link, manifest: u32, payload: &[u8]) {
-    write_recipient(b, r, link, 0);
-    b.put_u32_le(manifest);
-    b.put_slice(payload);
+    let key = r.compressed.load(Ordering::Relaxed);
+    if key >> 32 == u64::from(link.generation) && key as u32 != 0 {
+        // The common case, in one append: flags, id, manifest.
+        let mut head = [0u8; 9];
+        head[1..5].copy_from_slice(&(key as u32).to_le_bytes());
+        head[5..9].copy_from_slice(&manifest.to_le_bytes());
+        b.reserve(head.len() + payload.len());
+        b.extend_from_slice(&head);
+    } else {
+        write_recipient(b, r, link, 0);
+        b.put_u32_le(manifest);
+    }
+    b.extend_from_slice(payload);
 }
 
 /// Appends flags (`flags` plus `ENV_DEFINE` if needed) and the recipient
@@ -1552,6 +1562,8 @@ pub(crate) struct Inbound {
     sender: Option<Sender>,
     table: Vec<Option<Entry>>,
     runs: Vec<Run>,
+    /// Index in `runs` of the run the last message went to (a hint).
+    last_run: usize,
     /// Bytes of the current read not yet handed to a handler method: how
     /// much a run buffer may still need this read.
     left_in_read: usize,
@@ -1596,6 +1608,32 @@ impl Partial {
 struct Entry {
     path: Arc<str>,
     target: Option<Arc<dyn RemoteTarget>>,
+    /// `target`'s manifest (0 without one), so that checking each message
+    /// is not a virtual call. Set only by `set_target`.
+    manifest: u32,
+}
+
+impl Entry {
+    fn new(path: Arc<str>, target: Option<Arc<dyn RemoteTarget>>) -> Self {
+        let mut e = Self {
+            path,
+            target: None,
+            manifest: 0,
+        };
+        e.set_target(target);
+        e
+    }
+
+    fn set_target(&mut self, target: Option<Arc<dyn RemoteTarget>>) {
+        self.manifest = target.as_ref().map_or(0, |t| t.manifest());
+        self.target = target;
+    }
+
+    /// Whether `target` is set and takes `manifest`.
+    #[inline]
+    fn takes(&self, manifest: u32) -> bool {
+        self.target.is_some() && self.manifest == manifest
+    }
 }
 
 /// The payloads of one read for one recipient, copied into one buffer of
@@ -1622,6 +1660,7 @@ impl Inbound {
             sender: None,
             table: Vec::new(),
             runs: Vec::new(),
+            last_run: 0,
             left_in_read: 0,
             malformed_count: 0,
             malformed_since: None,
@@ -1681,10 +1720,7 @@ impl Inbound {
             if idx >= self.table.len() {
                 self.table.resize(idx + 1, None);
             }
-            self.table[idx] = Some(Entry {
-                path: path.into(),
-                target: self.sys.lookup(path),
-            });
+            self.table[idx] = Some(Entry::new(path.into(), self.sys.lookup(path)));
         }
         if let Some(f) = env.fragment {
             return self.on_fragment(id, manifest, f, b);
@@ -1698,7 +1734,7 @@ impl Inbound {
             let to = self.sys.path(&entry.path);
             return self.dead(&format!("manifest {manifest:#010x}"), &to, "no such actor");
         };
-        if target.manifest() != manifest {
+        if !entry.takes(manifest) {
             let to = self.sys.path(&entry.path);
             return self.dead(
                 &format!("manifest {manifest:#010x}"),
@@ -1709,8 +1745,18 @@ impl Inbound {
                 ),
             );
         }
-        let run = match self.runs.iter().position(|r| r.id == id) {
-            Some(i) => &mut self.runs[i],
+        // Consecutive messages mostly go to the same recipient.
+        let last = self.last_run;
+        let found = if self.runs.get(last).is_some_and(|r| r.id == id) {
+            Some(last)
+        } else {
+            self.runs.iter().position(|r| r.id == id)
+        };
+        let run = match found {
+            Some(i) => {
+                self.last_run = i;
+                &mut self.runs[i]
+            }
             None => {
                 if self.runs.len() >= MAX_RUNS {
                     self.runs.retain(|r| r.n > 0);
@@ -1746,15 +1792,12 @@ impl Inbound {
     /// The actor at a path changes when one stops and another is spawned
     /// there (or when one is spawned after the path was defined): when the
     /// cached target of `id` cannot take `manifest`, look the path up again.
-    #[inline]
+    #[inline(always)]
     fn refresh_target(&mut self, id: u32, manifest: u32) {
         if let Some(Some(entry)) = self.table.get_mut(id as usize)
-            && entry
-                .target
-                .as_ref()
-                .is_none_or(|t| t.manifest() != manifest)
+            && !entry.takes(manifest)
         {
-            entry.target = self.sys.lookup(&entry.path);
+            entry.set_target(self.sys.lookup(&entry.path));
         }
     }
 
@@ -2043,7 +2086,7 @@ impl Handler for Inbound {
                         // this type, the batch is its.
                         let entry = self.table.get_mut(run.id as usize).and_then(|e| e.as_mut());
                         if let Some(e) = entry {
-                            e.target = self.sys.lookup(&e.path);
+                            e.set_target(self.sys.lookup(&e.path));
                             if let Some(t) = &e.target
                                 && !Arc::ptr_eq(t, &run.target)
                                 && t.manifest() == run.target.manifest()
