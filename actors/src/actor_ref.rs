@@ -340,7 +340,7 @@ impl<M: Send + 'static> ActorRef<M> {
 
     /// `tell`, also saying whether the caller should yield its thread to a
     /// remote link's writer (`Ok(true)`; see
-    /// `transport::Sender::try_send_with_hint`).
+    /// `transport::Sender::try_push_with`).
     #[inline]
     fn tell_hint(&self, msg: M) -> Result<bool, SendError<M>> {
         match &self.inner {

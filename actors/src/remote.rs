@@ -68,7 +68,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use transport::{
     Backoff, CloseReason, ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Heartbeater,
-    Sender, Tls, TlsConfig, TransportConfig, TransportError, TrySendError,
+    Pushed, Sender, Tls, TlsConfig, TransportConfig, TransportError, TrySendError,
 };
 
 use crate::{
@@ -740,21 +740,26 @@ impl Association {
         self: &Arc<Self>,
         r: &Arc<Recipient>,
         manifest: u32,
-        encode: impl FnOnce(&mut BytesMut) -> Result<(), SerializationError>,
+        encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
     ) -> Result<(), TellError> {
         self.tell_hint(r, manifest, encode).map(|_| ())
     }
 
     /// Remote `tell` that also says whether the caller should yield its
     /// thread to the link's writer (`Ok(true)`, see
-    /// `transport::Sender::try_send_with_hint`).
+    /// `transport::Sender::try_push_with`). `encode` may run twice: once
+    /// straight into the link's queue, and again into a scratch buffer if
+    /// the message turns out not to fit there (large, or too large).
     #[inline]
     pub(crate) fn tell_hint(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
         manifest: u32,
-        encode: impl FnOnce(&mut BytesMut) -> Result<(), SerializationError>,
+        encode: impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
     ) -> Result<bool, TellError> {
+        if let Some(done) = self.tell_direct(r, manifest, &encode) {
+            return done;
+        }
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             self.encode_bounded(r, &mut scratch, encode)?;
@@ -770,11 +775,11 @@ impl Association {
                 if r.uid != link.uid && r.uid != 0 {
                     return Err(TellError::Gone);
                 }
-                let res = link.sender.try_send_with_hint(FrameKind::Message, |b| {
+                let res = link.sender.try_send_with(FrameKind::Message, |b| {
                     write_envelope(b, r, link, manifest, &scratch)
                 });
                 match res {
-                    Ok(yield_now) => return Ok(yield_now),
+                    Ok(()) => return Ok(false),
                     Err(TrySendError::Full(_)) => return Err(TellError::Full),
                     Err(TrySendError::TooLarge(e)) => {
                         return Err(TellError::Serialization(SerializationError::Encode(
@@ -787,6 +792,66 @@ impl Association {
             }
             self.tell_slow(st, r, manifest, &scratch).map(|()| false)
         })
+    }
+
+    /// The common case of `tell`: the link is up and already knows the
+    /// recipient's id, so the message is encoded straight into the link's
+    /// queue, behind a compact envelope, with no scratch copy. Only a
+    /// message that fits one frame of the queue goes this way (up to the
+    /// large-message threshold and the maximum message size): one that
+    /// does not is abandoned as soon as it crosses that size, and `None`
+    /// sends it down the general path. `None` too when the link is not up
+    /// or the recipient not yet defined on it.
+    #[inline]
+    fn tell_direct(
+        &self,
+        r: &Recipient,
+        manifest: u32,
+        encode: &impl Fn(&mut BytesMut) -> Result<(), SerializationError>,
+    ) -> Option<Result<bool, TellError>> {
+        let st = lock(&self.state);
+        let LinkState::Up(link) = &*st else {
+            return None;
+        };
+        if r.uid != link.uid && r.uid != 0 {
+            return Some(Err(TellError::Gone));
+        }
+        let key = r.compressed.load(Ordering::Relaxed);
+        if key >> 32 != u64::from(link.generation) || key as u32 == 0 {
+            return None;
+        }
+        let room = self
+            .large_threshold
+            .min(self.max_message)
+            .saturating_sub(Self::envelope_overhead(r));
+        let mut failed = None;
+        let res = link.sender.try_push_with(FrameKind::Message, |b| {
+            let mut head = [0u8; ENV_HEADER];
+            head[1..5].copy_from_slice(&(key as u32).to_le_bytes());
+            head[5..9].copy_from_slice(&manifest.to_le_bytes());
+            b.extend_from_slice(&head);
+            let start = b.len();
+            match with_encode_limit(start + room, || encode(b)) {
+                // A custom encoder is not bounded while encoding.
+                Ok(()) => b.len() - start <= room,
+                // Large, or too large: the general path tells which.
+                Err(SerializationError::TooLarge { .. }) => false,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        });
+        match res {
+            Ok(Pushed::Queued { yield_now }) => Some(Ok(yield_now)),
+            Ok(Pushed::Abandoned) => failed.map(|e| Err(TellError::Serialization(e))),
+            Err(TrySendError::Full(_)) => Some(Err(TellError::Full)),
+            Err(TrySendError::TooLarge(e)) => Some(Err(TellError::Serialization(
+                SerializationError::Encode(e.to_string()),
+            ))),
+            // The link just died: the general path reconnects.
+            Err(_) => None,
+        }
     }
 
     /// `tell` when the link is not up: buffer while connecting, start a

@@ -16,6 +16,6 @@ mod it {
     mod large;
     mod limits;
     mod ordering;
+    mod push;
     mod tls;
-    mod yield_to_writer;
 }

@@ -111,4 +111,4 @@ pub use reader::{Handler, Inbound, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};
-pub use writer::Sender;
+pub use writer::{Pushed, Sender};

@@ -44,7 +44,7 @@ pub(crate) struct OutQueue {
     pub(crate) writer_idle: bool,
     /// A sender woke the idle writer, which has not taken the queue yet:
     /// it waits for a thread. Cleared when it takes the queue, or when a
-    /// sender is told to yield to it (see `Sender::try_send_with_hint`).
+    /// sender is told to yield to it (see `Sender::try_push_with`).
     pub(crate) wake_pending: bool,
     /// Some sender waits for room.
     pub(crate) space_waiters: bool,
@@ -86,6 +86,47 @@ enum Refused<F> {
     Full(F),
     Closed(F),
     TooLarge(FrameError),
+    /// The encoder gave up (`try_push_with`); its bytes were removed.
+    Abandoned,
+}
+
+/// A frame body encoder: infallible (`send_with`, `try_send_with`) or one
+/// that may give up (`try_push_with`).
+trait Body {
+    /// Appends the body; false abandons the frame.
+    fn encode(self, out: &mut BytesMut) -> bool;
+}
+
+struct Always<F>(F);
+
+impl<F: FnOnce(&mut BytesMut)> Body for Always<F> {
+    #[inline]
+    fn encode(self, out: &mut BytesMut) -> bool {
+        (self.0)(out);
+        true
+    }
+}
+
+struct Maybe<F>(F);
+
+impl<F: FnOnce(&mut BytesMut) -> bool> Body for Maybe<F> {
+    #[inline]
+    fn encode(self, out: &mut BytesMut) -> bool {
+        (self.0)(out)
+    }
+}
+
+/// What [`Sender::try_push_with`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued. `yield_now` asks the caller to yield its thread to the
+    /// connection's writer: see [`Sender::try_push_with`].
+    Queued {
+        /// Yield (once) so the writer can hand the queue to the socket.
+        yield_now: bool,
+    },
+    /// The encoder returned false; nothing was queued.
+    Abandoned,
 }
 
 /// A cheap, cloneable handle that queues frames on one connection.
@@ -138,14 +179,14 @@ impl Sender {
 
     /// Appends one frame whose body `encode` writes, if there is room.
     /// `Ok(true)` asks the caller to yield to the writer (see
-    /// [`try_send_with_hint`](Self::try_send_with_hint)).
+    /// [`try_push_with`](Self::try_push_with)).
     #[inline]
-    fn push<F: FnOnce(&mut BytesMut)>(
+    fn push<B: Body>(
         &self,
         kind: FrameKind,
-        encode: F,
+        encode: B,
         wait_on_full: bool,
-    ) -> Result<bool, Refused<F>> {
+    ) -> Result<bool, Refused<B>> {
         let mut q = self.lock();
         if q.state != OutState::Open {
             return Err(Refused::Closed(encode));
@@ -163,7 +204,10 @@ impl Sender {
             start,
         };
         frame::encode_header(kind, 0, guard.buf);
-        encode(guard.buf);
+        if !encode.encode(guard.buf) {
+            // Dropping the guard truncates.
+            return Err(Refused::Abandoned);
+        }
         let body_len = guard.buf.len() - start - HEADER_LEN;
         if let Err(e) = frame::check_len(body_len, self.shared.max_frame_size) {
             // Dropping the guard truncates.
@@ -205,7 +249,7 @@ impl Sender {
     /// waiting while the queue is full.
     ///
     /// Once the woken writer has a large batch waiting for a thread (see
-    /// [`try_send_with_hint`](Self::try_send_with_hint)), this yields once,
+    /// [`try_push_with`](Self::try_push_with)), this yields once,
     /// so a producer sending in a loop lets the batch go out while it goes
     /// on, instead of holding the thread until its loop ends.
     ///
@@ -220,14 +264,14 @@ impl Sender {
         kind: FrameKind,
         encode: F,
     ) -> Result<(), SendError> {
-        let mut encode = match self.push(kind, encode, false) {
+        let mut encode = match self.push(kind, Always(encode), false) {
             Ok(false) => return Ok(()),
             Ok(true) => {
                 tokio::task::yield_now().await;
                 return Ok(());
             }
             Err(Refused::Full(f)) => f,
-            Err(Refused::Closed(_)) => return Err(SendError::Closed),
+            Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendError::Closed),
             Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
         };
         loop {
@@ -239,7 +283,7 @@ impl Sender {
             encode = match self.push(kind, encode, true) {
                 Ok(_) => return Ok(()),
                 Err(Refused::Full(f)) => f,
-                Err(Refused::Closed(_)) => return Err(SendError::Closed),
+                Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendError::Closed),
                 Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
             };
             notified.await;
@@ -256,10 +300,14 @@ impl Sender {
             return Err(TrySendError::TooLarge(e));
         }
         let body = &frame.body;
-        match self.push(frame.kind, |b| b.extend_from_slice(body), false) {
+        match self.push(
+            frame.kind,
+            Always(|b: &mut BytesMut| b.extend_from_slice(body)),
+            false,
+        ) {
             Ok(_) => Ok(()),
             Err(Refused::Full(_)) => Err(TrySendError::Full(frame)),
-            Err(Refused::Closed(_)) => Err(TrySendError::Closed(frame)),
+            Err(Refused::Closed(_) | Refused::Abandoned) => Err(TrySendError::Closed(frame)),
             Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
         }
     }
@@ -273,13 +321,25 @@ impl Sender {
         kind: FrameKind,
         encode: F,
     ) -> Result<(), TrySendError<F>> {
-        self.try_send_with_hint(kind, encode).map(|_| ())
+        match self.push(kind, Always(encode), false) {
+            Ok(_) => Ok(()),
+            Err(Refused::Full(f)) => Err(TrySendError::Full(f.0)),
+            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f.0)),
+            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+            Err(Refused::Abandoned) => unreachable!("an infallible encoder gave up"),
+        }
     }
 
-    /// As [`try_send_with`](Self::try_send_with), and tells the caller
-    /// whether to yield its thread to the writer: `Ok(true)` when the
-    /// writer, woken by an earlier frame, has not run yet and the queue has
-    /// reached the yield threshold
+    /// As [`try_send_with`](Self::try_send_with), for an encoder that may
+    /// give up: if `encode` returns false, what it appended is removed and
+    /// nothing is sent ([`Pushed::Abandoned`]). For callers that encode
+    /// straight into the queue and find out only while encoding that the
+    /// frame should not go (too large, say).
+    ///
+    /// A queued frame also says whether the caller should yield its thread
+    /// to the writer: `yield_now` is true when the writer, woken by an
+    /// earlier frame, has not run yet and the queue has reached the yield
+    /// threshold
     /// ([`TransportConfig::set_producer_yield_bytes`](crate::TransportConfig::set_producer_yield_bytes)).
     ///
     /// Why: the writer is a task, and on a single-threaded runtime (or
@@ -293,15 +353,16 @@ impl Sender {
     ///
     /// # Errors
     /// As [`try_send_with`](Self::try_send_with).
-    pub fn try_send_with_hint<F: FnOnce(&mut BytesMut)>(
+    pub fn try_push_with<F: FnOnce(&mut BytesMut) -> bool>(
         &self,
         kind: FrameKind,
         encode: F,
-    ) -> Result<bool, TrySendError<F>> {
-        match self.push(kind, encode, false) {
-            Ok(y) => Ok(y),
-            Err(Refused::Full(f)) => Err(TrySendError::Full(f)),
-            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f)),
+    ) -> Result<Pushed, TrySendError<F>> {
+        match self.push(kind, Maybe(encode), false) {
+            Ok(yield_now) => Ok(Pushed::Queued { yield_now }),
+            Err(Refused::Abandoned) => Ok(Pushed::Abandoned),
+            Err(Refused::Full(f)) => Err(TrySendError::Full(f.0)),
+            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f.0)),
             Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
         }
     }

@@ -251,6 +251,114 @@ async fn messages_over_the_maximum_size_are_refused_and_the_link_stays_up() {
     assert_eq!(b.dead_letters(), 1);
 }
 
+/// Once a recipient is known on a link, `tell` encodes straight into the
+/// link's queue, giving up as soon as a message crosses the large-message
+/// threshold. Such a message must still take the large-message lane (in
+/// fragments, not one frame), one over the maximum size must still be
+/// refused with its real size, and a message whose `Serialize` fails must
+/// still report that: each through the general path. The link carries
+/// small messages before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_recipient_still_gets_the_large_lane_and_the_size_check() {
+    const MAX: usize = 1 << 20;
+    let mut small = SystemConfig::default();
+    small.set_max_message_size(MAX);
+    let (a, b, sink, _counter, mut seen) = nodes(small.clone(), small).await;
+    // A small message defines the sink on the link.
+    sink.tell(Big(vec![1; 10].into())).expect("room");
+    let got = within("the small message", seen.recv())
+        .await
+        .expect("arrives");
+    assert_eq!(got.data.len(), 10);
+
+    let frames = a.remote_stats().frames_out;
+    let data = noise(MAX - 100, 5);
+    let want = checksum(&data);
+    sink.tell(Big(data.into()))
+        .expect("queued on the large lane");
+    let got = within("the large message", seen.recv())
+        .await
+        .expect("arrives");
+    assert_eq!(got.check(), (MAX - 100, want));
+    // 64 KiB fragments, each acknowledged: many frames, not one.
+    let sent = a.remote_stats().frames_out - frames;
+    assert!(sent >= 16, "{sent} frames for a 1 MiB message");
+
+    let err = sink
+        .tell(Big(vec![1; 2 * MAX].into()))
+        .expect_err("too large");
+    let SendError::Serialization(SerializationError::TooLarge { size, limit }) = &err else {
+        panic!("expected TooLarge, got {err}");
+    };
+    assert_eq!(*limit, MAX, "{err}");
+    assert!(*size > 2 * MAX, "the whole message's size: {err}");
+
+    sink.tell(Big(vec![2; 10].into())).expect("room");
+    let got = within("a small message after", seen.recv())
+        .await
+        .expect("arrives");
+    assert_eq!(&got.data[..], &[2; 10]);
+    assert_eq!(b.dead_letters(), 0);
+}
+
+/// A message whose `Serialize` fails on request.
+#[derive(Debug, Deserialize)]
+struct Flaky {
+    fail: bool,
+    n: u64,
+}
+
+impl Serialize for Flaky {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.fail {
+            return Err(serde::ser::Error::custom("flaky refuses"));
+        }
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Flaky", 2)?;
+        st.serialize_field("fail", &self.fail)?;
+        st.serialize_field("n", &self.n)?;
+        st.end()
+    }
+}
+
+impl RemoteMessage for Flaky {
+    const MANIFEST: &'static str = "it.Flaky";
+}
+
+/// Sums `n`.
+struct FlakySum(mpsc::UnboundedSender<u64>);
+
+impl Actor for FlakySum {
+    type Msg = Flaky;
+
+    async fn handle(&mut self, m: Flaky, _: &mut Ctx<Self>) {
+        let _ = self.0.send(m.n);
+    }
+}
+
+#[tokio::test]
+async fn a_failing_serialize_to_a_known_recipient_is_reported_and_nothing_is_sent() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    let (out, mut got) = mpsc::unbounded_channel();
+    b.spawn_named("flaky", FlakySum(out)).expect("free");
+    let flaky = within("resolve", a.resolve::<Flaky>(&actor_path(&b, "flaky")))
+        .await
+        .expect("resolves");
+    flaky.tell(Flaky { fail: false, n: 1 }).expect("room");
+    assert_eq!(within("first", got.recv()).await, Some(1));
+    // Known on the link now: the failure happens inside the link's queue.
+    let err = flaky.tell(Flaky { fail: true, n: 2 }).expect_err("fails");
+    let SendError::Serialization(SerializationError::Encode(why)) = &err else {
+        panic!("expected Encode, got {err}");
+    };
+    assert!(why.contains("flaky refuses"), "{why}");
+    flaky.tell(Flaky { fail: false, n: 3 }).expect("room");
+    // Nothing half-written went out: the next message is the next one.
+    assert_eq!(within("third", got.recv()).await, Some(3));
+    assert_eq!(b.dead_letters(), 0);
+}
+
 /// A fragment envelope by hand: `envelope` with the fragment flag and
 /// header (message id, total, offset) in front of `piece`.
 fn fragment(

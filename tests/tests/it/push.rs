@@ -1,12 +1,13 @@
-//! A producer sending in a loop yields its thread to the connection's
-//! writer once a batch is waiting, so batches go out (and the peer starts
-//! on them) while it produces. Checked on a single-threaded runtime, where
-//! the writer can only run when the producer yields: right after the loop,
-//! with no other await in between, the writer must already have written.
+//! Queueing frames: a producer sending in a loop yields its thread to the
+//! connection's writer once a batch is waiting, so batches go out (and the
+//! peer starts on them) while it produces. Checked on a single-threaded
+//! runtime, where the writer can only run when the producer yields: right
+//! after the loop, with no other await in between, the writer must already
+//! have written. And an encoder that gives up leaves nothing behind.
 
 use bytes::Bytes;
 use integration_tests::{actor_path, actor_system, connect, endpoint, within};
-use transport::{Frame, TransportConfig};
+use transport::{Frame, FrameKind, Pushed, TransportConfig};
 
 use super::actors_common::{Count, Counter, total};
 
@@ -74,4 +75,37 @@ async fn actor_send_yields_to_the_link_writer() {
     let writes = a.remote_stats().writes - before;
     assert!(writes >= 3, "{writes} writes during the loop");
     assert_eq!(total(&remote).await, N);
+}
+
+#[tokio::test]
+async fn an_abandoned_push_leaves_nothing_behind() {
+    let (a, b) = (
+        endpoint(TransportConfig::default()).await,
+        endpoint(TransportConfig::default()).await,
+    );
+    let (conn, _a_in, _b_conn, mut b_in) = connect(&a, &b).await;
+    let sender = conn.sender();
+    let queued = sender.queued_bytes();
+    let pushed = sender
+        .try_push_with(FrameKind::Message, |buf| {
+            buf.extend_from_slice(b"half a message");
+            false
+        })
+        .unwrap_or_else(|_| panic!("open"));
+    assert_eq!(pushed, Pushed::Abandoned);
+    assert_eq!(
+        sender.queued_bytes(),
+        queued,
+        "the abandoned bytes were removed"
+    );
+    let pushed = sender
+        .try_push_with(FrameKind::Message, |buf| {
+            buf.extend_from_slice(b"whole");
+            true
+        })
+        .unwrap_or_else(|_| panic!("open"));
+    assert!(matches!(pushed, Pushed::Queued { .. }), "{pushed:?}");
+    let f = within("the frame", b_in.recv()).await.expect("open");
+    assert_eq!(&f.body[..], b"whole");
+    assert_eq!(conn.stats().frames_out, 1);
 }
