@@ -27,7 +27,7 @@
 
 use std::fmt;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use serde::{
     de::{self, DeserializeSeed, IntoDeserializer, Visitor},
     ser,
@@ -654,7 +654,7 @@ struct Writer<'a> {
 type EResult = std::result::Result<(), EncodeError>;
 
 impl Writer<'_> {
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> EResult {
         let size = self.out.len() + bytes.len();
         if size > self.limit {
@@ -749,9 +749,16 @@ impl ser::Serializer for &mut Writer<'_> {
     fn serialize_i128(self, v: i128) -> EResult {
         self.varint128(((v << 1) ^ (v >> 127)) as u128)
     }
-    #[inline]
+    #[inline(always)]
     fn serialize_u8(self, v: u8) -> EResult {
-        self.put(&[v])
+        // A `Vec<u8>` is a sequence of these: one check and one store each.
+        if self.out.len() >= self.limit {
+            return Err(EncodeError::new(EncodeKind::TooLarge {
+                size: self.out.len() + 1,
+            }));
+        }
+        self.out.put_u8(v);
+        Ok(())
     }
     #[inline]
     fn serialize_u16(self, v: u16) -> EResult {
