@@ -934,39 +934,29 @@ impl ser::SerializeMap for &mut Writer<'_> {
     }
 }
 
-impl ser::SerializeStruct for &mut Writer<'_> {
-    type Ok = ();
-    type Error = EncodeError;
-    #[inline]
-    fn serialize_field<T: ser::Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> EResult {
-        value.serialize(&mut **self)
-    }
-    #[inline]
-    fn end(self) -> EResult {
-        Ok(())
-    }
+macro_rules! keyed {
+    ($($tr:ident),* $(,)?) => {
+        $(impl ser::$tr for &mut Writer<'_> {
+            type Ok = ();
+            type Error = EncodeError;
+            // Field names are not written: fields go in declaration order.
+            #[inline]
+            fn serialize_field<T: ser::Serialize + ?Sized>(
+                &mut self,
+                _key: &'static str,
+                value: &T,
+            ) -> EResult {
+                value.serialize(&mut **self)
+            }
+            #[inline]
+            fn end(self) -> EResult {
+                Ok(())
+            }
+        })*
+    };
 }
 
-impl ser::SerializeStructVariant for &mut Writer<'_> {
-    type Ok = ();
-    type Error = EncodeError;
-    #[inline]
-    fn serialize_field<T: ser::Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> EResult {
-        value.serialize(&mut **self)
-    }
-    #[inline]
-    fn end(self) -> EResult {
-        Ok(())
-    }
-}
+keyed!(SerializeStruct, SerializeStructVariant);
 
 /// Differential check for the fuzz targets: decodes `input` with this
 /// reader and with the bincode crate (byte limit on) as a few types
