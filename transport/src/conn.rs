@@ -21,10 +21,7 @@ use std::{
 };
 
 use bytes::BytesMut;
-use tokio::{
-    io::{AsyncRead, AsyncWrite},
-    sync::Notify,
-};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -245,7 +242,7 @@ impl<T> fmt::Debug for Established<T> {
 
 impl<T> Established<T>
 where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: crate::security::Stream,
 {
     /// The peer's identity.
     pub fn peer(&self) -> &PeerInfo {
@@ -266,7 +263,7 @@ where
             pool,
             permit,
         } = self;
-        let (rd, wr) = tokio::io::split(stream);
+        let (rd, wr) = stream.split_io();
         let shared = Arc::new(Shared {
             out: Mutex::new(OutQueue::new(pool.get())),
             writer_wake: Notify::new(),

@@ -87,6 +87,7 @@ pub mod heartbeat;
 mod pool;
 mod reader;
 mod security;
+mod split;
 #[cfg(feature = "tls")]
 mod tls;
 mod writer;

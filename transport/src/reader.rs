@@ -11,14 +11,12 @@
 use std::{
     collections::VecDeque,
     future::Future,
+    mem,
     sync::{Arc, Mutex, PoisonError},
 };
 
 use bytes::{Buf, BytesMut};
-use tokio::{
-    io::{AsyncRead, AsyncReadExt},
-    sync::mpsc,
-};
+use tokio::{io::AsyncReadExt, sync::mpsc};
 
 use crate::{
     config::TransportConfig,
@@ -26,6 +24,7 @@ use crate::{
     error::{FrameError, TransportError},
     frame::{self, Frame, FrameKind},
     pool::ReadSize,
+    split::ReadIo,
     writer::{OutState, Sender},
 };
 
@@ -188,8 +187,73 @@ impl Inbound {
     }
 }
 
+/// The stream ended cleanly between frames: after the peer's Close, or
+/// while closing ourselves, that is the end; otherwise the connection was
+/// lost.
+fn end_of_stream(shared: &Shared, peer_closed: bool) {
+    let closing = shared
+        .out
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .state
+        != OutState::Open;
+    if !peer_closed && !closing {
+        shared.abort(CloseReason::Lost);
+        tracing::warn!(peer = %shared.peer.socket_addr, "connection lost: stream ended without a close frame");
+    }
+}
+
+/// Hands out the frames of `chunk` (a piece of the stream from the
+/// stream's own buffer, see [`ReadIo::poll_chunk`]) to `deliver`, in
+/// place. `partial` holds the start of a frame that the previous chunk's
+/// end cut in two; it is completed first, and the start of a frame that
+/// this chunk's end cuts is left in it. Lengths are checked against `max`
+/// before anything is buffered. Returns the frames handed out.
+fn parse_chunk(
+    chunk: &[u8],
+    partial: &mut BytesMut,
+    max: usize,
+    mut deliver: impl FnMut(FrameKind, &[u8]) -> Result<(), TransportError>,
+) -> Result<u64, TransportError> {
+    let mut frames = 0;
+    let mut pos = 0;
+    if !partial.is_empty() {
+        if partial.len() < frame::HEADER_LEN {
+            let take = (frame::HEADER_LEN - partial.len()).min(chunk.len());
+            partial.extend_from_slice(&chunk[..take]);
+            pos = take;
+        }
+        let Some((kind, len)) = frame::decode_header(partial, max)? else {
+            // Still not a whole header: the chunk was shorter than that.
+            return Ok(0);
+        };
+        let total = frame::HEADER_LEN + len;
+        let take = (total - partial.len()).min(chunk.len() - pos);
+        partial.reserve(total - partial.len());
+        partial.extend_from_slice(&chunk[pos..pos + take]);
+        pos += take;
+        if partial.len() < total {
+            return Ok(0);
+        }
+        deliver(kind, &partial[frame::HEADER_LEN..total])?;
+        frames += 1;
+        partial.clear();
+    }
+    while let Some((kind, len)) = frame::decode_header(&chunk[pos..], max)? {
+        let total = frame::HEADER_LEN + len;
+        if chunk.len() - pos < total {
+            break;
+        }
+        deliver(kind, &chunk[pos + frame::HEADER_LEN..pos + total])?;
+        frames += 1;
+        pos += total;
+    }
+    partial.extend_from_slice(&chunk[pos..]);
+    Ok(frames)
+}
+
 /// The reader task.
-pub(crate) async fn run<R: AsyncRead + Unpin, H: Handler>(
+pub(crate) async fn run<R: ReadIo, H: Handler>(
     mut io: R,
     mut buf: BytesMut,
     shared: Arc<Shared>,
@@ -239,7 +303,7 @@ fn control_frame(
     }
 }
 
-async fn drive<R: AsyncRead + Unpin, H: Handler>(
+async fn drive<R: ReadIo, H: Handler>(
     io: &mut R,
     buf: &mut BytesMut,
     shared: &Arc<Shared>,
@@ -253,9 +317,9 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
     let mut read_size = ReadSize::new(config.read_buffer_size, MAX_READ_SIZE);
     let mut peer_closed = false;
     let mut bytes_read = buf.len() as u64;
+    let mut frames = 0u64;
+    let mut delivered = false;
     loop {
-        let mut frames = 0u64;
-        let mut delivered = false;
         handler.on_read(buf.len());
         if H::BORROW {
             // Parse in place; one advance per read.
@@ -295,8 +359,49 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
             }
         }
         shared.stats.record_read(frames, bytes_read);
-        if delivered {
+        if mem::take(&mut delivered) {
             handler.on_batch_end().await;
+        }
+        frames = 0;
+        if R::CHUNKED && H::BORROW {
+            // Frames are parsed in place in the stream's own buffer; `buf`
+            // keeps only a frame that a chunk's end cuts in two, so the
+            // parse above finds nothing more in it.
+            let chunk = tokio::select! {
+                biased;
+                () = shared.cancel.cancelled() => return Ok(()),
+                r = std::future::poll_fn(|cx| {
+                    io.poll_chunk(cx, |chunk| {
+                        handler.on_read(buf.len() + chunk.len());
+                        let n = chunk.len() as u64;
+                        let parsed = parse_chunk(chunk, buf, max, |kind, body| {
+                            match kind {
+                                FrameKind::Message | FrameKind::System if !peer_closed => {
+                                    delivered = true;
+                                    handler.on_frame_ref(kind, body);
+                                }
+                                FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
+                                kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
+                            }
+                            Ok(())
+                        });
+                        parsed.map(|f| (n, f))
+                    })
+                }) => r?,
+            };
+            match chunk {
+                Some(parsed) => {
+                    let (n, f) = parsed?;
+                    bytes_read = n;
+                    frames = f;
+                }
+                None => {
+                    frame::decode_eof(buf)?;
+                    end_of_stream(shared, peer_closed);
+                    return Ok(());
+                }
+            }
+            continue;
         }
         // Reclaims the buffer in place when every slice handed out of it has
         // been dropped; allocates a fresh one only if some are still held.
@@ -311,19 +416,105 @@ async fn drive<R: AsyncRead + Unpin, H: Handler>(
         };
         if n == 0 {
             frame::decode_eof(buf)?;
-            let closing = shared
-                .out
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .state
-                != OutState::Open;
-            if !peer_closed && !closing {
-                shared.abort(CloseReason::Lost);
-                tracing::warn!(peer = %shared.peer.socket_addr, "connection lost: stream ended without a close frame");
-            }
+            end_of_stream(shared, peer_closed);
             return Ok(());
         }
         read_size.record(n);
         bytes_read = n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+    use proptest::prelude::*;
+
+    use super::parse_chunk;
+    use crate::{
+        error::{FrameError, TransportError},
+        frame::{self, FrameKind},
+    };
+
+    fn wire(bodies: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        for b in bodies {
+            frame::encode_header(FrameKind::Message, b.len(), &mut out);
+            out.put_slice(b);
+        }
+        out.to_vec()
+    }
+
+    /// Feeds `wire` to `parse_chunk` cut at `cuts`; returns the bodies it
+    /// handed out and what is left partial.
+    fn feed(
+        wire: &[u8],
+        cuts: &[usize],
+        max: usize,
+    ) -> Result<(Vec<Vec<u8>>, usize), TransportError> {
+        let mut partial = BytesMut::new();
+        let mut got = Vec::new();
+        let mut start = 0;
+        let mut frames = 0;
+        for &end in cuts.iter().chain(std::iter::once(&wire.len())) {
+            frames += parse_chunk(&wire[start..end], &mut partial, max, |kind, body| {
+                assert_eq!(kind, FrameKind::Message);
+                got.push(body.to_vec());
+                Ok(())
+            })?;
+            start = end;
+        }
+        assert_eq!(frames as usize, got.len());
+        Ok((got, partial.len()))
+    }
+
+    proptest! {
+        #[test]
+        fn frames_come_out_whole_wherever_chunks_end(
+            bodies in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..20),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        ) {
+            let wire = wire(&bodies);
+            let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(wire.len() + 1)).collect();
+            cuts.sort_unstable();
+            let (got, left) = feed(&wire, &cuts, 1 << 20).unwrap();
+            prop_assert_eq!(got, bodies);
+            prop_assert_eq!(left, 0);
+        }
+    }
+
+    #[test]
+    fn every_single_cut_and_byte_by_byte() {
+        let bodies: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; i * 7]).collect();
+        let wire = wire(&bodies);
+        for cut in 0..=wire.len() {
+            assert_eq!(
+                feed(&wire, &[cut], 1 << 20).unwrap(),
+                (bodies.clone(), 0),
+                "cut at {cut}"
+            );
+        }
+        let every: Vec<usize> = (1..wire.len()).collect();
+        assert_eq!(feed(&wire, &every, 1 << 20).unwrap(), (bodies, 0));
+    }
+
+    #[test]
+    fn a_trailing_partial_frame_stays_partial() {
+        let wire = wire(&[vec![1; 10], vec![2; 10]]);
+        let (got, left) = feed(&wire[..wire.len() - 3], &[7], 1 << 20).unwrap();
+        assert_eq!(got, vec![vec![1; 10]]);
+        assert_eq!(left, 12);
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_even_split_across_chunks() {
+        let mut wire = BytesMut::new();
+        frame::encode_header(FrameKind::Message, 5000, &mut wire);
+        for cut in 0..5 {
+            let err = feed(&wire, &[cut], 4096).unwrap_err();
+            assert!(
+                matches!(err, TransportError::Frame(FrameError::TooLarge { .. })),
+                "cut at {cut}: {err}"
+            );
+        }
     }
 }

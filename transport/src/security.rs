@@ -20,9 +20,10 @@ use crate::{
     handshake::Hello,
 };
 
-/// A stream a connection can run on.
-pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+/// A stream a connection can run on: a TCP stream, or rustls's server or
+/// client stream over one.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static + sealed::SplitIo {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static + sealed::SplitIo> Stream for T {}
 
 /// Turns accepted and dialled TCP streams into the streams connections run
 /// on, and checks the peer's identity once its hello is known.
@@ -97,9 +98,60 @@ impl Security for Plain {
 }
 
 pub(crate) mod sealed {
+    use tokio::io::AsyncWrite;
+
+    use crate::split::ReadIo;
+
     /// Keeps [`Security`](super::Security) implementable only here.
     pub trait Sealed {}
     impl Sealed for super::Plain {}
     #[cfg(feature = "tls")]
     impl Sealed for crate::tls::Tls {}
+
+    /// How a connection's stream splits into its reader's and writer's
+    /// halves (and keeps [`Stream`](super::Stream) implementable only
+    /// here).
+    pub trait SplitIo: Sized {
+        /// The reader task's half.
+        type Read: ReadIo;
+        /// The writer task's half.
+        type Write: AsyncWrite + Unpin + Send + 'static;
+        /// Splits the stream.
+        fn split_io(self) -> (Self::Read, Self::Write);
+    }
+
+    macro_rules! tokio_split {
+        ($($t:ty),*) => {
+            $(impl SplitIo for $t {
+                type Read = tokio::io::ReadHalf<$t>;
+                type Write = tokio::io::WriteHalf<$t>;
+                fn split_io(self) -> (Self::Read, Self::Write) {
+                    tokio::io::split(self)
+                }
+            })*
+        };
+    }
+
+    // The in-memory stream is for unit tests of the connection tasks.
+    tokio_split!(tokio::net::TcpStream, tokio::io::DuplexStream);
+
+    /// TLS streams read in place in rustls's plaintext buffer.
+    #[cfg(feature = "tls")]
+    macro_rules! tls_split {
+        ($($t:ty),*) => {
+            $(impl SplitIo for $t {
+                type Read = crate::split::ReadHalf<$t>;
+                type Write = crate::split::WriteHalf<$t>;
+                fn split_io(self) -> (Self::Read, Self::Write) {
+                    crate::split::split(self)
+                }
+            })*
+        };
+    }
+
+    #[cfg(feature = "tls")]
+    tls_split!(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        tokio_rustls::client::TlsStream<tokio::net::TcpStream>
+    );
 }
