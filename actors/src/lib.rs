@@ -89,6 +89,7 @@ pub use actor_ref::{ActorRef, SendFuture};
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
 pub use failure::RemoteEvent;
 pub use path::ActorPath;
+pub use remote::LARGE_MESSAGE_THRESHOLD;
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
 pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};

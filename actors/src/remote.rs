@@ -93,7 +93,15 @@ const ENV_FRAGMENT: u8 = 2;
 const FRAGMENT_HEADER: usize = 12;
 /// Envelopes larger than this (or than the frame size or the maximum
 /// message size, if smaller) go on the large-message lane, in fragments.
-const LARGE_THRESHOLD: usize = 256 * 1024;
+const LARGE_THRESHOLD: usize = LARGE_MESSAGE_THRESHOLD;
+
+/// A remote message whose envelope (its encoded size plus the recipient's
+/// path and about a dozen bytes) is larger than this, 256 KiB, travels on
+/// its link's large-message lane, in 64 KiB fragments. Large messages are
+/// ordered among themselves, but not with the link's small messages,
+/// which overtake them (so that small messages never wait behind a large
+/// one).
+pub const LARGE_MESSAGE_THRESHOLD: usize = 256 * 1024;
 /// Payload bytes per fragment.
 const FRAGMENT_SIZE: usize = 64 * 1024;
 /// Payload bytes of a large message sent and not yet acknowledged by the

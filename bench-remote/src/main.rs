@@ -169,6 +169,16 @@ impl RunOpts {
             );
         }
         // Envelope and bincode overhead stay well under 64 bytes.
+        if !self.raw && self.payload + 64 > actors::LARGE_MESSAGE_THRESHOLD {
+            bail!(
+                "--payload {} is over the large-message threshold ({} bytes with the envelope): \
+                 such messages travel on the large-message lane, which the small markers \
+                 overtake, so a burst's echo would not mean its payloads arrived; \
+                 use --raw for larger frames",
+                self.payload,
+                actors::LARGE_MESSAGE_THRESHOLD
+            );
+        }
         if self.payload + 64 > config.max_frame_size() {
             bail!(
                 "--payload {} does not fit the maximum frame size {} (with 64 bytes of envelope)",

@@ -163,8 +163,12 @@ fn bad_options_are_clear_errors() {
     for (args, needle) in [
         (&["--burst", "0"][..], "--burst must be at least 1"),
         (
-            &["--payload", "100000000"][..],
+            &["--raw", "--payload", "100000000"][..],
             "does not fit the maximum frame size",
+        ),
+        (
+            &["--payload", "300000"][..],
+            "over the large-message threshold",
         ),
         (
             &["receiver", "--bind", "192.0.2.1:1"][..],
