@@ -298,7 +298,19 @@ enum LinkState {
     Up(Link),
 }
 
-type IdentifyReply = Result<Option<(u32, String)>, String>;
+type IdentifyReply = Result<Option<(u32, String)>, IdentifyFailed>;
+
+/// Why an identify got no answer.
+enum IdentifyFailed {
+    /// The node is unreachable (connecting failed, or the link closed).
+    Unreachable(String),
+    /// The link it went on lost a simultaneous connect and was closed by
+    /// the peer; the link that won is coming: ask again.
+    Replaced,
+}
+
+/// The reason a connection that lost a simultaneous connect is closed with.
+const DUPLICATE: &str = "duplicate connection";
 
 /// The link to one remote node.
 pub(crate) struct Association {
@@ -1284,29 +1296,36 @@ impl Association {
         path: &ActorPath,
         timeout: Duration,
     ) -> Result<Option<(u32, String)>, ResolveError> {
-        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        lock(&self.identifies).insert(id, tx);
-        self.send_system(&SysWire::Identify {
-            id,
-            path: path.elements().to_owned(),
-        });
-        let res = tokio::time::timeout(timeout, rx).await;
-        lock(&self.identifies).remove(&id);
-        match res {
-            Ok(Ok(Ok(m))) => Ok(m),
-            Ok(Ok(Err(reason))) => Err(ResolveError::Unreachable {
-                addr: self.node.to_string(),
-                reason,
-            }),
-            Ok(Err(_)) => Err(ResolveError::Unreachable {
-                addr: self.node.to_string(),
-                reason: "link closed".into(),
-            }),
-            Err(_) => Err(ResolveError::Timeout {
-                addr: self.node.to_string(),
-                timeout,
-            }),
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            lock(&self.identifies).insert(id, tx);
+            self.send_system(&SysWire::Identify {
+                id,
+                path: path.elements().to_owned(),
+            });
+            let res = tokio::time::timeout_at(deadline, rx).await;
+            lock(&self.identifies).remove(&id);
+            return match res {
+                Ok(Ok(Ok(m))) => Ok(m),
+                // Asked again on the link that replaces it.
+                Ok(Ok(Err(IdentifyFailed::Replaced))) => continue,
+                Ok(Ok(Err(IdentifyFailed::Unreachable(reason)))) => {
+                    Err(ResolveError::Unreachable {
+                        addr: self.node.to_string(),
+                        reason,
+                    })
+                }
+                Ok(Err(_)) => Err(ResolveError::Unreachable {
+                    addr: self.node.to_string(),
+                    reason: "link closed".into(),
+                }),
+                Err(_) => Err(ResolveError::Timeout {
+                    addr: self.node.to_string(),
+                    timeout,
+                }),
+            };
         }
     }
 
@@ -1513,7 +1532,7 @@ impl Association {
         if let Some(c) = conn {
             tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
             tokio::spawn(async move {
-                c.close("duplicate connection").await;
+                c.close(DUPLICATE).await;
             });
         }
     }
@@ -1561,7 +1580,7 @@ impl Association {
 
     fn fail_identifies(&self, reason: &str) {
         for (_, tx) in lock(&self.identifies).drain() {
-            let _ = tx.send(Err(reason.to_owned()));
+            let _ = tx.send(Err(IdentifyFailed::Unreachable(reason.to_owned())));
         }
     }
 
@@ -1611,7 +1630,16 @@ impl Association {
                 node: self.node.to_string(),
                 reason: reason.to_string(),
             });
-            self.fail_identifies(&reason.to_string());
+            if matches!(reason, CloseReason::Remote(r) if r == DUPLICATE) {
+                // The peer kept the link it dialed, which is coming (or
+                // here already): an identify that went on this one may
+                // have been dropped with it, so it is asked again.
+                for (_, tx) in lock(&self.identifies).drain() {
+                    let _ = tx.send(Err(IdentifyFailed::Replaced));
+                }
+            } else {
+                self.fail_identifies(&reason.to_string());
+            }
         }
     }
 
