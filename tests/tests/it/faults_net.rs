@@ -56,21 +56,33 @@ pub(crate) struct Proxied {
 
 impl Proxied {
     pub(crate) async fn new(config: SystemConfig) -> Proxied {
-        let port = free_port();
-        let b_addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let b_node = format!("b@{b_addr}");
-        let to_b = Proxy::start(b_addr).await;
-        let mut ca = config.clone();
-        ca.set_route(&b_node, to_b.addr());
-        let a = actor_system_with("a", ca).await;
-        let to_a = Proxy::start(a.local_addr().expect("remoting")).await;
-        let mut cb = config;
-        cb.set_route(a.node(), to_a.addr());
-        let b = ActorSystem::with_config("b", Some(b_addr), cb)
-            .await
-            .expect("b binds the port reserved for it");
-        assert_eq!(b.node(), b_node);
-        Proxied { a, b, to_a, to_b }
+        // b's node name holds its port, and a's route to b names that node,
+        // so b's port is reserved before either starts. Another socket can
+        // take it before b binds it: then everything starts again on
+        // another port.
+        for _ in 0..5 {
+            let port = free_port();
+            let b_addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let b_node = format!("b@{b_addr}");
+            let to_b = Proxy::start(b_addr).await;
+            let mut ca = config.clone();
+            ca.set_route(&b_node, to_b.addr());
+            let a = actor_system_with("a", ca).await;
+            let to_a = Proxy::start(a.local_addr().expect("remoting")).await;
+            let mut cb = config.clone();
+            cb.set_route(a.node(), to_a.addr());
+            match ActorSystem::with_config("b", Some(b_addr), cb).await {
+                Ok(b) => {
+                    assert_eq!(b.node(), b_node);
+                    return Proxied { a, b, to_a, to_b };
+                }
+                Err(e) => {
+                    eprintln!("port {port} was taken before b bound it ({e}); again");
+                    a.shutdown().await;
+                }
+            }
+        }
+        panic!("b could not bind a reserved port in 5 tries");
     }
 
     fn set_mode(&self, mode: Mode) {
