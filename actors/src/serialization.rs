@@ -105,11 +105,9 @@ impl Serializer for Bincode {
 
 #[cold]
 #[inline(never)]
-fn encode_error(e: &crate::wire::EncodeError, limit: usize) -> SerializationError {
+fn encode_error(e: &crate::wire::WireError, limit: usize) -> SerializationError {
     match e.kind() {
-        crate::wire::EncodeKind::TooLarge { size } => {
-            SerializationError::TooLarge { size: *size, limit }
-        }
+        crate::wire::Kind::TooLarge { size } => SerializationError::TooLarge { size: *size, limit },
         _ => SerializationError::Encode(e.to_string()),
     }
 }

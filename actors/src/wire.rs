@@ -36,18 +36,34 @@ use serde::{
 /// How deeply options, enums, sequences and maps may nest.
 pub(crate) const MAX_DEPTH: u32 = 256;
 
-/// Why a decode failed.
+/// Why a decode or an encode failed.
 pub(crate) struct WireError(Box<Kind>);
 
 #[derive(Debug)]
-enum Kind {
-    Eof { needed: usize, left: usize },
+pub(crate) enum Kind {
+    /// Encoding: the output would have grown to `size` bytes, past the
+    /// limit.
+    TooLarge {
+        size: usize,
+    },
+    /// Encoding: a sequence or map that does not know its length.
+    SeqLength,
+    Eof {
+        needed: usize,
+        left: usize,
+    },
     Bool(u8),
-    Varint { marker: u8, ty: &'static str },
+    Varint {
+        marker: u8,
+        ty: &'static str,
+    },
     OptionTag(u8),
     Utf8,
     Char,
-    Length { claimed: u64, left: usize },
+    Length {
+        claimed: u64,
+        left: usize,
+    },
     Depth,
     NotSupported(&'static str),
     Custom(String),
@@ -59,11 +75,19 @@ impl WireError {
     fn new(kind: Kind) -> Self {
         Self(Box::new(kind))
     }
+
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.0
+    }
 }
 
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
+            Kind::TooLarge { size } => write!(f, "message exceeds the limit ({size} bytes)"),
+            Kind::SeqLength => {
+                f.write_str("sequences and maps must know their length to be encoded")
+            }
             Kind::Eof { needed, left } => write!(
                 f,
                 "unexpected end of input: needed {needed} more bytes, {left} left"
@@ -93,6 +117,13 @@ impl fmt::Debug for WireError {
 impl std::error::Error for WireError {}
 
 impl de::Error for WireError {
+    #[cold]
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Self::new(Kind::Custom(msg.to_string()))
+    }
+}
+
+impl ser::Error for WireError {
     #[cold]
     fn custom<T: fmt::Display>(msg: T) -> Self {
         Self::new(Kind::Custom(msg.to_string()))
@@ -577,58 +608,6 @@ impl<'de> de::VariantAccess<'de> for &mut Reader<'de> {
     }
 }
 
-/// Why an encode failed.
-pub(crate) struct EncodeError(Box<EncodeKind>);
-
-#[derive(Debug)]
-pub(crate) enum EncodeKind {
-    /// The output would have grown to `size` bytes, past the limit.
-    TooLarge {
-        size: usize,
-    },
-    SeqLength,
-    Custom(String),
-}
-
-impl EncodeError {
-    #[cold]
-    #[inline(never)]
-    fn new(kind: EncodeKind) -> Self {
-        Self(Box::new(kind))
-    }
-
-    pub(crate) fn kind(&self) -> &EncodeKind {
-        &self.0
-    }
-}
-
-impl fmt::Display for EncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &*self.0 {
-            EncodeKind::TooLarge { size } => write!(f, "message exceeds the limit ({size} bytes)"),
-            EncodeKind::SeqLength => {
-                f.write_str("sequences and maps must know their length to be encoded")
-            }
-            EncodeKind::Custom(m) => f.write_str(m),
-        }
-    }
-}
-
-impl fmt::Debug for EncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl std::error::Error for EncodeError {}
-
-impl ser::Error for EncodeError {
-    #[cold]
-    fn custom<T: fmt::Display>(msg: T) -> Self {
-        Self::new(EncodeKind::Custom(msg.to_string()))
-    }
-}
-
 /// Appends `value` to `out` in bincode 2's format, refusing to let `out`
 /// grow past `limit` bytes (refused as soon as a write would cross it, so
 /// the rest is never encoded).
@@ -641,7 +620,7 @@ pub(crate) fn to_buf<T: ser::Serialize + ?Sized>(
     value: &T,
     out: &mut BytesMut,
     limit: usize,
-) -> std::result::Result<(), EncodeError> {
+) -> std::result::Result<(), WireError> {
     value.serialize(&mut Writer { out, limit })
 }
 
@@ -651,14 +630,14 @@ struct Writer<'a> {
     limit: usize,
 }
 
-type EResult = std::result::Result<(), EncodeError>;
+type EResult = std::result::Result<(), WireError>;
 
 impl Writer<'_> {
     #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> EResult {
         let size = self.out.len() + bytes.len();
         if size > self.limit {
-            return Err(EncodeError::new(EncodeKind::TooLarge { size }));
+            return Err(WireError::new(Kind::TooLarge { size }));
         }
         self.out.extend_from_slice(bytes);
         Ok(())
@@ -705,7 +684,7 @@ impl Writer<'_> {
     fn len(&mut self, len: Option<usize>) -> EResult {
         match len {
             Some(n) => self.varint(n as u64),
-            None => Err(EncodeError::new(EncodeKind::SeqLength)),
+            None => Err(WireError::new(Kind::SeqLength)),
         }
     }
 }
@@ -717,7 +696,7 @@ fn zigzag(v: i64) -> u64 {
 
 impl ser::Serializer for &mut Writer<'_> {
     type Ok = ();
-    type Error = EncodeError;
+    type Error = WireError;
     type SerializeSeq = Self;
     type SerializeTuple = Self;
     type SerializeTupleStruct = Self;
@@ -753,7 +732,7 @@ impl ser::Serializer for &mut Writer<'_> {
     fn serialize_u8(self, v: u8) -> EResult {
         // A `Vec<u8>` is a sequence of these: one check and one store each.
         if self.out.len() >= self.limit {
-            return Err(EncodeError::new(EncodeKind::TooLarge {
+            return Err(WireError::new(Kind::TooLarge {
                 size: self.out.len() + 1,
             }));
         }
@@ -837,12 +816,12 @@ impl ser::Serializer for &mut Writer<'_> {
         value.serialize(self)
     }
     #[inline]
-    fn serialize_seq(self, len: Option<usize>) -> std::result::Result<Self, EncodeError> {
+    fn serialize_seq(self, len: Option<usize>) -> std::result::Result<Self, WireError> {
         self.len(len)?;
         Ok(self)
     }
     #[inline]
-    fn serialize_tuple(self, _len: usize) -> std::result::Result<Self, EncodeError> {
+    fn serialize_tuple(self, _len: usize) -> std::result::Result<Self, WireError> {
         Ok(self)
     }
     #[inline]
@@ -850,7 +829,7 @@ impl ser::Serializer for &mut Writer<'_> {
         self,
         _name: &'static str,
         _len: usize,
-    ) -> std::result::Result<Self, EncodeError> {
+    ) -> std::result::Result<Self, WireError> {
         Ok(self)
     }
     #[inline]
@@ -860,12 +839,12 @@ impl ser::Serializer for &mut Writer<'_> {
         index: u32,
         _variant: &'static str,
         _len: usize,
-    ) -> std::result::Result<Self, EncodeError> {
+    ) -> std::result::Result<Self, WireError> {
         self.varint(u64::from(index))?;
         Ok(self)
     }
     #[inline]
-    fn serialize_map(self, len: Option<usize>) -> std::result::Result<Self, EncodeError> {
+    fn serialize_map(self, len: Option<usize>) -> std::result::Result<Self, WireError> {
         self.len(len)?;
         Ok(self)
     }
@@ -874,7 +853,7 @@ impl ser::Serializer for &mut Writer<'_> {
         self,
         _name: &'static str,
         _len: usize,
-    ) -> std::result::Result<Self, EncodeError> {
+    ) -> std::result::Result<Self, WireError> {
         Ok(self)
     }
     #[inline]
@@ -884,7 +863,7 @@ impl ser::Serializer for &mut Writer<'_> {
         index: u32,
         _variant: &'static str,
         _len: usize,
-    ) -> std::result::Result<Self, EncodeError> {
+    ) -> std::result::Result<Self, WireError> {
         self.varint(u64::from(index))?;
         Ok(self)
     }
@@ -897,7 +876,7 @@ macro_rules! compound {
     ($($tr:ident :: $method:ident),* $(,)?) => {
         $(impl ser::$tr for &mut Writer<'_> {
             type Ok = ();
-            type Error = EncodeError;
+            type Error = WireError;
             #[inline]
             fn $method<T: ser::Serialize + ?Sized>(&mut self, value: &T) -> EResult {
                 value.serialize(&mut **self)
@@ -919,7 +898,7 @@ compound!(
 
 impl ser::SerializeMap for &mut Writer<'_> {
     type Ok = ();
-    type Error = EncodeError;
+    type Error = WireError;
     #[inline]
     fn serialize_key<T: ser::Serialize + ?Sized>(&mut self, key: &T) -> EResult {
         key.serialize(&mut **self)
@@ -938,7 +917,7 @@ macro_rules! keyed {
     ($($tr:ident),* $(,)?) => {
         $(impl ser::$tr for &mut Writer<'_> {
             type Ok = ();
-            type Error = EncodeError;
+            type Error = WireError;
             // Field names are not written: fields go in declaration order.
             #[inline]
             fn serialize_field<T: ser::Serialize + ?Sized>(
@@ -1243,7 +1222,7 @@ mod tests {
         // A Vec<u8> is a sequence of bytes: refused at the byte that
         // crosses the limit (its length prefix, then 50 elements).
         let e = to_buf(&vec![0u8; 100], &mut out, 50).unwrap_err();
-        assert!(matches!(e.kind(), EncodeKind::TooLarge { size: 51 }), "{e}");
+        assert!(matches!(e.kind(), Kind::TooLarge { size: 51 }), "{e}");
         // A sequence of unknown length cannot be written in this format.
         struct Unsized;
         impl Serialize for Unsized {
