@@ -1,0 +1,137 @@
+//! What a single run (the default burst run, `--raw`, `sender`) prints after
+//! the reference lines: percentiles, drops, transport counters, the TLS
+//! line, the ceiling with `--raw-ceiling`, the plot and the `--json` object.
+
+use anyhow::Result;
+use tokio::runtime::Handle;
+use transport::ConnStats;
+
+use crate::{RunOpts, ceiling, pattern::Outcome, plot};
+
+/// The run's result in one shape for printing.
+pub struct Run {
+    /// The `mode` of the JSON object and of the ceiling line.
+    pub mode: &'static str,
+    /// Timing and round-trips.
+    pub outcome: Outcome,
+    /// Payloads sent (over all pairs).
+    pub sent: u64,
+    /// Payloads the receivers counted.
+    pub received: u64,
+    /// Counters of the sending side.
+    pub stats: ConnStats,
+}
+
+/// Every figure of a run, for `--json`.
+#[derive(Debug, serde::Serialize)]
+struct Figures {
+    mode: &'static str,
+    messages: u64,
+    burst: u64,
+    payload: usize,
+    in_flight: u64,
+    pairs: usize,
+    elapsed_ms: u128,
+    msgs_per_sec: f64,
+    max_rtt_ms: u128,
+    p50_us: u64,
+    p90_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+    sent: u64,
+    received: u64,
+    dropped: u64,
+    bytes: u64,
+    writes: u64,
+    msgs_per_write: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ceiling_msgs_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio: Option<f64>,
+}
+
+/// Prints the details after the reference lines, the ceiling if asked, and
+/// the JSON line.
+pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
+    println!("{}", run.outcome.report.percentiles_line("Marker"));
+    if let Some(pm) = &run.outcome.per_message {
+        println!("{}", pm.percentiles_line("Per-message"));
+    }
+    let dropped = run.sent.saturating_sub(run.received);
+    println!(
+        "Payloads received {} of {} sent, dropped {}",
+        run.received, run.sent, dropped
+    );
+    println!(
+        "Transport: {} bytes out in {} writes, {:.1} messages per write",
+        run.stats.bytes_out,
+        run.stats.writes,
+        run.stats.frames_per_write()
+    );
+    if opts.tls {
+        // Each write hands rustls a whole batch, which it cuts into records
+        // of at most 16 KiB: batching survives encryption.
+        println!(
+            "TLS: {} batches of {:.0} bytes on average, at least {} records of <= 16 KiB ({:.0} messages per record)",
+            run.stats.writes,
+            run.stats.bytes_out as f64 / run.stats.writes.max(1) as f64,
+            run.stats.bytes_out.div_ceil(16 * 1024),
+            run.stats.frames_out as f64 / run.stats.bytes_out.div_ceil(16 * 1024).max(1) as f64
+        );
+    }
+    let mut ceiling = None;
+    if opts.raw_ceiling {
+        let (c, _) = ceiling::run(recv, opts.shape(), false, opts.echo_all).await?;
+        println!(
+            "Ceiling (hand-written tokio, same pattern, same process): {:.0} msg/s; {} / ceiling = {:.3}",
+            c.msgs_per_sec,
+            run.mode,
+            run.outcome.msgs_per_sec / c.msgs_per_sec
+        );
+        ceiling = Some(c.msgs_per_sec);
+    }
+    if let Some(path) = &opts.plot {
+        let latency = run
+            .outcome
+            .per_message
+            .as_ref()
+            .unwrap_or(&run.outcome.report);
+        plot::write_svg(path, &run.outcome.report.windows, latency)?;
+        println!("Plot written to {}", path.display());
+    }
+    if opts.json {
+        // Per-message percentiles when every message was echoed.
+        let r = run
+            .outcome
+            .per_message
+            .as_ref()
+            .unwrap_or(&run.outcome.report);
+        let f = Figures {
+            mode: run.mode,
+            messages: opts.messages,
+            burst: opts.burst,
+            payload: opts.payload,
+            in_flight: opts.in_flight,
+            pairs: opts.pairs,
+            elapsed_ms: run.outcome.elapsed.as_millis(),
+            msgs_per_sec: run.outcome.msgs_per_sec,
+            max_rtt_ms: run.outcome.report.max_rtt().as_millis(),
+            p50_us: r.percentile_us(0.5),
+            p90_us: r.percentile_us(0.9),
+            p99_us: r.percentile_us(0.99),
+            p999_us: r.percentile_us(0.999),
+            max_us: r.max_us(),
+            sent: run.sent,
+            received: run.received,
+            dropped,
+            bytes: run.stats.bytes_out,
+            writes: run.stats.writes,
+            msgs_per_write: run.stats.frames_per_write(),
+            ceiling_msgs_per_sec: ceiling,
+            ratio: ceiling.map(|c| run.outcome.msgs_per_sec / c),
+        };
+        println!("{}", serde_json::to_string(&f)?);
+    }
+    Ok(())
+}
