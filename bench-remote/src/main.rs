@@ -31,7 +31,12 @@ mod tls;
 use std::net::SocketAddr;
 
 use anyhow::{Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{
+    ArgMatches, Args, Command, CommandFactory, FromArgMatches, Parser, Subcommand,
+    builder::StyledStr,
+    error::{ContextKind, ContextValue, ErrorKind},
+    parser::ValueSource,
+};
 use transport::TransportConfig;
 
 use crate::pattern::Shape;
@@ -164,11 +169,6 @@ impl RunOpts {
         if self.tls_dir.is_some() && !self.tls {
             bail!("--tls-dir needs --tls");
         }
-        if self.raw && (self.echo_all || self.rate.is_some() || self.sweep || self.tls) {
-            bail!(
-                "--raw measures the transport's burst pattern only; drop --echo-all/--rate/--sweep"
-            );
-        }
         // Envelope and bincode overhead stay well under 64 bytes.
         if !self.raw && self.payload + 64 > actors::LARGE_MESSAGE_THRESHOLD {
             bail!(
@@ -207,6 +207,259 @@ enum Layout {
     Shared,
 }
 
+/// Options that cannot be used together, and what to do instead. One of
+/// each pair would be ignored, or the pair's figure would mean nothing.
+/// They become clap `conflicts_with`, so clap refuses them before anything
+/// runs (an option left at its default conflicts with nothing); the third
+/// column is the error's tip.
+const EXCLUSIVE: &[(&str, &str, &str)] = &[
+    (
+        "sweep",
+        "rate",
+        "--sweep measures bursts and --rate a fixed schedule; run them one at a time",
+    ),
+    (
+        "sweep",
+        "compare",
+        "--sweep measures each cell once; to compare one cell with the ceiling, \
+         run --compare N with its --payload and --pairs",
+    ),
+    (
+        "sweep",
+        "raw",
+        "--sweep measures actors; to measure the transport alone, run --raw --payload N per size",
+    ),
+    (
+        "sweep",
+        "raw_ceiling",
+        "--sweep runs no ceiling; run --raw-ceiling with one cell's --payload and --pairs",
+    ),
+    (
+        "sweep",
+        "plot",
+        "--sweep prints a table, not one run to plot; run --plot with one cell's --payload and --pairs",
+    ),
+    (
+        "sweep",
+        "payload",
+        "--sweep sets each cell's payload (100 B to 50 KB); drop --payload, or drop --sweep to measure one size",
+    ),
+    (
+        "sweep",
+        "pairs",
+        "--sweep sets each cell's pairs (1, 10, 100); drop --pairs, or drop --sweep to measure one count",
+    ),
+    (
+        "rate",
+        "compare",
+        "the ceiling has no constant-rate mode; drop --compare",
+    ),
+    ("rate", "raw", "--rate runs on actors; drop --raw"),
+    (
+        "rate",
+        "raw_ceiling",
+        "the ceiling has no constant-rate mode; drop --raw-ceiling",
+    ),
+    (
+        "rate",
+        "pairs",
+        "--rate runs one sender on one schedule; drop --pairs",
+    ),
+    (
+        "rate",
+        "burst",
+        "--rate sends each message at its scheduled time, not in bursts; drop --burst",
+    ),
+    (
+        "rate",
+        "in_flight",
+        "--rate sends each message at its scheduled time, not in bursts; drop --in-flight",
+    ),
+    (
+        "rate",
+        "echo_all",
+        "--rate already echoes every message; drop --echo-all",
+    ),
+    (
+        "compare",
+        "raw_ceiling",
+        "--compare runs the ceiling in every pass already; drop --raw-ceiling",
+    ),
+    (
+        "compare",
+        "json",
+        "--compare prints text lines only; for JSON run once with --json --raw-ceiling",
+    ),
+    (
+        "compare",
+        "plot",
+        "--compare runs quietly and plots nothing; run once with --plot",
+    ),
+    (
+        "raw",
+        "echo_all",
+        "the raw transport run echoes markers only; drop --echo-all, or drop --raw for actors",
+    ),
+    (
+        "raw",
+        "tls",
+        "the raw transport run is plaintext; drop --tls, or drop --raw for actors over TLS",
+    ),
+    (
+        "raw",
+        "pairs",
+        "the raw transport run has one sender on one connection; drop --pairs, or drop --raw for actor pairs",
+    ),
+    (
+        "raw",
+        "stall_timeout",
+        "the raw transport run has no stall timeout; drop --stall-timeout",
+    ),
+];
+
+/// Options of the embedded modes that two-process mode would ignore: the
+/// `sender` runs the default burst pattern, one pair, and each process has
+/// its own runtime.
+const EMBEDDED_ONLY: &[&str] = &["pairs", "raw", "compare", "rate", "sweep", "layout"];
+
+/// Options of the sending side that `receiver` would ignore: it echoes
+/// whatever its senders send.
+const SENDER_ONLY: &[&str] = &[
+    "messages",
+    "burst",
+    "payload",
+    "in_flight",
+    "echo_all",
+    "raw_ceiling",
+    "json",
+    "plot",
+];
+
+/// The clap command with [`EXCLUSIVE`] applied and listed under `--help`.
+fn command() -> Command {
+    let long = |id: &str| format!("--{}", id.replace('_', "-"));
+    let mut refused = String::from("Refused together (the error says what to do instead):");
+    for (i, &(a, b, _)) in EXCLUSIVE.iter().enumerate() {
+        if i == 0 || EXCLUSIVE[i - 1].0 != a {
+            refused.push_str(&format!("\n  {} with {}", long(a), long(b)));
+        } else {
+            refused.push_str(&format!(", {}", long(b)));
+        }
+    }
+    let list = |ids: &[&str]| ids.iter().map(|id| long(id)).collect::<Vec<_>>().join(", ");
+    refused.push_str(&format!(
+        "\n  receiver, sender with {}\n  receiver with {}\n  --tls-dir without receiver or sender",
+        list(EMBEDDED_ONLY),
+        list(SENDER_ONLY)
+    ));
+    EXCLUSIVE
+        .iter()
+        .fold(Cli::command(), |cmd, &(a, b, _)| {
+            cmd.mut_arg(a, |arg| arg.conflicts_with(b))
+        })
+        .after_long_help(refused)
+}
+
+/// Parses the command line; refused combinations exit with clap's usage
+/// error and a tip saying what to do instead.
+fn parse() -> Cli {
+    let mut cmd = command();
+    let parsed = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .map_err(with_tips)
+        .and_then(|m| refuse_ignored(&mut cmd, &m).map(|()| m))
+        .and_then(|m| Cli::from_arg_matches(&m).map_err(|e| e.format(&mut cmd)));
+    parsed.unwrap_or_else(|e| e.exit())
+}
+
+/// Adds the [`EXCLUSIVE`] tips of the options a clap conflict names.
+fn with_tips(mut err: clap::Error) -> clap::Error {
+    if err.kind() != ErrorKind::ArgumentConflict {
+        return err;
+    }
+    // clap shows an option as `--long-name <VALUE>`; its id is the field.
+    let id = |shown: &str| {
+        let long = shown.split(' ').next().unwrap_or_default();
+        long.trim_start_matches("--").replace('-', "_")
+    };
+    let named: Vec<String> = [ContextKind::InvalidArg, ContextKind::PriorArg]
+        .into_iter()
+        .flat_map(|kind| match err.get(kind) {
+            Some(ContextValue::String(s)) => vec![id(s)],
+            Some(ContextValue::Strings(v)) => v.iter().map(|s| id(s)).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let tips: Vec<StyledStr> = EXCLUSIVE
+        .iter()
+        .filter(|(a, b, _)| named.iter().any(|n| n == a) && named.iter().any(|n| n == b))
+        .map(|&(_, _, tip)| tip.into())
+        .collect();
+    if !tips.is_empty() {
+        err.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+    }
+    err
+}
+
+/// Refuses run options that the chosen subcommand (or the embedded default)
+/// would ignore. clap has no "conflicts with a subcommand" for an option
+/// that every subcommand inherits, so this looks at what the command line
+/// set.
+fn refuse_ignored(cmd: &mut Command, m: &ArgMatches) -> Result<(), clap::Error> {
+    let Some((name, sub)) = m.subcommand() else {
+        if given(m, "tls_dir") {
+            return Err(cmd.error(
+                ErrorKind::ArgumentConflict,
+                "--tls-dir is read by `receiver` and `sender` only; \
+                 embedded --tls generates its certificates, so drop --tls-dir",
+            ));
+        }
+        return Ok(());
+    };
+    let sender_only = if name == "receiver" { SENDER_ONLY } else { &[] };
+    for &id in EMBEDDED_ONLY.iter().chain(sender_only) {
+        if !given(sub, id) {
+            continue;
+        }
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .expect("the tables name RunOpts fields");
+        let long = format!("--{}", arg.get_long().expect("every run option is long"));
+        let tip = if sender_only.contains(&id) {
+            format!("a receiver echoes whatever its senders send; pass {long} to `sender`")
+        } else if id == "layout" {
+            "each process has its own runtime; --layout places the two embedded nodes".to_owned()
+        } else {
+            format!(
+                "two-process mode runs the default burst pattern with one pair; \
+                 run {long} without a subcommand (both nodes in this process)"
+            )
+        };
+        let mut err = clap::Error::new(ErrorKind::ArgumentConflict).with_cmd(cmd);
+        err.insert(
+            ContextKind::InvalidSubcommand,
+            ContextValue::String(name.to_owned()),
+        );
+        err.insert(ContextKind::PriorArg, ContextValue::String(arg.to_string()));
+        err.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+        err.insert(
+            ContextKind::Usage,
+            ContextValue::StyledStr(cmd.render_usage()),
+        );
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// Whether the command line (not a default) set `id`.
+fn given(m: &ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(ValueSource::CommandLine)
+}
+
 fn main() {
     if let Err(e) = real_main() {
         eprintln!("error: {e:#}");
@@ -215,7 +468,7 @@ fn main() {
 }
 
 fn real_main() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = parse();
     let config = TransportConfig::default();
     cli.run.validate(&config)?;
     let (rt, recv_rt) = match (cli.run.layout, &cli.cmd) {
@@ -231,6 +484,7 @@ fn real_main() -> Result<()> {
         .as_ref()
         .map_or_else(|| rt.handle().clone(), |r| r.handle().clone());
     rt.block_on(async move {
+        // EXCLUSIVE leaves at most one of --sweep, --rate, --compare, --raw.
         match &cli.cmd {
             Some(Cmd::Receiver { bind }) => {
                 modes::two_process::serve_receiver(*bind, &cli.run).await
@@ -253,4 +507,29 @@ fn one_worker(name: &str) -> Result<tokio::runtime::Runtime> {
         .thread_name(name)
         .enable_all()
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_and_its_tables_agree() {
+        command().debug_assert();
+        let cmd = command();
+        let ids = EXCLUSIVE
+            .iter()
+            .flat_map(|&(a, b, _)| [a, b])
+            .chain(EMBEDDED_ONLY.iter().copied())
+            .chain(SENDER_ONLY.iter().copied());
+        for id in ids {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("{id} is an option"));
+            // `with_tips` maps what clap shows back to the id this way.
+            assert_eq!(arg.get_long(), Some(id.replace('_', "-").as_str()));
+            assert!(arg.is_global_set(), "{id} reaches the subcommands");
+        }
+    }
 }

@@ -181,6 +181,251 @@ fn bad_options_are_clear_errors() {
     }
 }
 
+/// Runs `args`, which must be refused before anything runs, and checks
+/// that the error names both options and says what to do instead.
+fn assert_refused(args: &[&str], needles: &[&str]) {
+    let (ok, out, err) = run(args);
+    assert!(!ok, "{args:?} must be refused; stdout: {out}");
+    assert!(out.is_empty(), "{args:?} ran: {out}");
+    for needle in needles {
+        assert!(err.contains(needle), "{args:?}: no {needle:?} in {err}");
+    }
+}
+
+/// Options where one would be ignored, or the figure would mean nothing.
+/// Counts are small so a run that is wrongly accepted ends quickly.
+#[test]
+fn modes_that_cannot_combine_are_refused() {
+    let conflict = "cannot be used with";
+    for (args, needles) in [
+        (
+            &["--sweep", "--rate", "1000000", "--messages", "1000"][..],
+            &["--sweep", "--rate", conflict, "run them one at a time"][..],
+        ),
+        (
+            &["--sweep", "--compare", "1", "--messages", "1000"],
+            &["--sweep", "--compare", conflict, "measures each cell once"],
+        ),
+        (
+            &["--sweep", "--raw", "--messages", "1000"],
+            &["--sweep", "--raw", conflict, "--sweep measures actors"],
+        ),
+        (
+            &["--sweep", "--raw-ceiling", "--messages", "1000"],
+            &[
+                "--sweep",
+                "--raw-ceiling",
+                conflict,
+                "--sweep runs no ceiling",
+            ],
+        ),
+        (
+            &["--sweep", "--plot", "/tmp/x.svg", "--messages", "1000"],
+            &["--sweep", "--plot", conflict, "not one run to plot"],
+        ),
+        (
+            &["--sweep", "--payload", "1000", "--messages", "1000"],
+            &["--sweep", "--payload", conflict, "sets each cell's payload"],
+        ),
+        (
+            &["--sweep", "--pairs", "2", "--messages", "1000"],
+            &["--sweep", "--pairs", conflict, "sets each cell's pairs"],
+        ),
+        (
+            &["--rate", "1000000", "--compare", "1", "--messages", "1000"],
+            &["--rate", "--compare", conflict, "no constant-rate mode"],
+        ),
+        (
+            &["--rate", "1000000", "--raw", "--messages", "1000"],
+            &["--rate", "--raw", conflict, "--rate runs on actors"],
+        ),
+        (
+            &["--rate", "1000000", "--raw-ceiling", "--messages", "1000"],
+            &["--rate", "--raw-ceiling", conflict, "no constant-rate mode"],
+        ),
+        (
+            &["--rate", "1000000", "--pairs", "2", "--messages", "1000"],
+            &["--rate", "--pairs", conflict, "one sender on one schedule"],
+        ),
+        (
+            &["--rate", "1000000", "--burst", "10", "--messages", "1000"],
+            &["--rate", "--burst", conflict, "not in bursts; drop --burst"],
+        ),
+        (
+            &[
+                "--rate",
+                "1000000",
+                "--in-flight",
+                "3",
+                "--messages",
+                "1000",
+            ],
+            &[
+                "--rate",
+                "--in-flight",
+                conflict,
+                "not in bursts; drop --in-flight",
+            ],
+        ),
+        (
+            &["--rate", "1000000", "--echo-all", "--messages", "1000"],
+            &[
+                "--rate",
+                "--echo-all",
+                conflict,
+                "already echoes every message",
+            ],
+        ),
+        (
+            &["--compare", "1", "--raw-ceiling", "--messages", "1000"],
+            &[
+                "--compare",
+                "--raw-ceiling",
+                conflict,
+                "ceiling in every pass",
+            ],
+        ),
+        (
+            &["--compare", "1", "--json", "--messages", "1000"],
+            &["--compare", "--json", conflict, "prints text lines only"],
+        ),
+        (
+            &[
+                "--compare",
+                "1",
+                "--plot",
+                "/tmp/x.svg",
+                "--messages",
+                "1000",
+            ],
+            &["--compare", "--plot", conflict, "plots nothing"],
+        ),
+        (
+            &["--raw", "--echo-all", "--messages", "1000"],
+            &["--raw", "--echo-all", conflict, "echoes markers only"],
+        ),
+        (
+            &["--raw", "--tls", "--messages", "1000"],
+            &[
+                "--raw",
+                "--tls",
+                conflict,
+                "the raw transport run is plaintext",
+            ],
+        ),
+        (
+            &["--raw", "--pairs", "2", "--messages", "1000"],
+            &["--raw", "--pairs", conflict, "one sender on one connection"],
+        ),
+        (
+            &["--raw", "--stall-timeout", "5", "--messages", "1000"],
+            &["--raw", "--stall-timeout", conflict, "no stall timeout"],
+        ),
+        // Given after the subcommand, the options still conflict.
+        (
+            &["sender", "--connect", "127.0.0.1:1", "--raw", "--tls"],
+            &[
+                "--raw",
+                "--tls",
+                conflict,
+                "the raw transport run is plaintext",
+            ],
+        ),
+    ] {
+        assert_refused(args, needles);
+    }
+}
+
+/// Options the `receiver` and `sender` subcommands would ignore, and
+/// `--tls-dir`, which the embedded default ignores. The addresses fail
+/// fast if a subcommand wrongly starts.
+#[test]
+fn options_a_subcommand_ignores_are_refused() {
+    let embedded_only = [
+        &["--pairs", "2"][..],
+        &["--raw"],
+        &["--compare", "1"],
+        &["--rate", "1000"],
+        &["--sweep"],
+        &["--layout", "shared"],
+    ];
+    for (cmd, at) in [("sender", "--connect"), ("receiver", "--bind")] {
+        for opt in embedded_only {
+            let mut args = vec![cmd, at, "192.0.2.1:1"];
+            args.extend_from_slice(opt);
+            let tip = if opt[0] == "--layout" {
+                "each process has its own runtime".to_owned()
+            } else {
+                format!("run {} without a subcommand", opt[0])
+            };
+            assert_refused(
+                &args,
+                &[
+                    &format!("the subcommand '{cmd}' cannot be used with '{}", opt[0]),
+                    &tip,
+                ],
+            );
+        }
+    }
+    // Before the subcommand too.
+    assert_refused(
+        &["--pairs", "2", "sender", "--connect", "192.0.2.1:1"],
+        &[
+            "the subcommand 'sender' cannot be used with '--pairs",
+            "one pair",
+        ],
+    );
+    for opt in [
+        &["--messages", "1000"][..],
+        &["--burst", "10"],
+        &["--payload", "10"],
+        &["--in-flight", "3"],
+        &["--echo-all"],
+        &["--raw-ceiling"],
+        &["--json"],
+        &["--plot", "/tmp/x.svg"],
+    ] {
+        let mut args = vec!["receiver", "--bind", "192.0.2.1:1"];
+        args.extend_from_slice(opt);
+        assert_refused(
+            &args,
+            &[
+                &format!("the subcommand 'receiver' cannot be used with '{}", opt[0]),
+                &format!("pass {} to `sender`", opt[0]),
+            ],
+        );
+    }
+    assert_refused(
+        &["--tls", "--tls-dir", "/nonexistent", "--messages", "1000"],
+        &[
+            "--tls-dir is read by `receiver` and `sender` only",
+            "drop --tls-dir",
+        ],
+    );
+}
+
+/// Combinations that work stay accepted (`scripts/ab.sh` passes its extra
+/// options after `--compare 1`).
+#[test]
+fn combinations_that_work_are_accepted() {
+    for extra in [
+        &["--in-flight", "3"][..],
+        &["--layout", "shared"],
+        &["--tls"],
+        &["--raw"],
+        &["--pairs", "2", "--echo-all"],
+    ] {
+        let mut args = vec!["--compare", "1", "--messages", "2000", "--burst", "500"];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = run(&args);
+        assert!(ok, "{args:?}: {err}");
+        assert!(
+            out.lines().any(|l| l.starts_with("median of 1:")),
+            "{args:?}: {out}"
+        );
+    }
+}
+
 /// A receiver process; killed on drop.
 struct Receiver {
     child: Child,
