@@ -166,6 +166,9 @@ impl RunOpts {
         {
             bail!("--rate must be a positive number of messages per second");
         }
+        if self.compare == Some(0) {
+            bail!("--compare must be at least 1");
+        }
         if self.tls_dir.is_some() && !self.tls {
             bail!("--tls-dir needs --tls");
         }

@@ -404,6 +404,13 @@ fn options_a_subcommand_ignores_are_refused() {
     );
 }
 
+#[test]
+fn compare_zero_is_refused_not_run_once() {
+    let (ok, out, err) = run(&["--compare", "0", "--messages", "1000"]);
+    assert!(!ok, "ran: {out}");
+    assert!(err.contains("--compare must be at least 1"), "{err}");
+}
+
 /// Combinations that work stay accepted (`scripts/ab.sh` passes its extra
 /// options after `--compare 1`).
 #[test]

@@ -12,7 +12,9 @@ use crate::{RunOpts, ceiling, modes::burst};
 /// Alternates the mode and the ceiling `--compare N` times, quietly, and
 /// prints each pass and the medians.
 pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
-    let n = opts.compare.unwrap_or(5).max(1);
+    let n = opts
+        .compare
+        .expect("main dispatches here on --compare N, validated >= 1");
     let shape = opts.shape();
     let mut ratios = Vec::with_capacity(n);
     let mut modes = Vec::with_capacity(n);
