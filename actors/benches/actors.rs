@@ -113,7 +113,7 @@ fn serialization(c: &mut Criterion) {
         data: vec![0x5a; PAYLOAD],
     };
     let mut buf = BytesMut::with_capacity(256);
-    msg.encode(&mut buf).expect("encodes");
+    msg.encode(&mut buf, usize::MAX).expect("encodes");
     let wire = buf.clone().freeze();
 
     let mut group = c.benchmark_group("serialization");
@@ -121,7 +121,9 @@ fn serialization(c: &mut Criterion) {
     group.bench_function("encode_100B", |b| {
         b.iter(|| {
             buf.clear();
-            black_box(&msg).encode(&mut buf).expect("encodes");
+            black_box(&msg)
+                .encode(&mut buf, usize::MAX)
+                .expect("encodes");
             black_box(buf.len())
         });
     });

@@ -1,11 +1,28 @@
-//! The [`Actor`] trait, the context handed to its hooks, and the
-//! termination types that watchers receive.
+//! The [`Actor`] trait, the context handed to its hooks, and how an actor
+//! runs: spawning onto the system and the task that handles its mailbox.
 
-use std::{fmt, future::Future};
+use std::{
+    collections::VecDeque,
+    fmt,
+    future::Future,
+    sync::{
+        Arc, OnceLock, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
-use serde::{Deserialize, Serialize};
-
-use crate::{ActorPath, ActorRef, ActorSystem, watch::WatchSink};
+use crate::{
+    actor_ref::ActorRef,
+    cell::Cell,
+    error::SpawnError,
+    lifecycle::{StopReason, Terminated},
+    mailbox::{Mailbox, Queued, SystemMsg, next_record},
+    path::valid_name,
+    registry::Target,
+    serialization::{RemoteMessage, with_decode_scope},
+    system::{ActorSystem, Stoppable},
+    watch::{WatchSink, Watchers},
+};
 
 /// An actor: state plus a handler for its messages, run one message at a
 /// time on its own task.
@@ -92,40 +109,222 @@ impl<A: Actor> Ctx<A> {
     }
 }
 
-/// Why an actor stopped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// It was stopped (by itself, by a `stop` call, or it finished).
-    Stopped,
-    /// Its handler panicked, with the panic message.
-    Panicked(String),
-    /// Its system shut down.
-    SystemShutdown,
-    /// Its node can no longer be reached (connection lost or failure
-    /// detector); the actor may still be running there.
-    NodeUnreachable(String),
-    /// There was no such actor when it was watched.
-    NotFound,
-}
-
-impl fmt::Display for StopReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Stopped => f.write_str("stopped"),
-            Self::Panicked(m) => write!(f, "panicked: {m}"),
-            Self::SystemShutdown => f.write_str("system shut down"),
-            Self::NodeUnreachable(r) => write!(f, "node unreachable: {r}"),
-            Self::NotFound => f.write_str("no such actor"),
-        }
+impl<M: Send + 'static> Stoppable for Cell<M> {
+    fn stop(&self) {
+        self.mailbox.push_system(SystemMsg::Stop);
     }
 }
 
-/// A watched actor has terminated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Terminated {
-    /// The watched actor's path.
-    pub path: ActorPath,
-    /// Why it terminated.
-    pub reason: StopReason,
+/// Spawning (the actor's task is [`run_actor`]).
+impl ActorSystem {
+    /// Spawns an anonymous actor (`/user/$N`). It becomes reachable from
+    /// other nodes once a ref to it is sent to one.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn spawn<A: Actor>(&self, actor: A) -> ActorRef<A::Msg> {
+        let id = self.registry().next_id();
+        ActorRef::local(self.spawn_at(id, &format!("/user/${id}"), actor))
+    }
+
+    /// Spawns an actor at `/user/{name}`, reachable from other nodes by
+    /// that path (see [`resolve`](Self::resolve)).
+    ///
+    /// # Errors
+    /// An invalid or taken name, or a system shutting down.
+    pub fn spawn_named<A>(&self, name: &str, actor: A) -> Result<ActorRef<A::Msg>, SpawnError>
+    where
+        A: Actor,
+        A::Msg: RemoteMessage,
+    {
+        if !valid_name(name) {
+            return Err(SpawnError::InvalidName(name.to_owned()));
+        }
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            return Err(SpawnError::ShuttingDown);
+        }
+        let elements = format!("/user/{name}");
+        let mut targets = self.registry().targets();
+        if targets.contains_key(elements.as_str()) {
+            return Err(SpawnError::NameTaken(name.to_owned()));
+        }
+        // Reserve the name under the lock, then spawn.
+        let id = self.registry().next_id();
+        let cell = self.make_cell::<A::Msg>(&elements);
+        cell.registered.store(true, Ordering::Release);
+        let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
+        let target: Arc<dyn Target> = cell.clone();
+        targets.insert(elements.as_str().into(), target);
+        drop(targets);
+        self.start(id, cell.clone(), actor);
+        Ok(ActorRef::local(cell))
+    }
+
+    fn make_cell<M: Send + 'static>(&self, elements: &str) -> Arc<Cell<M>> {
+        Arc::new(Cell {
+            mailbox: Mailbox::new(self.inner.config.mailbox_capacity),
+            path: self.registry().path(elements),
+            watchers: Watchers::default(),
+            registry: Arc::downgrade(self.registry()),
+            decode: OnceLock::new(),
+            registered: AtomicBool::new(false),
+        })
+    }
+
+    fn spawn_at<A: Actor>(&self, id: u64, elements: &str, actor: A) -> Arc<Cell<A::Msg>> {
+        let cell = self.make_cell::<A::Msg>(elements);
+        self.start(id, cell.clone(), actor);
+        cell
+    }
+
+    fn start<A: Actor>(&self, id: u64, cell: Arc<Cell<A::Msg>>, actor: A) {
+        let stoppable: Arc<dyn Stoppable> = cell.clone();
+        self.inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, stoppable);
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            cell.mailbox.push_system(SystemMsg::Stop);
+        }
+        let sys = self.clone();
+        let run_cell = cell.clone();
+        let handle = tokio::spawn(run_actor(actor, run_cell, sys));
+        let sys = self.inner.clone();
+        let registry = self.registry().clone();
+        self.inner.tasks.spawn(async move {
+            let reason = match handle.await {
+                Ok(reason) => reason,
+                Err(e) if e.is_panic() => {
+                    let p = e.into_panic();
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-string panic payload".to_owned());
+                    tracing::error!(actor = %cell.path, panic = %msg, "actor panicked; stopped");
+                    StopReason::Panicked(msg)
+                }
+                Err(_) => StopReason::SystemShutdown,
+            };
+            let left = cell.mailbox.close() as u64;
+            registry.dead_letters_n(
+                left,
+                std::any::type_name::<A::Msg>(),
+                &cell.path,
+                "left in mailbox at stop",
+            );
+            if cell.registered.load(Ordering::Acquire) {
+                registry.unregister(cell.path.elements());
+            }
+            sys.live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+            cell.watchers.terminate(&cell.path, reason);
+        });
+    }
+}
+
+/// An actor's task: hooks, then batches of messages until stopped.
+async fn run_actor<A: Actor>(
+    mut actor: A,
+    cell: Arc<Cell<A::Msg>>,
+    system: ActorSystem,
+) -> StopReason {
+    let sys_inner = system.inner.clone();
+    let registry = system.registry().clone();
+    // What decodes of this actor's remote messages resolve refs against
+    // (the scope is per batch; this is its one lookup).
+    let scope = registry.decode_scope();
+    let mut ctx = Ctx {
+        myself: ActorRef::local(cell.clone()),
+        system,
+        stop: false,
+        sink: WatchSink::Actor(cell.clone()),
+    };
+    actor.started(&mut ctx).await;
+    let mut user: VecDeque<Queued<A::Msg>> = VecDeque::new();
+    let mut sys: VecDeque<SystemMsg> = VecDeque::new();
+    // The messages of the remote batch being worked through, decoded
+    // together (one decode context per batch, no await in between).
+    let mut decoded: VecDeque<A::Msg> = VecDeque::new();
+    let reason = 'run: loop {
+        if ctx.stop {
+            break StopReason::Stopped;
+        }
+        if !cell.mailbox.recv_all(&mut user, &mut sys).await {
+            break StopReason::Stopped;
+        }
+        loop {
+            while let Some(s) = sys.pop_front() {
+                match s {
+                    SystemMsg::Stop => break 'run StopReason::Stopped,
+                    SystemMsg::Terminated(t) => actor.terminated(t, &mut ctx).await,
+                }
+                if ctx.stop {
+                    break 'run StopReason::Stopped;
+                }
+            }
+            let msg = if let Some(m) = decoded.pop_front() {
+                m
+            } else {
+                match user.pop_front() {
+                    None => break,
+                    Some(Queued::Local(m)) => m,
+                    Some(Queued::Batch(bytes, _)) => {
+                        let decode = cell.decode.get().expect(
+                            "remote messages reach only registered actors, which have a decoder",
+                        );
+                        let mut decode_all = || {
+                            let mut pos = 0;
+                            while let Some(range) = next_record(&bytes, &mut pos) {
+                                match decode(&bytes[range]) {
+                                    Ok(m) => decoded.push_back(m),
+                                    Err(e) => registry.dead_letter(
+                                        std::any::type_name::<A::Msg>(),
+                                        &cell.path,
+                                        &format!("remote message does not decode: {e}"),
+                                    ),
+                                }
+                            }
+                        };
+                        match &scope {
+                            Some(scope) => with_decode_scope(scope, &bytes, decode_all),
+                            None => decode_all(),
+                        }
+                        continue;
+                    }
+                }
+            };
+            actor.handle(msg, &mut ctx).await;
+            if ctx.stop {
+                break 'run StopReason::Stopped;
+            }
+            if cell.mailbox.system_pending() {
+                cell.mailbox.take_system(&mut sys);
+            }
+        }
+    };
+    let mut left = decoded.len() as u64;
+    decoded.clear();
+    for env in user.drain(..) {
+        left += match env {
+            Queued::Local(_) => 1,
+            Queued::Batch(_, n) => n as u64,
+        };
+    }
+    registry.dead_letters_n(
+        left,
+        std::any::type_name::<A::Msg>(),
+        &cell.path,
+        "left in mailbox at stop",
+    );
+    let reason = if sys_inner.shutting_down.load(Ordering::Acquire) {
+        StopReason::SystemShutdown
+    } else {
+        reason
+    };
+    actor.stopped(&reason).await;
+    reason
 }

@@ -8,185 +8,35 @@ use std::{
     marker::PhantomData,
     pin::Pin,
     sync::{
-        Arc, Mutex, OnceLock, PoisonError, Weak,
+        Arc, Mutex, PoisonError, Weak,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use tokio::sync::oneshot;
 
 use crate::{
-    actor::StopReason,
-    error::{AskError, SendError, SerializationError},
-    mailbox::{Envelope, Mailbox, Refused, SystemMsg, next_record},
+    cell::{Cell, Promise},
+    error::{AskError, ResolveError, SendError, SerializationError},
+    lifecycle::{StopReason, Terminated},
+    mailbox::{Queued, Refused, SystemMsg},
+    node::Node,
     path::ActorPath,
-    remote::{Recipient, RemoteTarget, TellError},
-    serialization::{RemoteMessage, decode_frame, manifest_id},
-    system::{SystemInner, current_system},
-    watch::{SystemSink, Watch, WatchSink, Watchers},
+    registry::{Registry, Target},
+    remote::{Recipient, TellError},
+    serialization::{RemoteMessage, decoding_node, manifest_id},
+    watch::{Watch, WatchSink},
 };
-
-/// Decodes a remote message on the actor's own task.
-pub(crate) type DecodeFn<M> = fn(&[u8]) -> Result<M, SerializationError>;
-
-/// The runtime side of a local actor: its mailbox, path and watchers.
-pub(crate) struct Cell<M> {
-    pub(crate) mailbox: Mailbox<M>,
-    pub(crate) path: ActorPath,
-    pub(crate) watchers: Watchers,
-    pub(crate) system: Weak<SystemInner>,
-    /// Set when the actor becomes reachable from other nodes.
-    pub(crate) decode: OnceLock<DecodeFn<M>>,
-    pub(crate) registered: AtomicBool,
-}
-
-impl<M: Send + 'static> SystemSink for Cell<M> {
-    fn push_terminated(&self, t: crate::Terminated) {
-        self.mailbox.push_system(SystemMsg::Terminated(t));
-    }
-}
-
-impl<M: RemoteMessage> Cell<M> {
-    /// Makes this actor reachable from other nodes under its path.
-    pub(crate) fn register_remote(self: &Arc<Self>) {
-        if self.registered.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let _ = self.decode.set(M::decode);
-        if let Some(sys) = self.system.upgrade() {
-            let target: Arc<dyn RemoteTarget> = self.clone();
-            sys.register_target(self.path.elements(), target);
-        }
-    }
-}
-
-impl<M: RemoteMessage> RemoteTarget for Cell<M> {
-    fn manifest(&self) -> u32 {
-        manifest_id(M::MANIFEST)
-    }
-
-    fn manifest_name(&self) -> &'static str {
-        M::MANIFEST
-    }
-
-    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
-        self.mailbox.push_batch(batch, n)
-    }
-
-    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(self.mailbox.wait_space())
-    }
-
-    fn add_watcher(&self, sink: WatchSink) {
-        self.watchers.add(&self.path, sink);
-    }
-
-    fn stop(&self) {
-        self.mailbox.push_system(SystemMsg::Stop);
-    }
-
-    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
-    }
-}
-
-/// The reply slot of an `ask`: completes a oneshot.
-pub(crate) struct Promise<M> {
-    tx: Mutex<Option<oneshot::Sender<M>>>,
-    path: ActorPath,
-    system: Weak<SystemInner>,
-    registered: AtomicBool,
-}
-
-impl<M: Send + 'static> Promise<M> {
-    fn complete(&self, m: M) -> Result<(), M> {
-        match self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            Some(tx) => tx.send(m),
-            None => Err(m),
-        }
-    }
-}
-
-impl<M: RemoteMessage> RemoteTarget for Promise<M> {
-    fn manifest(&self) -> u32 {
-        manifest_id(M::MANIFEST)
-    }
-
-    fn manifest_name(&self) -> &'static str {
-        M::MANIFEST
-    }
-
-    fn push_batch(&self, batch: &Bytes, _n: usize) -> Result<(), Refused> {
-        let sys = self.system.upgrade();
-        let mut pos = 0;
-        while let Some(range) = next_record(batch, &mut pos) {
-            let decoded = match &sys {
-                Some(s) => decode_frame(s, batch, range, M::decode),
-                None => M::decode(&batch[range]),
-            };
-            match decoded {
-                Ok(m) => {
-                    if self.complete(m).is_err()
-                        && let Some(s) = &sys
-                    {
-                        s.dead_letter(
-                            std::any::type_name::<M>(),
-                            &self.path,
-                            "ask already answered or timed out",
-                        );
-                    }
-                }
-                Err(e) => {
-                    if let Some(s) = &sys {
-                        s.dead_letter(
-                            std::any::type_name::<M>(),
-                            &self.path,
-                            &format!("reply does not decode: {e}"),
-                        );
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(std::future::ready(()))
-    }
-
-    fn add_watcher(&self, sink: WatchSink) {
-        sink.deliver(crate::Terminated {
-            path: self.path.clone(),
-            reason: StopReason::NotFound,
-        });
-    }
-
-    fn stop(&self) {
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-    }
-
-    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
-    }
-}
 
 /// A ref to an actor on another node.
 pub(crate) struct RemoteRef<M> {
     pub(crate) recipient: Arc<Recipient>,
     pub(crate) manifest: u32,
     pub(crate) _msg: PhantomData<fn(M)>,
-    pub(crate) encode: fn(&M, &mut bytes::BytesMut) -> Result<(), SerializationError>,
+    pub(crate) encode: fn(&M, &mut BytesMut, usize) -> Result<(), SerializationError>,
 }
 
 enum Inner<M> {
@@ -194,7 +44,7 @@ enum Inner<M> {
     Promise(Arc<Promise<M>>),
     Remote(Arc<RemoteRef<M>>),
     /// A path that resolved to nothing: every message is a dead letter.
-    Dead(ActorPath, Weak<SystemInner>),
+    Dead(ActorPath, Weak<Registry>),
 }
 
 /// A typed handle to an actor, local or remote. Cheap to clone, and
@@ -267,27 +117,21 @@ impl<M: Send + 'static> ActorRef<M> {
         }
     }
 
-    pub(crate) fn remote(r: RemoteRef<M>) -> Self {
+    pub(crate) fn dead(path: ActorPath, registry: Weak<Registry>) -> Self {
         Self {
-            inner: Inner::Remote(Arc::new(r)),
-        }
-    }
-
-    pub(crate) fn dead(path: ActorPath, sys: Weak<SystemInner>) -> Self {
-        Self {
-            inner: Inner::Dead(path, sys),
+            inner: Inner::Dead(path, registry),
         }
     }
 
     pub(crate) fn promise(
         path: ActorPath,
-        sys: Weak<SystemInner>,
+        registry: Weak<Registry>,
     ) -> (Self, Arc<Promise<M>>, oneshot::Receiver<M>) {
         let (tx, rx) = oneshot::channel();
         let p = Arc::new(Promise {
             tx: Mutex::new(Some(tx)),
             path,
-            system: sys,
+            registry,
             registered: AtomicBool::new(false),
         });
         (
@@ -297,6 +141,42 @@ impl<M: Send + 'static> ActorRef<M> {
             p,
             rx,
         )
+    }
+
+    /// A typed ref for `path` on behalf of `node`: the local actor there
+    /// (or a dead ref if there is none or it takes another type), or a
+    /// remote ref.
+    ///
+    /// # Errors
+    /// [`ResolveError::NoRemoting`] for a remote path on a local system.
+    pub(crate) fn for_path(node: &Node, path: ActorPath) -> Result<Self, ResolveError>
+    where
+        M: RemoteMessage,
+    {
+        if path.node() == &**node.registry.node() {
+            return Ok(node
+                .registry
+                .lookup(path.elements())
+                .and_then(|t| Self::from_any(t.as_any()))
+                .unwrap_or_else(|| Self::dead(path, Arc::downgrade(&node.registry))));
+        }
+        let remoting = node.remoting.as_ref().ok_or(ResolveError::NoRemoting)?;
+        Ok(Self::remote_unchecked(remoting.recipient(path)))
+    }
+
+    /// A ref to a remote recipient, assumed to take `M`.
+    pub(crate) fn remote_unchecked(recipient: Arc<Recipient>) -> Self
+    where
+        M: RemoteMessage,
+    {
+        Self {
+            inner: Inner::Remote(Arc::new(RemoteRef {
+                recipient,
+                manifest: manifest_id(M::MANIFEST),
+                _msg: PhantomData,
+                encode: M::encode,
+            })),
+        }
     }
 
     pub(crate) fn from_any(target: Arc<dyn Any + Send + Sync>) -> Option<Self> {
@@ -309,18 +189,19 @@ impl<M: Send + 'static> ActorRef<M> {
         })
     }
 
-    fn system(&self) -> Option<Arc<SystemInner>> {
+    /// The registry of the system this ref belongs to, while it lives.
+    fn registry(&self) -> Option<Arc<Registry>> {
         match &self.inner {
-            Inner::Local(c) => c.system.upgrade(),
-            Inner::Promise(p) => p.system.upgrade(),
-            Inner::Remote(r) => r.recipient.assoc.system.upgrade(),
+            Inner::Local(c) => c.registry.upgrade(),
+            Inner::Promise(p) => p.registry.upgrade(),
+            Inner::Remote(r) => r.recipient.assoc.registry(),
             Inner::Dead(_, s) => s.upgrade(),
         }
     }
 
     fn gone(&self, msg: M, why: &str) -> SendError<M> {
-        if let Some(sys) = self.system() {
-            sys.dead_letter(std::any::type_name::<M>(), self.path(), why);
+        if let Some(registry) = self.registry() {
+            registry.dead_letter(std::any::type_name::<M>(), self.path(), why);
         }
         SendError::ActorGone(msg)
     }
@@ -344,28 +225,31 @@ impl<M: Send + 'static> ActorRef<M> {
     #[inline]
     fn tell_hint(&self, msg: M) -> Result<bool, SendError<M>> {
         match &self.inner {
-            Inner::Local(c) => match c.mailbox.push(Envelope::Local(msg)) {
+            Inner::Local(c) => match c.mailbox.push(Queued::Local(msg)) {
                 Ok(()) => Ok(false),
-                Err((Refused::Full, Envelope::Local(m))) => Err(SendError::MailboxFull(m)),
-                Err((Refused::Closed, Envelope::Local(m))) => Err(self.gone(m, "actor stopped")),
-                Err((_, Envelope::Batch(..))) => unreachable!("pushed a local envelope"),
+                Err((Refused::Full, Queued::Local(m))) => Err(SendError::MailboxFull(m)),
+                Err((Refused::Closed, Queued::Local(m))) => Err(self.gone(m, "actor stopped")),
+                Err((_, Queued::Batch(..))) => unreachable!("pushed a local envelope"),
             },
             Inner::Promise(p) => p
                 .complete(msg)
                 .map(|()| false)
                 .map_err(|m| self.gone(m, "ask already answered or timed out")),
-            Inner::Remote(r) => match r
-                .recipient
-                .assoc
-                .tell_hint(&r.recipient, r.manifest, |b| (r.encode)(&msg, b))
-            {
-                Ok(yield_now) => Ok(yield_now),
-                Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
-                Err(TellError::Gone) => {
-                    Err(self.gone(msg, "its node's incarnation is quarantined"))
+            Inner::Remote(r) => {
+                match r
+                    .recipient
+                    .assoc
+                    .tell_hint(&r.recipient, r.manifest, &|b, limit| {
+                        (r.encode)(&msg, b, limit)
+                    }) {
+                    Ok(yield_now) => Ok(yield_now),
+                    Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Gone) => {
+                        Err(self.gone(msg, "its node's incarnation is quarantined"))
+                    }
+                    Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
                 }
-                Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
-            },
+            }
             Inner::Dead(..) => Err(self.gone(msg, "no such actor")),
         }
     }
@@ -403,14 +287,18 @@ impl<M: Send + 'static> ActorRef<M> {
     #[inline(never)]
     async fn send_slow(&self, msg: M) -> Result<(), SendError<M>> {
         match &self.inner {
-            Inner::Local(c) => match c.mailbox.push_wait(Envelope::Local(msg)).await {
+            Inner::Local(c) => match c.mailbox.push_wait(Queued::Local(msg)).await {
                 Ok(()) => Ok(()),
-                Err(Envelope::Local(m)) => Err(self.gone(m, "actor stopped")),
-                Err(Envelope::Batch(..)) => unreachable!("pushed a local envelope"),
+                Err(Queued::Local(m)) => Err(self.gone(m, "actor stopped")),
+                Err(Queued::Batch(..)) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) => {
                 let assoc = &r.recipient.assoc;
-                let payload = match assoc.encode_payload(&r.recipient, |b| (r.encode)(&msg, b)) {
+                // Encoded before any await: the future holds bytes, not a
+                // borrow of the message (`M` need not be `Sync`).
+                let encoded =
+                    assoc.encode_payload(&r.recipient, &|b, limit| (r.encode)(&msg, b, limit));
+                let payload = match encoded {
                     Ok(p) => p,
                     Err(TellError::Serialization(e)) => return Err(SendError::Serialization(e)),
                     Err(TellError::Gone) => {
@@ -462,10 +350,11 @@ impl<M: Send + 'static> ActorRef<M> {
         make: impl FnOnce(ActorRef<R>) -> M,
         timeout: Duration,
     ) -> Result<R, AskError> {
-        let sys = self.system().ok_or(AskError::ActorGone)?;
-        let (reply, promise, rx) = ActorRef::<R>::promise(sys.temp_path(), Arc::downgrade(&sys));
+        let registry = self.registry().ok_or(AskError::ActorGone)?;
+        let (reply, promise, rx) =
+            ActorRef::<R>::promise(registry.temp_path(), Arc::downgrade(&registry));
         let _cleanup = PromiseGuard {
-            sys: sys.clone(),
+            registry,
             promise: promise.clone(),
         };
         match self.tell(make(reply)) {
@@ -504,7 +393,7 @@ impl<M: Send + 'static> ActorRef<M> {
         }
     }
 
-    /// A future that resolves to [`Terminated`](crate::Terminated) when this
+    /// A future that resolves to [`Terminated`] when this
     /// actor stops, or when its node becomes unreachable.
     pub fn watch(&self) -> Watch {
         let (tx, rx) = oneshot::channel();
@@ -518,12 +407,12 @@ impl<M: Send + 'static> ActorRef<M> {
     pub(crate) fn add_watcher(&self, sink: WatchSink) {
         match &self.inner {
             Inner::Local(c) => c.watchers.add(&c.path, sink),
-            Inner::Promise(p) => sink.deliver(crate::Terminated {
+            Inner::Promise(p) => sink.deliver(Terminated {
                 path: p.path.clone(),
                 reason: StopReason::NotFound,
             }),
             Inner::Remote(r) => r.recipient.assoc.watch(&r.recipient, sink),
-            Inner::Dead(p, _) => sink.deliver(crate::Terminated {
+            Inner::Dead(p, _) => sink.deliver(Terminated {
                 path: p.clone(),
                 reason: StopReason::NotFound,
             }),
@@ -588,7 +477,7 @@ impl<M> Future for SendFuture<'_, M> {
 
 /// Unregisters an ask's reply slot when the ask ends, however it ends.
 struct PromiseGuard<R: Send + 'static> {
-    sys: Arc<SystemInner>,
+    registry: Arc<Registry>,
     promise: Arc<Promise<R>>,
 }
 
@@ -600,7 +489,7 @@ impl<R: Send + 'static> Drop for PromiseGuard<R> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if self.promise.registered.load(Ordering::Acquire) {
-            self.sys.unregister_target(self.promise.path.elements());
+            self.registry.unregister(self.promise.path.elements());
         }
     }
 }
@@ -613,10 +502,10 @@ impl<M: RemoteMessage> Serialize for ActorRef<M> {
             Inner::Local(c) => c.register_remote(),
             Inner::Promise(p) => {
                 if !p.registered.swap(true, Ordering::AcqRel)
-                    && let Some(sys) = p.system.upgrade()
+                    && let Some(registry) = p.registry.upgrade()
                 {
-                    let target: Arc<dyn RemoteTarget> = p.clone();
-                    sys.register_target(p.path.elements(), target);
+                    let target: Arc<dyn Target> = p.clone();
+                    registry.register(p.path.elements(), target);
                 }
             }
             Inner::Remote(_) | Inner::Dead(..) => {}
@@ -635,10 +524,12 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ActorRef<M>, E> {
                 let path = ActorPath::parse(v).map_err(E::custom)?;
-                let sys = current_system().ok_or_else(|| {
-                    E::custom("an ActorRef can only be deserialized by an actor system")
-                })?;
-                sys.ref_for_path::<M>(path).map_err(E::custom)
+                let node = decoding_node()
+                    .and_then(|n| n.downcast::<Node>().ok())
+                    .ok_or_else(|| {
+                        E::custom("an ActorRef can only be deserialized by an actor system")
+                    })?;
+                ActorRef::for_path(&node, path).map_err(E::custom)
             }
         }
         d.deserialize_str(V(PhantomData))

@@ -34,6 +34,13 @@ pub enum SerializationError {
         /// for messages sent on the large-message lane.
         limit: usize,
     },
+    /// A remote message was sent from inside a message's encoder (its
+    /// `Serialize` impl or `RemoteMessage::encode`), which runs under the
+    /// link's locks; nothing was sent. Send it before or after encoding.
+    #[error(
+        "a remote message was sent from inside a message's encoder; send it outside `Serialize`"
+    )]
+    Reentrant,
 }
 
 /// Why a `tell` or `send` failed. The message comes back where it can.

@@ -71,34 +71,50 @@
     rust_2018_idioms
 )]
 
+// Layers, bottom up; a module imports only modules above it in this list
+// (docs/ARCHITECTURE.md draws it).
 mod actor;
 mod actor_ref;
+mod bincode_format;
+mod cell;
+mod config;
+#[cfg(test)]
+mod differential;
 mod error;
-mod failure;
+mod lifecycle;
 mod mailbox;
-mod net;
+mod node;
 mod path;
+mod registry;
 mod remote;
 mod serialization;
 mod system;
 mod watch;
-mod wire;
 
-pub use actor::{Actor, Ctx, StopReason, Terminated};
+// Lets `actors::` paths in `differential.rs` (shared with the fuzz target)
+// name this crate from its own unit tests.
+#[cfg(test)]
+extern crate self as actors;
+
+pub use actor::{Actor, Ctx};
 pub use actor_ref::{ActorRef, SendFuture};
+pub use config::{
+    DEFAULT_MAILBOX_CAPACITY, DEFAULT_MAX_MALFORMED_PER_SECOND, DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
+};
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
-pub use failure::RemoteEvent;
+pub use lifecycle::{StopReason, Terminated};
 pub use path::ActorPath;
-pub use remote::LARGE_MESSAGE_THRESHOLD;
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
+pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
-pub use system::{
-    ActorSystem, DEFAULT_MAILBOX_CAPACITY, DEFAULT_MAX_MALFORMED_PER_SECOND,
-    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT,
-    DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
-};
+pub use system::ActorSystem;
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;
+
+/// Internals exposed for this crate's fuzz targets only; not an API.
 #[doc(hidden)]
-pub use wire::fuzz_differential as fuzz_wire_differential;
+pub mod __private {
+    pub use crate::bincode_format::{FormatError, decode_bincode_format, encode_bincode_format};
+}

@@ -24,7 +24,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::actor::Terminated;
+use crate::lifecycle::Terminated;
 
 /// What sits in a mailbox: a message, or a batch of remote messages that
 /// arrived in one socket read, which the actor's own task decodes.
@@ -32,7 +32,7 @@ use crate::actor::Terminated;
 /// A batch is one buffer of `[len u32 LE][payload]` records: one
 /// reference-counted allocation per read, not one per message, so the
 /// reader's and the actor's cores do not trade a counter per message.
-pub(crate) enum Envelope<M> {
+pub(crate) enum Queued<M> {
     Local(M),
     Batch(Bytes, usize),
 }
@@ -59,7 +59,7 @@ pub(crate) enum Refused {
 }
 
 struct State<M> {
-    user: VecDeque<Envelope<M>>,
+    user: VecDeque<Queued<M>>,
     /// User messages queued (a batch counts its records).
     queued: usize,
     system: VecDeque<SystemMsg>,
@@ -110,7 +110,7 @@ impl<M> Mailbox<M> {
 
     /// Appends one user message if there is room.
     #[inline]
-    pub(crate) fn push(&self, m: Envelope<M>) -> Result<(), (Refused, Envelope<M>)> {
+    pub(crate) fn push(&self, m: Queued<M>) -> Result<(), (Refused, Queued<M>)> {
         let mut st = self.lock();
         if st.closed {
             return Err((Refused::Closed, m));
@@ -125,7 +125,7 @@ impl<M> Mailbox<M> {
     }
 
     /// Appends one user message, waiting for room.
-    pub(crate) async fn push_wait(&self, mut m: Envelope<M>) -> Result<(), Envelope<M>> {
+    pub(crate) async fn push_wait(&self, mut m: Queued<M>) -> Result<(), Queued<M>> {
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
@@ -163,7 +163,7 @@ impl<M> Mailbox<M> {
             st.space_waiters = true;
             return Err(Refused::Full);
         }
-        st.user.push_back(Envelope::Batch(batch.clone(), n));
+        st.user.push_back(Queued::Batch(batch.clone(), n));
         st.queued += n;
         self.wake_if_idle(st);
         Ok(())
@@ -213,7 +213,7 @@ impl<M> Mailbox<M> {
     /// `sys` (which must be empty). Returns false once closed and drained.
     pub(crate) async fn recv_all(
         &self,
-        user: &mut VecDeque<Envelope<M>>,
+        user: &mut VecDeque<Queued<M>>,
         sys: &mut VecDeque<SystemMsg>,
     ) -> bool {
         loop {

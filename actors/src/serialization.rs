@@ -7,16 +7,12 @@
 //! [`RemoteMessage::encode`] and [`RemoteMessage::decode`] with another
 //! [`Serializer`].
 
-use std::{
-    cell::{Cell, RefCell},
-    fmt,
-    ops::Deref,
-};
+use std::{any::Any, cell::RefCell, fmt, ops::Deref, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
-use crate::error::SerializationError;
+use crate::{bincode_format, error::SerializationError};
 
 /// Turns values into bytes and back. Implementations must never panic on
 /// hostile input and must bound what decoding allocates.
@@ -31,6 +27,31 @@ pub trait Serializer: Send + Sync + 'static {
         value: &T,
         out: &mut BytesMut,
     ) -> Result<(), SerializationError>;
+
+    /// Appends `value` to `out`, appending at most `limit` bytes: a value
+    /// that needs more is refused with [`SerializationError::TooLarge`]
+    /// (`size` at least what it needed) and `out` is left as it was. The
+    /// default serializes, then checks; override it to stop as soon as the
+    /// limit is crossed, as [`Bincode`] does, so a huge value is never
+    /// serialized whole.
+    ///
+    /// # Errors
+    /// As [`serialize`](Self::serialize), and `TooLarge`.
+    fn serialize_limited<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        out: &mut BytesMut,
+        limit: usize,
+    ) -> Result<(), SerializationError> {
+        let start = out.len();
+        self.serialize(value, out)?;
+        let size = out.len() - start;
+        if size > limit {
+            out.truncate(start);
+            return Err(SerializationError::TooLarge { size, limit });
+        }
+        Ok(())
+    }
 
     /// Reads a value that fills `bytes` exactly.
     ///
@@ -49,32 +70,6 @@ pub trait Serializer: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Bincode;
 
-thread_local! {
-    /// The most bytes [`Bincode::serialize`] may leave in its output buffer
-    /// on this thread; `usize::MAX` (no limit) except inside
-    /// [`with_encode_limit`].
-    static ENCODE_LIMIT: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-/// Runs `f` with [`Bincode::serialize`] on this thread refusing to grow its
-/// output buffer past `limit` bytes: a message too large to send is
-/// refused with [`SerializationError::TooLarge`] as soon as it crosses the
-/// limit, without serializing (and allocating) the rest of it. Custom
-/// [`RemoteMessage::encode`] implementations that do not use [`Bincode`]
-/// are not bounded this way; their size is checked after encoding.
-pub(crate) fn with_encode_limit<T>(limit: usize, f: impl FnOnce() -> T) -> T {
-    let prev = ENCODE_LIMIT.with(|l| l.replace(limit));
-    // Restore even if `f` panics (a user `Serialize` impl may).
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ENCODE_LIMIT.with(|l| l.set(self.0));
-        }
-    }
-    let _restore = Restore(prev);
-    f()
-}
-
 impl Serializer for Bincode {
     #[inline]
     fn serialize<T: Serialize + ?Sized>(
@@ -82,17 +77,26 @@ impl Serializer for Bincode {
         value: &T,
         out: &mut BytesMut,
     ) -> Result<(), SerializationError> {
-        let limit = ENCODE_LIMIT.with(Cell::get);
+        self.serialize_limited(value, out, usize::MAX)
+    }
+
+    #[inline]
+    fn serialize_limited<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        out: &mut BytesMut,
+        limit: usize,
+    ) -> Result<(), SerializationError> {
         let start = out.len();
-        crate::wire::to_buf(value, out, limit).map_err(|e| {
+        bincode_format::to_buf(value, out, start.saturating_add(limit)).map_err(|e| {
             out.truncate(start);
-            encode_error(&e, limit)
+            encode_error(&e, start, limit)
         })
     }
 
     #[inline]
     fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
-        match crate::wire::from_slice::<T>(bytes) {
+        match bincode_format::from_slice::<T>(bytes) {
             Ok((value, used)) if used == bytes.len() => Ok(value),
             Ok((_, used)) => Err(SerializationError::TrailingBytes {
                 used,
@@ -105,94 +109,78 @@ impl Serializer for Bincode {
 
 #[cold]
 #[inline(never)]
-fn encode_error(e: &crate::wire::WireError, limit: usize) -> SerializationError {
+fn encode_error(e: &bincode_format::FormatError, start: usize, limit: usize) -> SerializationError {
     match e.kind() {
-        crate::wire::Kind::TooLarge { size } => SerializationError::TooLarge { size: *size, limit },
+        bincode_format::Kind::TooLarge { size } => SerializationError::TooLarge {
+            size: size - start,
+            limit,
+        },
         _ => SerializationError::Encode(e.to_string()),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn decode_error(e: crate::wire::WireError) -> SerializationError {
+fn decode_error(e: bincode_format::FormatError) -> SerializationError {
     SerializationError::Decode(e.to_string())
 }
 
-/// What a decode on this thread can see: the system that resolves
-/// `ActorRef`s, and the frame that `SharedBytes` fields slice.
-pub(crate) struct DecodeCtx {
-    pub(crate) system: RefCell<std::sync::Weak<crate::system::SystemInner>>,
-    frame: RefCell<Option<Bytes>>,
+/// What decoding a remote message can see besides its bytes: the frame
+/// that [`SharedBytes`] fields slice instead of copying, and the node that
+/// `ActorRef` fields are resolved against.
+///
+/// serde's `Deserialize` takes no context, so this one value is what the
+/// two places that decode user messages (an actor's task decoding a batch,
+/// an ask's reply slot) install around their decode with
+/// [`with_decode_scope`], and what those two `Deserialize` impls read. It
+/// is set for exactly the duration of that call and restored after, even
+/// on a panic; outside it both fields are empty (a `SharedBytes` then
+/// copies, an `ActorRef` fails to decode). The node is type-erased here
+/// because serialization sits below the runtime; `ActorRef` downcasts it.
+struct DecodeScope {
+    frame: Option<Bytes>,
+    node: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 thread_local! {
-    pub(crate) static DECODE: DecodeCtx = const {
-        DecodeCtx {
-            system: RefCell::new(std::sync::Weak::new()),
-            frame: RefCell::new(None),
-        }
+    static DECODE_SCOPE: RefCell<DecodeScope> = const {
+        RefCell::new(DecodeScope { frame: None, node: None })
     };
 }
 
-/// Decodes `frame[range]` with `f`, with `frame` available to
-/// [`SharedBytes`] fields and `system` to `ActorRef` fields. The system is
-/// only replaced when it differs, and the frame is cloned once, so the
-/// context costs one reference-count update on a counter this thread owns.
-pub(crate) fn decode_frame<T>(
-    system: &std::sync::Arc<crate::system::SystemInner>,
-    frame: &Bytes,
-    range: std::ops::Range<usize>,
-    f: impl FnOnce(&[u8]) -> T,
-) -> T {
-    DECODE.with(|ctx| {
-        if !std::ptr::eq(ctx.system.borrow().as_ptr(), std::sync::Arc::as_ptr(system)) {
-            *ctx.system.borrow_mut() = std::sync::Arc::downgrade(system);
-        }
-        let same = ctx
-            .frame
-            .borrow()
-            .as_ref()
-            .is_some_and(|f| f.as_ptr() == frame.as_ptr() && f.len() == frame.len());
-        if !same {
-            *ctx.frame.borrow_mut() = Some(frame.clone());
-        }
-        f(&frame[range])
-    })
-}
-
-/// Runs `f` (which decodes records of `frame` with no await in between)
-/// with `frame` and `system` as the decode context, set once for the whole
-/// batch, then releases the frame.
-pub(crate) fn decode_batch<T>(
-    system: &std::sync::Arc<crate::system::SystemInner>,
+/// Runs `f` (which decodes records of `frame`, with no await in between)
+/// with `frame` and `node` as the decode scope, then restores the previous
+/// scope. Costs two reference-count updates per call, so callers install it
+/// once per batch, not once per message.
+pub(crate) fn with_decode_scope<T>(
+    node: &Arc<dyn Any + Send + Sync>,
     frame: &Bytes,
     f: impl FnOnce() -> T,
 ) -> T {
-    DECODE.with(|ctx| {
-        if !std::ptr::eq(ctx.system.borrow().as_ptr(), std::sync::Arc::as_ptr(system)) {
-            *ctx.system.borrow_mut() = std::sync::Arc::downgrade(system);
+    struct Restore(Option<DecodeScope>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(prev) = self.0.take() {
+                DECODE_SCOPE.with(|s| *s.borrow_mut() = prev);
+            }
         }
-        *ctx.frame.borrow_mut() = Some(frame.clone());
+    }
+    let prev = DECODE_SCOPE.with(|s| {
+        std::mem::replace(
+            &mut *s.borrow_mut(),
+            DecodeScope {
+                frame: Some(frame.clone()),
+                node: Some(node.clone()),
+            },
+        )
     });
-    let out = f();
-    release_frame();
-    out
+    let _restore = Restore(Some(prev));
+    f()
 }
 
-/// Releases this thread's hold on the last decoded frame, so its buffer
-/// can be reused.
-pub(crate) fn release_frame() {
-    DECODE.with(|ctx| ctx.frame.borrow_mut().take());
-}
-
-#[cfg(test)]
-fn with_frame<T>(frame: &Bytes, f: impl FnOnce() -> T) -> T {
-    DECODE.with(|ctx| {
-        let prev = ctx.frame.replace(Some(frame.clone()));
-        let out = f();
-        ctx.frame.replace(prev);
-        out
-    })
+/// The node of the decode scope, if a decode is under way.
+pub(crate) fn decoding_node() -> Option<Arc<dyn Any + Send + Sync>> {
+    DECODE_SCOPE.with(|s| s.borrow().node.clone())
 }
 
 /// A byte string that, when decoded from a remote message, shares the
@@ -247,9 +235,9 @@ impl<'de> Deserialize<'de> for SharedBytes {
                 self,
                 v: &'de [u8],
             ) -> Result<SharedBytes, E> {
-                let shared = DECODE.with(|ctx| {
-                    let frame = ctx.frame.borrow();
-                    let frame = frame.as_ref()?;
+                let shared = DECODE_SCOPE.with(|s| {
+                    let s = s.borrow();
+                    let frame = s.frame.as_ref()?;
                     let (start, end) = (
                         frame.as_ptr() as usize,
                         frame.as_ptr() as usize + frame.len(),
@@ -297,13 +285,26 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     /// exchange the type; two types must not share one.
     const MANIFEST: &'static str;
 
-    /// Appends the encoded message. Override to use another
+    /// Appends the encoded message, at most `limit` bytes of it (see
+    /// [`Serializer::serialize_limited`]; the sender checks the size again
+    /// after encoding, so an encoder may ignore the limit at the cost of
+    /// encoding a message that is then refused). Override to use another
     /// [`Serializer`] for this type.
     ///
+    /// # Where it runs
+    /// A remote `tell` encodes straight into the link's outbound buffer,
+    /// under two short locks: the association's link state and the link's
+    /// queue. So an encoder (this method, and the `Serialize` impls it
+    /// calls) must not send remote messages, must not block, and should
+    /// not take long: other senders to the same node wait meanwhile. A
+    /// remote `tell`, `send` or `ask` made from inside an encoder is
+    /// refused with [`SerializationError::Reentrant`] instead of
+    /// deadlocking.
+    ///
     /// # Errors
-    /// As [`Serializer::serialize`].
-    fn encode(&self, out: &mut BytesMut) -> Result<(), SerializationError> {
-        Bincode.serialize(self, out)
+    /// As [`Serializer::serialize_limited`].
+    fn encode(&self, out: &mut BytesMut, limit: usize) -> Result<(), SerializationError> {
+        Bincode.serialize_limited(self, out, limit)
     }
 
     /// Decodes a message. Override together with [`encode`](Self::encode).
@@ -379,7 +380,8 @@ mod tests {
             .serialize(&M(1, SharedBytes::from(vec![9u8; 100])), &mut b)
             .unwrap();
         let frame = b.freeze();
-        let m: M = with_frame(&frame, || Bincode.deserialize(&frame)).unwrap();
+        let node: Arc<dyn Any + Send + Sync> = Arc::new(());
+        let m: M = with_decode_scope(&node, &frame, || Bincode.deserialize(&frame)).unwrap();
         assert_eq!(&m.1[..], &[9u8; 100][..]);
         let inside = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
         assert!(
@@ -400,14 +402,14 @@ mod tests {
             data: vec![0; 64 << 20],
         };
         let mut out = BytesMut::new();
-        let err = with_encode_limit(1024, || Bincode.serialize(&big, &mut out)).unwrap_err();
+        let err = Bincode.serialize_limited(&big, &mut out, 1024).unwrap_err();
         assert!(
             matches!(err, SerializationError::TooLarge { size, limit: 1024 } if size > 1024 && size < 2048),
             "{err}"
         );
         assert!(out.is_empty(), "nothing is left behind");
         assert!(out.capacity() < 4096, "the rest was never serialized");
-        // Outside the scope the limit is gone again.
+        // The limit is this call's only.
         Bincode
             .serialize(
                 &Msg {

@@ -10,14 +10,20 @@ use std::{
 use tokio::sync::oneshot;
 
 use crate::{
-    actor::{StopReason, Terminated},
+    lifecycle::{StopReason, Terminated},
     path::ActorPath,
-    remote::Association,
 };
 
 /// Receives an actor's system notifications.
 pub(crate) trait SystemSink: Send + Sync {
     fn push_terminated(&self, t: Terminated);
+}
+
+/// Carries a `Terminated` to a watcher on another node (implemented by
+/// the association to that node), so that death watch needs nothing of
+/// remoting but this.
+pub(crate) trait RemoteWatcher: Send + Sync {
+    fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated);
 }
 
 /// Where a `Terminated` goes.
@@ -27,9 +33,9 @@ pub(crate) enum WatchSink {
     Actor(Arc<dyn SystemSink>),
     /// A [`Watch`] future.
     Once(Arc<Mutex<Option<oneshot::Sender<Terminated>>>>),
-    /// A watcher on another node, reached over `assoc`.
+    /// A watcher on another node, reached over `link` (its association).
     Remote {
-        assoc: Arc<Association>,
+        link: Arc<dyn RemoteWatcher>,
         watch_id: u64,
     },
 }
@@ -43,7 +49,7 @@ impl WatchSink {
                     let _ = tx.send(t);
                 }
             }
-            Self::Remote { assoc, watch_id } => assoc.send_terminated(*watch_id, &t),
+            Self::Remote { link, watch_id } => link.clone().send_terminated(*watch_id, &t),
         }
     }
 }

@@ -200,3 +200,79 @@ async fn resolving_a_silent_node_times_out() {
     }
     drop(silent);
 }
+
+/// A message whose `Serialize` impl sends a remote message itself: what a
+/// serializer must not do (it runs under the link's locks).
+struct Sneaky(u64);
+
+/// The remote ref `Sneaky`'s serializer sends to, and what each of its
+/// sends returned (true: refused as re-entrant).
+static SNEAKY_SIDE: std::sync::Mutex<Option<ActorRef<Count>>> = std::sync::Mutex::new(None);
+static SNEAKY_OUTCOMES: std::sync::Mutex<Vec<bool>> = std::sync::Mutex::new(Vec::new());
+
+impl serde::Serialize for Sneaky {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let side = SNEAKY_SIDE.lock().expect("not poisoned").clone();
+        if let Some(side) = side {
+            let refused = matches!(
+                side.tell(Count::Add(1)),
+                Err(actors::SendError::Serialization(
+                    actors::SerializationError::Reentrant
+                ))
+            );
+            SNEAKY_OUTCOMES.lock().expect("not poisoned").push(refused);
+        }
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sneaky {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <u64 as serde::Deserialize>::deserialize(d).map(Sneaky)
+    }
+}
+
+impl actors::RemoteMessage for Sneaky {
+    const MANIFEST: &'static str = "it.Sneaky";
+}
+
+#[tokio::test]
+async fn a_serializer_that_sends_remotely_gets_an_error_not_a_deadlock() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let (out, mut got) = mpsc::unbounded_channel();
+    b.spawn_named("sink", Collector::<Sneaky> { out })
+        .expect("free");
+    let counter = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    let sink = within("resolve", a.resolve::<Sneaky>(&actor_path(&b, "sink")))
+        .await
+        .expect("resolves");
+    *SNEAKY_SIDE.lock().expect("not poisoned") = Some(counter.clone());
+    // The first tell defines the sink's id on the link (encoded outside
+    // the locks, into a scratch buffer); the second is encoded straight
+    // into the link's queue, under both locks. Each is run on a blocking
+    // thread so that a deadlock fails the test instead of hanging it.
+    for n in 1..=2u64 {
+        let sink = sink.clone();
+        let sent = within(
+            "a tell whose serializer sends",
+            tokio::task::spawn_blocking(move || sink.tell(Sneaky(n)).is_ok()),
+        )
+        .await
+        .expect("does not panic");
+        assert!(sent, "the outer message goes out");
+        assert_eq!(within("delivery", got.recv()).await.map(|s| s.0), Some(n));
+    }
+    assert_eq!(
+        *SNEAKY_OUTCOMES.lock().expect("not poisoned"),
+        [true, true],
+        "both inner sends were refused as re-entrant"
+    );
+    // The link and the thread are fine afterwards.
+    *SNEAKY_SIDE.lock().expect("not poisoned") = None;
+    counter.tell(Count::Add(5)).expect("room");
+    assert_eq!(total(&counter).await, 5);
+}

@@ -8,14 +8,14 @@ use transport::{
     AcceptError, Connection, Endpoint, Established, PeerInfo, Security, Stream, TransportError,
 };
 
-use crate::remote::Inbound;
+use super::inbound::Dispatch;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A connection whose handshake succeeded, not yet started.
 pub(crate) struct Incoming {
     peer: PeerInfo,
-    start: Box<dyn FnOnce(Inbound) -> Connection + Send>,
+    start: Box<dyn FnOnce(Dispatch) -> Connection + Send>,
 }
 
 impl Incoming {
@@ -30,7 +30,7 @@ impl Incoming {
         &self.peer
     }
 
-    pub(crate) fn start(self, handler: Inbound) -> Connection {
+    pub(crate) fn start(self, handler: Dispatch) -> Connection {
         (self.start)(handler)
     }
 }

@@ -1,0 +1,169 @@
+//! The local targets that remote messages are delivered to: a local
+//! actor's runtime side ([`Cell`]: mailbox, path, watchers, decoder) and
+//! an ask's reply slot ([`Promise`]).
+
+use std::{
+    any::Any,
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::{
+    error::SerializationError,
+    lifecycle::{StopReason, Terminated},
+    mailbox::{Mailbox, Refused, SystemMsg, next_record},
+    path::ActorPath,
+    registry::{Registry, Target},
+    serialization::{RemoteMessage, manifest_id, with_decode_scope},
+    watch::{SystemSink, WatchSink, Watchers},
+};
+
+/// Decodes a remote message on the actor's own task.
+pub(crate) type DecodeFn<M> = fn(&[u8]) -> Result<M, SerializationError>;
+
+/// The runtime side of a local actor: its mailbox, path and watchers.
+pub(crate) struct Cell<M> {
+    pub(crate) mailbox: Mailbox<M>,
+    pub(crate) path: ActorPath,
+    pub(crate) watchers: Watchers,
+    pub(crate) registry: Weak<Registry>,
+    /// Set when the actor becomes reachable from other nodes.
+    pub(crate) decode: OnceLock<DecodeFn<M>>,
+    pub(crate) registered: AtomicBool,
+}
+
+impl<M: Send + 'static> SystemSink for Cell<M> {
+    fn push_terminated(&self, t: Terminated) {
+        self.mailbox.push_system(SystemMsg::Terminated(t));
+    }
+}
+
+impl<M: RemoteMessage> Cell<M> {
+    /// Makes this actor reachable from other nodes under its path.
+    pub(crate) fn register_remote(self: &Arc<Self>) {
+        if self.registered.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.decode.set(M::decode);
+        if let Some(registry) = self.registry.upgrade() {
+            let target: Arc<dyn Target> = self.clone();
+            registry.register(self.path.elements(), target);
+        }
+    }
+}
+
+impl<M: RemoteMessage> Target for Cell<M> {
+    fn manifest(&self) -> u32 {
+        manifest_id(M::MANIFEST)
+    }
+
+    fn manifest_name(&self) -> &'static str {
+        M::MANIFEST
+    }
+
+    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
+        self.mailbox.push_batch(batch, n)
+    }
+
+    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.mailbox.wait_space())
+    }
+
+    fn add_watcher(&self, sink: WatchSink) {
+        self.watchers.add(&self.path, sink);
+    }
+
+    fn stop(&self) {
+        self.mailbox.push_system(SystemMsg::Stop);
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// The reply slot of an `ask`: completes a oneshot.
+pub(crate) struct Promise<M> {
+    pub(crate) tx: Mutex<Option<oneshot::Sender<M>>>,
+    pub(crate) path: ActorPath,
+    pub(crate) registry: Weak<Registry>,
+    pub(crate) registered: AtomicBool,
+}
+
+impl<M: Send + 'static> Promise<M> {
+    pub(crate) fn complete(&self, m: M) -> Result<(), M> {
+        match self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            Some(tx) => tx.send(m),
+            None => Err(m),
+        }
+    }
+}
+
+impl<M: RemoteMessage> Target for Promise<M> {
+    fn manifest(&self) -> u32 {
+        manifest_id(M::MANIFEST)
+    }
+
+    fn manifest_name(&self) -> &'static str {
+        M::MANIFEST
+    }
+
+    fn push_batch(&self, batch: &Bytes, _n: usize) -> Result<(), Refused> {
+        let Some(registry) = self.registry.upgrade() else {
+            // The asking system is gone; so is the ask.
+            return Ok(());
+        };
+        let deliver = || {
+            let mut pos = 0;
+            while let Some(range) = next_record(batch, &mut pos) {
+                let why = match M::decode(&batch[range]) {
+                    Ok(m) => match self.complete(m) {
+                        Ok(()) => continue,
+                        Err(_) => "ask already answered or timed out".to_owned(),
+                    },
+                    Err(e) => format!("reply does not decode: {e}"),
+                };
+                registry.dead_letter(std::any::type_name::<M>(), &self.path, &why);
+            }
+        };
+        match registry.decode_scope() {
+            Some(scope) => with_decode_scope(&scope, batch, deliver),
+            None => deliver(),
+        }
+        Ok(())
+    }
+
+    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
+
+    fn add_watcher(&self, sink: WatchSink) {
+        sink.deliver(Terminated {
+            path: self.path.clone(),
+            reason: StopReason::NotFound,
+        });
+    }
+
+    fn stop(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}

@@ -1,0 +1,175 @@
+//! [`SystemConfig`]: every setting of an actor system, each with its
+//! default as a named constant and its cost.
+
+use std::{collections::HashMap, net::SocketAddr, time::Duration};
+
+use transport::{Backoff, HeartbeatConfig, TransportConfig};
+
+/// Default mailbox capacity: 65,536 messages, a dozen 5,000-message bursts.
+pub const DEFAULT_MAILBOX_CAPACITY: usize = 64 * 1024;
+/// Default time `resolve` waits for a remote node's answer.
+pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default messages buffered per remote node while its link is being
+/// established; beyond this `tell` reports `MailboxFull`.
+pub const DEFAULT_PENDING_CAPACITY: usize = 16 * 1024;
+/// Default malformed envelopes a connection may carry per second before it
+/// is closed: 100. A correct peer sends none; a few can come from a peer
+/// with a bug, and a flood is an attack that would otherwise cost a dead
+/// letter (and a sampled log line) each.
+pub const DEFAULT_MAX_MALFORMED_PER_SECOND: usize = 100;
+/// Default system messages (watch, terminated, stop) kept per remote node
+/// until acknowledged: 20,000 (Akka's `system-message-buffer-size`). A peer
+/// that leaves more unacknowledged is quarantined.
+pub const DEFAULT_SYSTEM_MESSAGE_BUFFER: usize = 20_000;
+/// Default largest remote message: 64 MiB encoded. Messages larger than a
+/// fragment threshold (256 KiB) travel in 64 KiB fragments on the link's
+/// large-message lane; see `SystemConfig::set_max_message_size`.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 << 20;
+
+/// Settings of an [`ActorSystem`].
+#[derive(Debug, Clone)]
+pub struct SystemConfig {
+    pub(crate) mailbox_capacity: usize,
+    pub(crate) resolve_timeout: Duration,
+    pub(crate) pending_capacity: usize,
+    pub(crate) max_malformed_per_second: usize,
+    pub(crate) transport: TransportConfig,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<transport::TlsConfig>,
+    pub(crate) heartbeat: HeartbeatConfig,
+    pub(crate) backoff: Backoff,
+    pub(crate) system_buffer: usize,
+    pub(crate) max_message_size: usize,
+    /// Addresses to dial instead of the one in a node's name.
+    pub(crate) routes: HashMap<String, SocketAddr>,
+}
+
+impl Default for SystemConfig {
+    fn default() -> Self {
+        Self {
+            mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
+            resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
+            pending_capacity: DEFAULT_PENDING_CAPACITY,
+            max_malformed_per_second: DEFAULT_MAX_MALFORMED_PER_SECOND,
+            transport: TransportConfig::default(),
+            #[cfg(feature = "tls")]
+            tls: None,
+            heartbeat: HeartbeatConfig::default(),
+            backoff: Backoff::default(),
+            system_buffer: DEFAULT_SYSTEM_MESSAGE_BUFFER,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            routes: HashMap::new(),
+        }
+    }
+}
+
+impl SystemConfig {
+    /// User messages a mailbox holds before `tell` reports `MailboxFull`,
+    /// `send` waits and remote reading pauses. Default 65,536.
+    pub fn set_mailbox_capacity(&mut self, n: usize) -> &mut Self {
+        self.mailbox_capacity = n.max(1);
+        self
+    }
+
+    /// How long `resolve` waits for a remote node. Default 5 s.
+    pub fn set_resolve_timeout(&mut self, t: Duration) -> &mut Self {
+        self.resolve_timeout = t;
+        self
+    }
+
+    /// Messages buffered per node while connecting. Default 16,384.
+    pub fn set_pending_capacity(&mut self, n: usize) -> &mut Self {
+        self.pending_capacity = n;
+        self
+    }
+
+    /// Secures every link with TLS 1.3 (mutual authentication by default;
+    /// see [`transport::TlsConfig`]). Default: plain TCP. Each node's
+    /// certificate must name the host it advertises.
+    #[cfg(feature = "tls")]
+    pub fn set_tls(&mut self, tls: transport::TlsConfig) -> &mut Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Malformed envelopes (ones that do not parse, name a recipient id the
+    /// peer never defined, or undecodable system messages) one connection
+    /// may carry within a second; one more aborts the connection with a
+    /// log line naming the count and the last fault. Default 100
+    /// ([`DEFAULT_MAX_MALFORMED_PER_SECOND`]); 0 closes on the first. Each
+    /// malformed envelope is also a dead letter. Messages to unknown actors
+    /// or of the wrong type are dead letters but not malformed (they
+    /// happen legitimately while actors restart). Cost: nothing per
+    /// well-formed message.
+    pub fn set_max_malformed_per_second(&mut self, n: usize) -> &mut Self {
+        self.max_malformed_per_second = n;
+        self
+    }
+
+    /// Heartbeats and the phi-accrual failure detector that decides when a
+    /// remote node is unreachable (its watchers then get `Terminated` with
+    /// [`StopReason::NodeUnreachable`](crate::StopReason::NodeUnreachable)). Default: Akka's, a heartbeat per
+    /// second, threshold 10, acceptable pause 10 s (see
+    /// [`HeartbeatConfig`]). Cost: one small frame each way per interval
+    /// per connected node.
+    pub fn set_heartbeat(&mut self, config: HeartbeatConfig) -> &mut Self {
+        self.heartbeat = config;
+        self
+    }
+
+    /// Delays between reconnect attempts to a node whose link is down and
+    /// that has work waiting (watches, system messages, queued messages).
+    /// Default 100 ms doubling to 10 s, 20% jitter ([`Backoff::default`]).
+    pub fn set_reconnect_backoff(&mut self, backoff: Backoff) -> &mut Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// System messages kept per node until acknowledged. Default 20,000
+    /// ([`DEFAULT_SYSTEM_MESSAGE_BUFFER`]); overflowing it quarantines the
+    /// node. Cost: the encoded messages (tens of bytes each).
+    pub fn set_system_message_buffer(&mut self, n: usize) -> &mut Self {
+        self.system_buffer = n.max(1);
+        self
+    }
+
+    /// The largest remote message, envelope included, this node sends or
+    /// accepts. Default 64 MiB ([`DEFAULT_MAX_MESSAGE_SIZE`]); at most
+    /// `u32::MAX`. A larger message is refused to the sender with
+    /// [`SerializationError::TooLarge`](crate::SerializationError) (a
+    /// bincode-encoded one as soon as its encoding crosses the limit); a
+    /// peer's larger message is dropped as a dead letter while its
+    /// fragments arrive, without buffering it.
+    ///
+    /// Messages over 256 KiB (or over the frame size, if that is smaller)
+    /// are split into 64 KiB fragments sent one at a time on the link's
+    /// large-message lane, with at most 256 KiB unacknowledged by the
+    /// receiver, so that small messages and heartbeats on the same link
+    /// wait behind a few fragments, never behind a whole large message
+    /// (wire format and checks: `docs/PROTOCOL.md`, "Large messages").
+    /// They are not ordered with small messages to the same actor (large
+    /// messages between two nodes stay ordered among themselves). The receiver reassembles at most one large message per
+    /// connection, in a buffer that grows as fragments arrive. Cost:
+    /// nothing per small message beyond one size comparison. Both nodes
+    /// should use the same limit.
+    pub fn set_max_message_size(&mut self, n: usize) -> &mut Self {
+        self.max_message_size = n.min(u32::MAX as usize);
+        self
+    }
+
+    /// Dials `node` (`name@host:port`) at `addr` instead of the address
+    /// in its name: for a node behind NAT, a load balancer or a proxy
+    /// (Akka's public versus bind hostname, seen from the dialing side).
+    /// The peer must still identify as `node` in the handshake. Inbound
+    /// connections are unaffected. Default: none, every node is dialed at
+    /// its own address.
+    pub fn set_route(&mut self, node: &str, addr: SocketAddr) -> &mut Self {
+        self.routes.insert(node.to_owned(), addr);
+        self
+    }
+
+    /// The transport's settings (frame size, queue capacity, timeouts).
+    pub fn transport_mut(&mut self) -> &mut TransportConfig {
+        &mut self.transport
+    }
+}

@@ -1,0 +1,164 @@
+//! This node's registry: the local targets reachable by path (actors and
+//! ask reply slots), the trait the remote reader delivers into, and the
+//! dead-letter count. It sits below both refs and remoting, so that each
+//! can reach local actors without knowing the other.
+
+use std::{
+    any::Any,
+    collections::HashMap,
+    fmt,
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use bytes::Bytes;
+
+use crate::{mailbox::Refused, path::ActorPath, watch::WatchSink};
+
+/// Dead letters logged individually before the log is sampled (every
+/// 10,000th). All of them are counted.
+const DEAD_LETTER_LOG_LIMIT: u64 = 100;
+
+/// A local actor (or ask slot) that remote messages can be delivered to.
+pub(crate) trait Target: Send + Sync + 'static {
+    fn manifest(&self) -> u32;
+    fn manifest_name(&self) -> &'static str;
+    /// Appends a batch of `n` records (`[len u32 LE][payload]`, one read's
+    /// worth for this target); refuses when full or closed.
+    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused>;
+    fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    fn add_watcher(&self, sink: WatchSink);
+    fn stop(&self);
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// The local side of one node: who it is, what is reachable by path, and
+/// what was lost.
+pub(crate) struct Registry {
+    /// The system's name, for logs.
+    name: String,
+    /// `name@host:port` with remoting, `name` without.
+    node: Arc<str>,
+    /// Paths are `tcp://` (remoting) or `local://`.
+    remote: bool,
+    targets: Mutex<HashMap<Arc<str>, Arc<dyn Target>>>,
+    next_id: AtomicU64,
+    dead_letters: AtomicU64,
+    /// The node that refs decoded for this registry's targets resolve
+    /// against (`node::Node`, type-erased because it sits above this
+    /// module; see `serialization::with_decode_scope`).
+    decode_scope: OnceLock<Weak<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    pub(crate) fn new(name: &str, node: Arc<str>, remote: bool) -> Self {
+        Self {
+            name: name.to_owned(),
+            node,
+            remote,
+            targets: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            dead_letters: AtomicU64::new(0),
+            decode_scope: OnceLock::new(),
+        }
+    }
+
+    /// Sets the node decodes resolve refs against; once, when the node is
+    /// built.
+    pub(crate) fn set_decode_scope(&self, node: Weak<dyn Any + Send + Sync>) {
+        let _ = self.decode_scope.set(node);
+    }
+
+    /// The node decodes resolve refs against, while it lives.
+    pub(crate) fn decode_scope(&self) -> Option<Arc<dyn Any + Send + Sync>> {
+        self.decode_scope.get().and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    /// A path on this node.
+    pub(crate) fn path(&self, elements: &str) -> ActorPath {
+        ActorPath::new(self.node.clone(), self.remote, elements)
+    }
+
+    /// A fresh number for an anonymous actor or reply slot.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A fresh reply-slot path (`/temp/$N`).
+    pub(crate) fn temp_path(&self) -> ActorPath {
+        self.path(&format!("/temp/${}", self.next_id()))
+    }
+
+    /// The targets, locked. No other lock is taken while it is held.
+    pub(crate) fn targets(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<dyn Target>>> {
+        // No user code runs under this lock; a poisoned map is consistent.
+        self.targets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn register(&self, elements: &str, target: Arc<dyn Target>) {
+        self.targets().insert(elements.into(), target);
+    }
+
+    pub(crate) fn unregister(&self, elements: &str) {
+        self.targets().remove(elements);
+    }
+
+    pub(crate) fn lookup(&self, elements: &str) -> Option<Arc<dyn Target>> {
+        self.targets().get(elements).cloned()
+    }
+
+    /// Dead letters so far.
+    pub(crate) fn dead_letter_count(&self) -> u64 {
+        self.dead_letters.load(Ordering::Relaxed)
+    }
+
+    /// Counts a dead letter and logs it (sampled past the first hundred).
+    pub(crate) fn dead_letter(&self, msg_type: &str, recipient: &dyn fmt::Display, why: &str) {
+        let n = self.dead_letters.fetch_add(1, Ordering::Relaxed) + 1;
+        if n <= DEAD_LETTER_LOG_LIMIT || n.is_multiple_of(10_000) {
+            tracing::warn!(
+                system = %self.name,
+                msg_type,
+                %recipient,
+                reason = why,
+                total = n,
+                "dead letter"
+            );
+        }
+    }
+
+    /// Adds `n` dead letters of one kind with one log line.
+    pub(crate) fn dead_letters_n(
+        &self,
+        n: u64,
+        msg_type: &str,
+        recipient: &dyn fmt::Display,
+        why: &str,
+    ) {
+        if n == 0 {
+            return;
+        }
+        let total = self.dead_letters.fetch_add(n, Ordering::Relaxed) + n;
+        tracing::warn!(system = %self.name, msg_type, %recipient, reason = why, count = n, total, "dead letters");
+    }
+}

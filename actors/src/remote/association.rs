@@ -1,0 +1,687 @@
+//! An association: the link to one remote node, its state and its
+//! transitions (connect, install, close, fail, quarantine, unreachable).
+//! Sending on it is `outbound`, its large-message lane `large`, and the
+//! decisions about liveness and incarnations `liveness`.
+//!
+//! ```text
+//!          tell / watch / resolve             connect ok / inbound
+//!   Idle ───────────────────────► Connecting ───────────────────► Up(link)
+//!    ▲                            (buffers up to   │                │
+//!    │   connect failed: buffered  pending_capacity)│                │
+//!    ├────────────────────────────────────────────┘                │
+//!    │   link closed, unreachable, quarantined, shutdown            │
+//!    └────────────────────────────────────────────────────────────┘
+//! ```
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    sync::{
+        Arc, Mutex, MutexGuard, Weak,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
+use transport::{CloseReason, ConnStats, Connection, FrameKind, Sender};
+
+use super::{
+    Shared,
+    compression::OutboundIds,
+    events::RemoteEvent,
+    inbound::Dispatch,
+    large::LargeLane,
+    liveness::{LinkEnd, Liveness, displaced, new_link_wins},
+    lock,
+    outbound::{Pending, write_envelope},
+    reliable::{SysIn, SysOut},
+    system_msg::{SysWire, system_frame},
+};
+use crate::{
+    error::ResolveError,
+    lifecycle::{StopReason, Terminated},
+    path::ActorPath,
+    registry::Registry,
+    watch::WatchSink,
+};
+
+/// Pending messages moved from the connect buffer to a new link per lock.
+const FLUSH_CHUNK: usize = 1024;
+
+/// The reason a connection that lost a simultaneous connect is closed with.
+pub(super) const DUPLICATE: &str = "duplicate connection";
+
+/// The connection messages go out on.
+#[derive(Clone)]
+pub(super) struct Link {
+    pub(super) sender: Sender,
+    /// This link's recipient ids (and its generation).
+    pub(super) ids: Arc<OutboundIds>,
+    /// The peer incarnation at the other end.
+    pub(super) uid: u64,
+    /// This node dialed the connection.
+    pub(super) dialed: bool,
+}
+
+impl Link {
+    /// Whether a ref made for incarnation `uid` (0: unknown) may use this
+    /// link: not if its incarnation was replaced.
+    #[inline]
+    pub(super) fn serves(&self, uid: u64) -> bool {
+        uid == self.uid || uid == 0
+    }
+}
+
+pub(super) enum LinkState {
+    Idle,
+    Connecting { pending: VecDeque<Pending> },
+    Up(Link),
+}
+
+pub(super) type IdentifyReply = Result<Option<(u32, String)>, IdentifyFailed>;
+
+/// Why an identify got no answer.
+pub(super) enum IdentifyFailed {
+    /// The node is unreachable (connecting failed, or the link closed).
+    Unreachable(String),
+    /// The link it went on lost a simultaneous connect and was closed by
+    /// the peer; the link that won is coming: ask again.
+    Replaced,
+}
+
+/// The link to one remote node.
+///
+/// Method groups: link state and transitions (this file); sending
+/// (`outbound`: `tell`, `send_payload`, system messages, `watch`); the
+/// large-message lane (`large`); what the inbound dispatcher reports
+/// (`on_heartbeat_ack`, `link_closed`, `peer_shut_down`, ...).
+///
+/// # Lock order
+/// A thread holding one of these locks takes only locks further right:
+///
+/// `sys_in` → `sys_out` → `state` → `quarantined` → the transport's queue
+/// lock → a message's encoder (user code) → the registry's lock.
+///
+/// `life`, `conns`, `watches`, `identifies`, `large.queue` and
+/// `large.acked` are leaves: nothing else of the association is taken while
+/// one is held (`life` is held while the transport's control lane queues a
+/// heartbeat). Delivering a `Terminated` or failing a waiter happens after
+/// the lock it was taken from is released.
+pub(crate) struct Association {
+    pub(crate) node: Arc<str>,
+    local_node: Arc<str>,
+    pub(super) ctx: Weak<Shared>,
+    pub(super) state: Mutex<LinkState>,
+    /// Notified whenever the link state changes (up, failed, closed).
+    pub(super) up: Notify,
+    pub(super) conns: Mutex<HashMap<u32, Connection>>,
+    generation: AtomicU32,
+    /// The peer's current incarnation; 0 until one has answered.
+    peer_uid: AtomicU64,
+    /// Incarnations that restarted, shut down or overflowed: never talked
+    /// to again.
+    quarantined: Mutex<HashSet<u64>>,
+    life: Mutex<Liveness>,
+    /// A connect attempt is in flight.
+    connecting: AtomicBool,
+    pub(super) watches: Mutex<HashMap<u64, (ActorPath, WatchSink)>>,
+    pub(super) identifies: Mutex<HashMap<u64, oneshot::Sender<IdentifyReply>>>,
+    pub(super) next_req: AtomicU64,
+    pub(super) sys_out: Mutex<SysOut>,
+    pub(super) sys_in: Mutex<SysIn>,
+    pub(super) large: LargeLane,
+    pub(super) pending_capacity: usize,
+    pub(super) max_frame: usize,
+    /// `SystemConfig::set_max_message_size`.
+    pub(super) max_message: usize,
+}
+
+impl Association {
+    pub(super) fn new(node: Arc<str>, shared: &Arc<Shared>) -> Self {
+        let config = &shared.config;
+        let max_frame = config.transport.max_frame_size();
+        let max_message = config.max_message_size;
+        Self {
+            node,
+            local_node: shared.registry.node().clone(),
+            ctx: Arc::downgrade(shared),
+            state: Mutex::new(LinkState::Idle),
+            up: Notify::new(),
+            conns: Mutex::new(HashMap::new()),
+            generation: AtomicU32::new(1),
+            peer_uid: AtomicU64::new(0),
+            quarantined: Mutex::new(HashSet::new()),
+            life: Mutex::new(Liveness::new(
+                config.heartbeat.clone(),
+                config.backoff.clone(),
+                Instant::now(),
+            )),
+            connecting: AtomicBool::new(false),
+            watches: Mutex::new(HashMap::new()),
+            identifies: Mutex::new(HashMap::new()),
+            next_req: AtomicU64::new(1),
+            sys_out: Mutex::new(SysOut::new(config.system_buffer)),
+            sys_in: Mutex::new(SysIn::default()),
+            large: LargeLane::new(max_frame, max_message),
+            pending_capacity: config.pending_capacity,
+            max_frame,
+            max_message,
+        }
+    }
+
+    /// The registry of this node, while it lives.
+    pub(crate) fn registry(&self) -> Option<Arc<Registry>> {
+        self.ctx.upgrade().map(|c| c.registry.clone())
+    }
+
+    /// The peer's current incarnation; 0 until one has answered.
+    pub(super) fn peer_uid(&self) -> u64 {
+        self.peer_uid.load(Ordering::Acquire)
+    }
+
+    /// A generation number for a new connection of this association.
+    pub(super) fn next_generation(&self) -> u32 {
+        self.generation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(super) fn emit(&self, event: RemoteEvent) {
+        if let Some(ctx) = self.ctx.upgrade() {
+            let _ = ctx.events.send(event);
+        }
+    }
+
+    pub(super) fn dead_letter(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
+        if let Some(r) = self.registry() {
+            r.dead_letter(what, to, why);
+        }
+    }
+
+    pub(super) fn is_quarantined(&self, uid: u64) -> bool {
+        uid != 0 && lock(&self.quarantined).contains(&uid)
+    }
+
+    /// The link, if it is up.
+    pub(super) fn link(&self) -> Option<Link> {
+        match &*lock(&self.state) {
+            LinkState::Up(link) => Some(link.clone()),
+            _ => None,
+        }
+    }
+
+    /// Arms the failure detector (a watch waits on this node).
+    pub(super) fn arm_detector(&self) {
+        lock(&self.life).arm(Instant::now());
+    }
+
+    /// A heartbeat ack for `seq` arrived on one of this node's links.
+    pub(super) fn on_heartbeat_ack(&self, seq: u64) {
+        let back = lock(&self.life).on_heartbeat_ack(Instant::now(), seq);
+        if back {
+            let uid = self.peer_uid();
+            tracing::info!(node = %self.node, uid, "node reachable again");
+            self.emit(RemoteEvent::Reachable {
+                node: self.node.to_string(),
+                uid,
+            });
+        }
+    }
+
+    /// One heartbeat tick: send a heartbeat, consult the detector, reconnect
+    /// when due, resend unacknowledged system messages. Returns when to run
+    /// again.
+    fn tick(self: &Arc<Self>, now: Instant) -> Instant {
+        let link = self.link().map(|l| l.sender);
+        let needs_link = !lock(&self.watches).is_empty()
+            || lock(&self.sys_out).len() > 0
+            || matches!(*lock(&self.state), LinkState::Connecting { .. });
+        let tick = {
+            let mut life = lock(&self.life);
+            let tick = life.tick(now, link.is_some(), needs_link);
+            if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
+                sender.send_heartbeat(&seq.to_le_bytes());
+            }
+            tick
+        };
+        if let Some(phi) = tick.unreachable {
+            self.declare_unreachable(phi);
+        }
+        if tick.reconnect {
+            self.ensure_connecting();
+        }
+        if tick.resend {
+            self.resend_unacked();
+        }
+        tick.next
+    }
+
+    /// The failure detector fired: watchers hear `Terminated`, waiting
+    /// resolves fail, the system-message stream starts over, and the links
+    /// are dropped (the association keeps reconnecting while it has work).
+    fn declare_unreachable(self: &Arc<Self>, phi: f64) {
+        let uid = self.peer_uid();
+        tracing::warn!(node = %self.node, uid, phi, "node unreachable: failure detector fired");
+        self.emit(RemoteEvent::Unreachable {
+            node: self.node.to_string(),
+            uid,
+        });
+        self.fail_waiters(&format!(
+            "failure detector: phi {phi:.1} reached the threshold"
+        ));
+        self.reset_sys_out("node unreachable");
+        let conns: Vec<Connection> = lock(&self.conns).drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.abort("node unreachable");
+        }
+    }
+
+    fn reset_sys_out(&self, why: &str) {
+        let dropped = lock(&self.sys_out).reset();
+        if dropped > 0 {
+            tracing::warn!(node = %self.node, dropped, reason = why, "unacknowledged system messages dropped");
+        }
+    }
+
+    /// Quarantines incarnation `uid`: never talked to again; its watchers
+    /// get `Terminated`, refs to it become dead ends.
+    pub(super) fn quarantine(self: &Arc<Self>, uid: u64, reason: &str) {
+        if uid == 0 || !lock(&self.quarantined).insert(uid) {
+            return;
+        }
+        tracing::warn!(node = %self.node, uid, reason, "incarnation quarantined");
+        self.emit(RemoteEvent::Quarantined {
+            node: self.node.to_string(),
+            uid,
+            reason: reason.to_owned(),
+        });
+        lock(&self.life).on_quarantine();
+        self.fail_waiters(&format!("quarantined: {reason}"));
+        self.reset_sys_out(reason);
+        let old: Vec<u32> = lock(&self.conns)
+            .iter()
+            .filter(|(_, c)| c.peer().uid == uid)
+            .map(|(g, _)| *g)
+            .collect();
+        for g in old {
+            let conn = lock(&self.conns).remove(&g);
+            if let Some(c) = conn {
+                c.abort(&format!("incarnation quarantined: {reason}"));
+            }
+        }
+    }
+
+    /// Asks the node whether an actor lives at `path` (Akka's `Identify`).
+    pub(super) async fn identify(
+        self: &Arc<Self>,
+        path: &ActorPath,
+        timeout: Duration,
+    ) -> Result<Option<(u32, String)>, ResolveError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            lock(&self.identifies).insert(id, tx);
+            self.send_system(&SysWire::Identify {
+                id,
+                path: path.elements().to_owned(),
+            });
+            let res = tokio::time::timeout_at(deadline, rx).await;
+            lock(&self.identifies).remove(&id);
+            return match res {
+                Ok(Ok(Ok(m))) => Ok(m),
+                // Asked again on the link that replaces it.
+                Ok(Ok(Err(IdentifyFailed::Replaced))) => continue,
+                Ok(Ok(Err(IdentifyFailed::Unreachable(reason)))) => {
+                    Err(ResolveError::Unreachable {
+                        addr: self.node.to_string(),
+                        reason,
+                    })
+                }
+                Ok(Err(_)) => Err(ResolveError::Unreachable {
+                    addr: self.node.to_string(),
+                    reason: "link closed".into(),
+                }),
+                Err(_) => Err(ResolveError::Timeout {
+                    addr: self.node.to_string(),
+                    timeout,
+                }),
+            };
+        }
+    }
+
+    /// Starts connecting if nothing is (and the backoff allows).
+    pub(super) fn ensure_connecting(self: &Arc<Self>) {
+        {
+            let mut st = lock(&self.state);
+            if matches!(*st, LinkState::Idle) {
+                *st = LinkState::Connecting {
+                    pending: VecDeque::new(),
+                };
+            }
+        }
+        self.spawn_connect();
+    }
+
+    /// Starts one connect attempt, unless one is in flight or the backoff
+    /// says to wait (the heartbeat tick tries again when it is due).
+    pub(super) fn spawn_connect(self: &Arc<Self>) {
+        if !lock(&self.life).may_connect(Instant::now()) {
+            return;
+        }
+        if self.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let assoc = self.clone();
+        tokio::spawn(async move {
+            let res = assoc.connect().await;
+            assoc.connecting.store(false, Ordering::Release);
+            if let Err(reason) = res {
+                tracing::warn!(node = %assoc.node, %reason, "connect failed");
+                assoc.link_failed(&reason);
+            }
+        });
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<(), String> {
+        let ctx = self.ctx.upgrade().ok_or("system shut down")?;
+        let addr = match ctx.config.routes.get(&*self.node) {
+            // SystemConfig::set_route: dialed elsewhere, identity unchanged.
+            Some(addr) => *addr,
+            None => {
+                let hostport = self
+                    .node
+                    .split_once('@')
+                    .map(|(_, hp)| hp)
+                    .ok_or("node has no host:port")?;
+                tokio::net::lookup_host(hostport)
+                    .await
+                    .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("{hostport} resolves to no address"))?
+            }
+        };
+        let est = ctx
+            .endpoint
+            .connect(addr)
+            .await
+            .map_err(|e| format!("connect to {addr}: {e}"))?;
+        if est.peer().addr != *self.node {
+            return Err(format!(
+                "peer at {addr} identifies as {:?}, expected {:?}",
+                est.peer().addr,
+                self.node
+            ));
+        }
+        let generation = self.next_generation();
+        let uid = est.peer().uid;
+        let conn = est.start(Dispatch::new(ctx.clone(), self.clone(), generation, uid));
+        self.install(conn, generation, true).await;
+        Ok(())
+    }
+
+    /// Makes `conn` this node's sending link (unless one is up already, in
+    /// which case it only carries inbound traffic), flushing what was
+    /// buffered while connecting, in order.
+    ///
+    /// A connection from a quarantined incarnation is refused; one from a
+    /// new incarnation quarantines the old. When both nodes dialed at once,
+    /// the connection dialed by the node with the lower address wins on
+    /// both sides, and the other is closed (see `liveness::new_link_wins`).
+    async fn install(self: &Arc<Self>, conn: Connection, generation: u32, dialed: bool) {
+        let uid = conn.peer().uid;
+        if self.is_quarantined(uid) {
+            tracing::warn!(node = %self.node, uid, "refusing a connection from a quarantined incarnation");
+            conn.close("your incarnation is quarantined").await;
+            return;
+        }
+        let previous = self.peer_uid.swap(uid, Ordering::AcqRel);
+        if let Some(old) = displaced(previous, uid) {
+            self.quarantine(old, &format!("restarted as incarnation {uid:#x}"));
+        }
+        let was_unreachable = lock(&self.life).on_link_up(Instant::now());
+        let link = Link {
+            sender: conn.sender(),
+            ids: Arc::new(OutboundIds::new(generation)),
+            uid,
+            dialed,
+        };
+        lock(&self.conns).insert(generation, conn);
+        self.emit(RemoteEvent::Connected {
+            node: self.node.to_string(),
+            uid,
+        });
+        if was_unreachable {
+            tracing::info!(node = %self.node, uid, "node reachable again");
+            self.emit(RemoteEvent::Reachable {
+                node: self.node.to_string(),
+                uid,
+            });
+        }
+        let new = LinkEnd { uid, dialed };
+        loop {
+            let chunk: Vec<Pending> = {
+                let mut st = lock(&self.state);
+                match &mut *st {
+                    LinkState::Up(cur) => {
+                        let current = LinkEnd {
+                            uid: cur.uid,
+                            dialed: cur.dialed,
+                        };
+                        let loser = if new_link_wins(current, new, &self.local_node, &self.node) {
+                            std::mem::replace(cur, link).ids.generation()
+                        } else {
+                            generation
+                        };
+                        drop(st);
+                        self.close_duplicate(loser);
+                        self.resend_unacked();
+                        return;
+                    }
+                    LinkState::Idle => {
+                        *st = LinkState::Up(link);
+                        drop(st);
+                        self.up.notify_waiters();
+                        self.resend_unacked();
+                        return;
+                    }
+                    LinkState::Connecting { pending } => {
+                        if pending.is_empty() {
+                            *st = LinkState::Up(link);
+                            drop(st);
+                            self.up.notify_waiters();
+                            self.resend_unacked();
+                            return;
+                        }
+                        let n = pending.len().min(FLUSH_CHUNK);
+                        pending.drain(..n).collect()
+                    }
+                }
+            };
+            // New messages keep queueing behind these until the link is up,
+            // so order is kept.
+            for p in chunk {
+                let ok = match p {
+                    Pending::User(r, ..) if !link.serves(r.uid) => {
+                        self.dead_letter(
+                            "(remote message)",
+                            &r.path,
+                            "the recipient's incarnation restarted",
+                        );
+                        true
+                    }
+                    Pending::User(r, manifest, payload) => link
+                        .sender
+                        .send_with(FrameKind::Message, |b| {
+                            write_envelope(b, &r, &link, manifest, &payload)
+                        })
+                        .await
+                        .is_ok(),
+                    Pending::System(body) => link.sender.send(system_frame(body)).await.is_ok(),
+                };
+                if !ok {
+                    // The new link died while flushing; its close handler
+                    // reports the rest.
+                    self.dead_letter("(pending)", &self.node, "link closed while flushing");
+                }
+            }
+        }
+    }
+
+    /// An inbound connection from this node.
+    pub(super) fn install_inbound(self: &Arc<Self>, conn: Connection, generation: u32) {
+        let assoc = self.clone();
+        tokio::spawn(async move { assoc.install(conn, generation, false).await });
+    }
+
+    /// Closes the connection that lost a simultaneous connect, after what
+    /// it has queued is written.
+    fn close_duplicate(&self, generation: u32) {
+        let conn = lock(&self.conns).remove(&generation);
+        if let Some(c) = conn {
+            tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
+            tokio::spawn(async move {
+                c.close(DUPLICATE).await;
+            });
+        }
+    }
+
+    /// The peer told us it is shutting down.
+    pub(super) fn peer_shut_down(self: &Arc<Self>, uid: u64) {
+        self.quarantine(uid, "peer shut down");
+    }
+
+    /// Connecting failed: buffered messages become dead letters, waiting
+    /// resolves fail, watchers hear that the node is unreachable.
+    pub(super) fn link_failed(self: &Arc<Self>, reason: &str) {
+        // One guard: a second `lock` while the scrutinee's guard lives (as it
+        // did here once) deadlocks this thread and every later user of the
+        // state.
+        let pending = {
+            let mut st = lock(&self.state);
+            if matches!(*st, LinkState::Up(_)) {
+                // Raced with an inbound link coming up: keep it.
+                return;
+            }
+            match std::mem::replace(&mut *st, LinkState::Idle) {
+                LinkState::Connecting { pending } => pending,
+                _ => VecDeque::new(),
+            }
+        };
+        let users = pending
+            .iter()
+            .filter(|p| matches!(p, Pending::User(..)))
+            .count() as u64;
+        if let Some(r) = self.registry() {
+            r.dead_letters_n(users, "(remote message)", &self.node, reason);
+        }
+        self.schedule_reconnect();
+        self.up.notify_waiters();
+        // Watchers wait for the failure detector: the node may be back soon.
+        self.fail_identifies(reason);
+    }
+
+    /// The next connect attempt waits for the backoff.
+    fn schedule_reconnect(&self) {
+        lock(&self.life).schedule_reconnect(Instant::now(), transport::random_uid());
+    }
+
+    fn fail_identifies(&self, reason: &str) {
+        for (_, tx) in lock(&self.identifies).drain() {
+            let _ = tx.send(Err(IdentifyFailed::Unreachable(reason.to_owned())));
+        }
+    }
+
+    fn fail_waiters(self: &Arc<Self>, reason: &str) {
+        self.fail_identifies(reason);
+        let watches: Vec<_> = lock(&self.watches).drain().collect();
+        for (_, (path, sink)) in watches {
+            sink.deliver(Terminated {
+                path,
+                reason: StopReason::NodeUnreachable(reason.to_owned()),
+            });
+        }
+    }
+
+    /// A connection of this association ended.
+    pub(super) fn link_closed(self: &Arc<Self>, generation: u32, reason: &CloseReason) {
+        let was_up = {
+            let mut st = lock(&self.state);
+            match &*st {
+                LinkState::Up(l) if l.ids.generation() == generation => {
+                    *st = LinkState::Idle;
+                    true
+                }
+                _ => false,
+            }
+        };
+        // The large-message lane may wait for acks on it.
+        self.large.link_closed();
+        // Outside the state lock: dropping aborts a live connection. What it
+        // still had queued is counted as dead letters once it has ended.
+        let conn = lock(&self.conns).remove(&generation);
+        if let Some(conn) = conn
+            && let Some(registry) = self.registry()
+        {
+            let node = self.node.clone();
+            let why = reason.to_string();
+            tokio::spawn(async move {
+                conn.closed().await;
+                let lost = conn.stats().frames_dropped;
+                registry.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
+            });
+        }
+        if was_up {
+            tracing::info!(node = %self.node, %reason, "link to node closed");
+            self.schedule_reconnect();
+            self.emit(RemoteEvent::Disconnected {
+                node: self.node.to_string(),
+                reason: reason.to_string(),
+            });
+            if matches!(reason, CloseReason::Remote(r) if r == DUPLICATE) {
+                // The peer kept the link it dialed, which is coming (or
+                // here already): an identify that went on this one may
+                // have been dropped with it, so it is asked again.
+                for (_, tx) in lock(&self.identifies).drain() {
+                    let _ = tx.send(Err(IdentifyFailed::Replaced));
+                }
+            } else {
+                self.fail_identifies(&reason.to_string());
+            }
+        }
+    }
+
+    /// Takes every connection for a shutdown; the link is down from now on.
+    pub(super) fn take_connections(&self) -> Vec<Connection> {
+        let conns = lock(&self.conns).drain().map(|(_, c)| c).collect();
+        *lock(&self.state) = LinkState::Idle;
+        conns
+    }
+
+    pub(super) fn stats(&self) -> ConnStats {
+        let mut total = ConnStats::default();
+        for c in lock(&self.conns).values() {
+            total.add(&c.stats());
+        }
+        total
+    }
+
+    /// The state, locked (see the lock order at the type).
+    pub(super) fn state(&self) -> MutexGuard<'_, LinkState> {
+        lock(&self.state)
+    }
+}
+
+/// An association's heartbeat task: one tick per interval (or when a
+/// reconnect is due), until the system shuts down or the association is
+/// gone. The one place that reads the clock for liveness.
+pub(super) async fn keep(assoc: Weak<Association>, cancel: CancellationToken) {
+    loop {
+        let Some(a) = assoc.upgrade() else { return };
+        let next = a.tick(Instant::now());
+        drop(a);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep_until(next.into()) => {}
+        }
+    }
+}

@@ -1,0 +1,574 @@
+//! Inbound dispatch: what a connection's reader delivers into. It parses
+//! envelopes, resolves recipient ids, groups the payloads of one socket
+//! read by recipient, and hands each mailbox its group in one push; the
+//! actor's own task decodes them. System messages are answered here.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use transport::{CloseReason, Frame, FrameKind, Handler, Sender, TrySendError};
+
+use super::{
+    Shared,
+    association::Association,
+    compression::InboundIds,
+    envelope::{self, Fragment},
+    large::{Reassembly, Step},
+    lock,
+    reliable::Receive,
+    system_msg::SysWire,
+};
+use crate::{
+    lifecycle::{StopReason, Terminated},
+    mailbox::Refused,
+    registry::{Registry, Target},
+    watch::WatchSink,
+};
+
+/// The window over which malformed envelopes are counted against
+/// [`SystemConfig::set_max_malformed_per_second`](crate::SystemConfig::set_max_malformed_per_second).
+const MALFORMED_WINDOW: Duration = Duration::from_secs(1);
+/// Initial size of a run buffer: a read's worth of small messages.
+const RUN_BUFFER: usize = 64 * 1024;
+/// Runs (recipients) remembered between reads.
+const MAX_RUNS: usize = 64;
+
+/// A large message's recipient path and target.
+type LargeTarget = (Arc<str>, Arc<dyn Target>);
+
+/// A connection's inbound side (the transport's [`Handler`]).
+pub(crate) struct Dispatch {
+    ctx: Arc<Shared>,
+    assoc: Arc<Association>,
+    generation: u32,
+    /// The incarnation at the other end of this connection.
+    peer_uid: u64,
+    sender: Option<Sender>,
+    ids: InboundIds<Entry>,
+    runs: Vec<Run>,
+    /// Index in `runs` of the run the last message went to (a hint).
+    last_run: usize,
+    /// Bytes of the current read not yet handed to a handler method: how
+    /// much a run buffer may still need this read.
+    left_in_read: usize,
+    /// Malformed envelopes in the current window, and when it started.
+    malformed_count: usize,
+    malformed_since: Option<Instant>,
+    /// Set once the connection was aborted for malformed input.
+    misbehaving: bool,
+    /// The large message being reassembled on this connection.
+    large: Reassembly<LargeTarget>,
+    /// Reassembled large messages, handed over at the end of the read:
+    /// recipient path, target, a one-record batch.
+    ready: Vec<(Arc<str>, Arc<dyn Target>, Bytes)>,
+    /// The last fragment of this read (message id, end offset), to be
+    /// acknowledged at the end of the read.
+    large_ack: Option<(u32, u32)>,
+}
+
+/// What a recipient id stands for on this connection.
+#[derive(Clone)]
+struct Entry {
+    path: Arc<str>,
+    target: Option<Arc<dyn Target>>,
+    /// `target`'s manifest (0 without one), so that checking each message
+    /// is not a virtual call. Set only by `set_target`.
+    manifest: u32,
+}
+
+impl Entry {
+    fn new(path: Arc<str>, target: Option<Arc<dyn Target>>) -> Self {
+        let mut e = Self {
+            path,
+            target: None,
+            manifest: 0,
+        };
+        e.set_target(target);
+        e
+    }
+
+    fn set_target(&mut self, target: Option<Arc<dyn Target>>) {
+        self.manifest = target.as_ref().map_or(0, |t| t.manifest());
+        self.target = target;
+    }
+
+    /// Whether `target` is set and takes `manifest`.
+    #[inline]
+    fn takes(&self, manifest: u32) -> bool {
+        self.target.is_some() && self.manifest == manifest
+    }
+}
+
+/// The payloads of one read for one recipient, copied into one buffer of
+/// `[len u32 LE][payload]` records that the mailbox takes whole.
+struct Run {
+    id: u32,
+    target: Arc<dyn Target>,
+    buf: BytesMut,
+    n: usize,
+}
+
+impl Dispatch {
+    pub(super) fn new(
+        ctx: Arc<Shared>,
+        assoc: Arc<Association>,
+        generation: u32,
+        peer_uid: u64,
+    ) -> Self {
+        Self {
+            ctx,
+            assoc,
+            generation,
+            peer_uid,
+            sender: None,
+            ids: InboundIds::default(),
+            runs: Vec::new(),
+            last_run: 0,
+            left_in_read: 0,
+            malformed_count: 0,
+            malformed_since: None,
+            misbehaving: false,
+            large: Reassembly::default(),
+            ready: Vec::new(),
+            large_ack: None,
+        }
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.ctx.registry
+    }
+
+    fn dead(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
+        self.registry().dead_letter(what, to, why);
+    }
+
+    /// Counts a malformed envelope or system message (a dead letter), and
+    /// aborts the connection once the peer sends more than the configured
+    /// number within a second: a peer that keeps sending garbage is broken
+    /// or hostile, and every malformed envelope costs a log line.
+    #[cold]
+    fn malformed(&mut self, why: &str) {
+        self.dead("(malformed envelope)", &self.assoc.node.clone(), why);
+        let now = Instant::now();
+        match self.malformed_since {
+            Some(t) if now.duration_since(t) < MALFORMED_WINDOW => self.malformed_count += 1,
+            _ => {
+                self.malformed_since = Some(now);
+                self.malformed_count = 1;
+            }
+        }
+        let limit = self.ctx.config.max_malformed_per_second;
+        if self.malformed_count > limit && !self.misbehaving {
+            self.misbehaving = true;
+            let reason = format!(
+                "peer sent {} malformed envelopes within {MALFORMED_WINDOW:?} (limit {limit}); last: {why}",
+                self.malformed_count
+            );
+            tracing::warn!(node = %self.assoc.node, %reason, "closing connection to misbehaving peer");
+            if let Some(sender) = &self.sender {
+                sender.abort(&reason);
+            }
+        }
+    }
+
+    fn on_envelope(&mut self, body: &[u8]) {
+        if self.misbehaving {
+            // Aborted: the rest of this read is not worth parsing.
+            return;
+        }
+        let env = match envelope::parse(body) {
+            Ok(env) => env,
+            Err(why) => return self.malformed(why),
+        };
+        let (id, manifest, b) = (env.id, env.manifest, env.payload);
+        if let Some(path) = env.define {
+            let entry = Entry::new(path.into(), self.registry().lookup(path));
+            if let Err(why) = self.ids.define(id, entry) {
+                return self.malformed(why);
+            }
+        }
+        if let Some(f) = env.fragment {
+            return self.on_fragment(id, manifest, f, b);
+        }
+        self.refresh_target(id, manifest);
+        let Some(entry) = self.ids.get(id) else {
+            // Ids are defined in-stream before use: this is a broken peer.
+            return self.malformed(&format!("unknown recipient id {id}"));
+        };
+        let Some(target) = &entry.target else {
+            let to = self.registry().path(&entry.path);
+            return self.dead(&format!("manifest {manifest:#010x}"), &to, "no such actor");
+        };
+        if !entry.takes(manifest) {
+            let to = self.registry().path(&entry.path);
+            return self.dead(
+                &format!("manifest {manifest:#010x}"),
+                &to,
+                &format!(
+                    "actor takes {}, message is another or unregistered type",
+                    target.manifest_name()
+                ),
+            );
+        }
+        // Consecutive messages mostly go to the same recipient.
+        let last = self.last_run;
+        let found = if self.runs.get(last).is_some_and(|r| r.id == id) {
+            Some(last)
+        } else {
+            self.runs.iter().position(|r| r.id == id)
+        };
+        let run = match found {
+            Some(i) => {
+                self.last_run = i;
+                &mut self.runs[i]
+            }
+            None => {
+                if self.runs.len() >= MAX_RUNS {
+                    self.runs.retain(|r| r.n > 0);
+                }
+                let target = target.clone();
+                self.runs.push(Run {
+                    id,
+                    target,
+                    buf: BytesMut::new(),
+                    n: 0,
+                });
+                self.runs.last_mut().expect("just pushed")
+            }
+        };
+        if !Arc::ptr_eq(&run.target, target) {
+            // The id was redefined for another actor; deliver what the old
+            // one had first.
+            run.target = target.clone();
+        }
+        let need = 4 + b.len();
+        let left = self.left_in_read;
+        if run.buf.capacity() - run.buf.len() < need {
+            // Room for the rest of this read at once: growing frame by
+            // frame copied every batch again (perf: 12% of the receiving
+            // thread in memmove with reads of 1 MiB).
+            run.buf.reserve(need.max(RUN_BUFFER).max(left));
+        }
+        run.buf.put_u32_le(b.len() as u32);
+        run.buf.put_slice(b);
+        run.n += 1;
+    }
+
+    /// The actor at a path changes when one stops and another is spawned
+    /// there (or when one is spawned after the path was defined): when the
+    /// cached target of `id` cannot take `manifest`, look the path up again.
+    #[inline(always)]
+    fn refresh_target(&mut self, id: u32, manifest: u32) {
+        if let Some(entry) = self.ids.get_mut(id)
+            && !entry.takes(manifest)
+        {
+            entry.set_target(self.ctx.registry.lookup(&entry.path));
+        }
+    }
+
+    /// The target for a large message to recipient `id`, or why there is
+    /// none (reported here, as for a small message).
+    fn large_target(&mut self, id: u32, manifest: u32) -> Option<LargeTarget> {
+        self.refresh_target(id, manifest);
+        let Some(entry) = self.ids.get(id) else {
+            self.malformed(&format!("unknown recipient id {id}"));
+            return None;
+        };
+        let what = format!("large message, manifest {manifest:#010x}");
+        match &entry.target {
+            None => {
+                let to = self.registry().path(&entry.path);
+                self.dead(&what, &to, "no such actor");
+                None
+            }
+            Some(t) if t.manifest() != manifest => {
+                let to = self.registry().path(&entry.path);
+                let why = format!(
+                    "actor takes {}, message is another or unregistered type",
+                    t.manifest_name()
+                );
+                self.dead(&what, &to, &why);
+                None
+            }
+            Some(t) => Some((entry.path.clone(), t.clone())),
+        }
+    }
+
+    /// One fragment of a large message (see `large::Reassembly`).
+    #[cold]
+    #[inline(never)]
+    fn on_fragment(&mut self, id: u32, manifest: u32, f: Fragment, piece: &[u8]) {
+        // Acknowledged whatever becomes of it: the sender only paces on it.
+        self.large_ack = Some((f.msg, f.offset.saturating_add(piece.len() as u32)));
+        if f.offset == 0
+            && let Some(why) = self.large.abandon_for(f.msg)
+        {
+            self.malformed(&why);
+        }
+        let max = self.ctx.config.max_message_size;
+        let mut large = std::mem::take(&mut self.large);
+        let step = large.push(id, manifest, f, piece, max, || {
+            self.large_target(id, manifest)
+        });
+        self.large = large;
+        match step {
+            Step::Pending => {}
+            Step::Complete((path, target), batch) => self.ready.push((path, target, batch)),
+            Step::Malformed(why) => self.malformed(&why),
+            Step::TooLarge { total, max } => {
+                let to = self
+                    .ids
+                    .get(id)
+                    .map(|e| self.registry().path(&e.path).to_string())
+                    .unwrap_or_else(|| self.assoc.node.to_string());
+                self.dead(
+                    &format!("large message of {total} bytes"),
+                    &to,
+                    &format!("exceeds the maximum message size of {max} bytes"),
+                );
+            }
+        }
+    }
+
+    fn on_system(&mut self, body: &[u8]) {
+        let msg = match SysWire::decode(body) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped");
+                return self.malformed("undecodable system message");
+            }
+        };
+        match msg {
+            SysWire::Reliable { epoch, seq, body } => {
+                // Held while delivering, so two links of one node cannot
+                // deliver out of order.
+                let assoc = self.assoc.clone();
+                let mut sys_in = lock(&assoc.sys_in);
+                let ack = match sys_in.handle(self.peer_uid, epoch, seq) {
+                    Receive::Deliver => {
+                        match SysWire::decode(&body) {
+                            Ok(inner) if inner.is_reliable_kind() => self.on_system_msg(inner),
+                            Ok(_) => {
+                                tracing::warn!(node = %self.assoc.node, "unexpected message in the reliable stream dropped")
+                            }
+                            Err(e) => {
+                                tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped")
+                            }
+                        }
+                        Some(seq)
+                    }
+                    Receive::Duplicate(acked) => Some(acked),
+                    Receive::Ignore => None,
+                };
+                drop(sys_in);
+                if let (Some(seq), Some(sender)) = (ack, &self.sender) {
+                    // Lost acks are harmless: the message is resent and
+                    // acknowledged again.
+                    let _ = sender.try_send(SysWire::Ack { epoch, seq }.frame());
+                }
+            }
+            SysWire::Ack { epoch, seq } => lock(&self.assoc.sys_out).handle_ack(epoch, seq),
+            SysWire::Shutdown => self.assoc.peer_shut_down(self.peer_uid),
+            SysWire::LargeAck { msg, received } => self.assoc.on_large_ack(msg, received),
+            other => self.on_system_msg(other),
+        }
+    }
+
+    fn on_system_msg(&mut self, msg: SysWire) {
+        match msg {
+            SysWire::Identify { id, path } => {
+                let manifest = self
+                    .registry()
+                    .lookup(&path)
+                    .map(|t| (t.manifest(), t.manifest_name().to_owned()));
+                self.assoc.send_system(&SysWire::Identity { id, manifest });
+            }
+            SysWire::Identity { id, manifest } => {
+                if let Some(tx) = lock(&self.assoc.identifies).remove(&id) {
+                    let _ = tx.send(Ok(manifest));
+                }
+            }
+            SysWire::Watch { path, watch_id } => {
+                let sink = WatchSink::Remote {
+                    link: self.assoc.clone(),
+                    watch_id,
+                };
+                match self.registry().lookup(&path) {
+                    Some(t) => t.add_watcher(sink),
+                    None => sink.deliver(Terminated {
+                        path: self.registry().path(&path),
+                        reason: StopReason::NotFound,
+                    }),
+                }
+            }
+            SysWire::Terminated { watch_id, reason } => {
+                if let Some((path, sink)) = lock(&self.assoc.watches).remove(&watch_id) {
+                    sink.deliver(Terminated { path, reason });
+                }
+            }
+            SysWire::Stop { path } => {
+                if let Some(t) = self.registry().lookup(&path) {
+                    t.stop();
+                }
+            }
+            SysWire::Reliable { .. }
+            | SysWire::Ack { .. }
+            | SysWire::Shutdown
+            | SysWire::LargeAck { .. } => {}
+        }
+    }
+
+    /// Tells the sender how far large message `msg` has been read, so
+    /// that it sends more. Never dropped: a lost ack would stall its lane.
+    #[cold]
+    fn ack_large(&self, msg: u32, received: u32) {
+        let Some(sender) = &self.sender else { return };
+        let frame = SysWire::LargeAck { msg, received }.frame();
+        if let Err(TrySendError::Full(f)) = sender.try_send(frame) {
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                let _ = sender.send(f).await;
+            });
+        }
+    }
+
+    /// Hands each reassembled large message to its mailbox, waiting for
+    /// room like a run of small ones.
+    async fn deliver_large(&mut self) {
+        for (path, mut target, batch) in std::mem::take(&mut self.ready) {
+            loop {
+                match target.push_batch(&batch, 1) {
+                    Ok(()) => break,
+                    Err(Refused::Full) => target.wait_space().await,
+                    Err(Refused::Closed) => {
+                        if let Some(t) = self.registry().lookup(&path)
+                            && !Arc::ptr_eq(&t, &target)
+                            && t.manifest() == target.manifest()
+                        {
+                            target = t;
+                            continue;
+                        }
+                        self.dead(
+                            target.manifest_name(),
+                            &self.registry().path(&path),
+                            "actor stopped",
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands every run of this read to its mailbox.
+    async fn deliver_runs(&mut self) {
+        for run in &mut self.runs {
+            if run.n == 0 {
+                continue;
+            }
+            let n = std::mem::take(&mut run.n);
+            let batch = run.buf.split().freeze();
+            loop {
+                match run.target.push_batch(&batch, n) {
+                    Ok(()) => break,
+                    // The mailbox is full: stop reading until it has room,
+                    // so TCP pushes back on the sender.
+                    Err(Refused::Full) => run.target.wait_space().await,
+                    Err(Refused::Closed) => {
+                        // A new actor may live at that path now: if it takes
+                        // this type, the batch is its.
+                        if let Some(e) = self.ids.get_mut(run.id) {
+                            e.set_target(self.ctx.registry.lookup(&e.path));
+                            if let Some(t) = &e.target
+                                && !Arc::ptr_eq(t, &run.target)
+                                && t.manifest() == run.target.manifest()
+                            {
+                                run.target = t.clone();
+                                continue;
+                            }
+                        }
+                        let path = self
+                            .ids
+                            .get(run.id)
+                            .map(|e| e.path.clone())
+                            .unwrap_or_default();
+                        self.ctx.registry.dead_letters_n(
+                            n as u64,
+                            run.target.manifest_name(),
+                            &self.ctx.registry.path(&path),
+                            "actor stopped",
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Handler for Dispatch {
+    fn on_start(&mut self, sender: &Sender) {
+        self.sender = Some(sender.clone());
+    }
+
+    /// Envelopes are copied into per-recipient batch buffers at once, so
+    /// the reader needs no reference-counted `Bytes` per frame.
+    const BORROW: bool = true;
+
+    fn on_read(&mut self, buffered: usize) {
+        self.left_in_read = buffered;
+    }
+
+    fn on_frame_ref(&mut self, kind: FrameKind, body: &[u8]) {
+        self.left_in_read = self
+            .left_in_read
+            .saturating_sub(transport::frame::HEADER_LEN + body.len());
+        match kind {
+            FrameKind::Message => self.on_envelope(body),
+            FrameKind::System => self.on_system(body),
+            _ => {}
+        }
+    }
+
+    fn on_frame(&mut self, frame: Frame) {
+        self.on_frame_ref(frame.kind, &frame.body);
+    }
+
+    async fn on_batch_end(&mut self) {
+        self.deliver_runs().await;
+        if let Some((msg, received)) = self.large_ack.take() {
+            self.ack_large(msg, received);
+        }
+        if !self.ready.is_empty() {
+            self.deliver_large().await;
+        }
+        // Runs whose recipient changed are re-created on the next message.
+        let ids = &self.ids;
+        self.runs.retain(|r| {
+            ids.get(r.id)
+                .and_then(|e| e.target.as_ref())
+                .is_some_and(|t| Arc::ptr_eq(t, &r.target))
+        });
+    }
+
+    fn on_heartbeat_ack(&mut self, body: &[u8]) {
+        if let Ok(seq) = <[u8; 8]>::try_from(body) {
+            self.assoc.on_heartbeat_ack(u64::from_le_bytes(seq));
+        }
+    }
+
+    fn on_close(&mut self, reason: &CloseReason) {
+        if let Some(((path, _), received, total)) = self.large.take_partial() {
+            let why = format!("connection closed after {received} of {total} bytes");
+            self.dead(
+                &format!("large message of {total} bytes"),
+                &self.registry().path(&path),
+                &why,
+            );
+        }
+        self.assoc.link_closed(self.generation, reason);
+    }
+}

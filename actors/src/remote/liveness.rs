@@ -1,0 +1,336 @@
+//! Link liveness as a sans-IO state machine: the heartbeat schedule and
+//! failure detector's verdict, when to reconnect, and the decisions taken
+//! when a connection arrives (which incarnation it displaces, which of two
+//! simultaneous connections both nodes keep). Time is passed in; nothing
+//! here reads a clock, sleeps or touches a socket, so the tests drive it
+//! with a fake clock.
+//!
+//! ```text
+//!            arm (a watch waits) / link up
+//!  idle ──────────────────────────────────► monitoring
+//!   ▲                                         │  detector: phi ≥ threshold
+//!   │ quarantine                              ▼
+//!   └──────────────────────────────────── unreachable
+//!                     heartbeat ack / link up: reachable again → monitoring
+//! ```
+//!
+//! The association calls [`Liveness::tick`] once per heartbeat interval
+//! (or when a reconnect is due) and carries out the [`Tick`] it returns.
+
+use std::time::{Duration, Instant};
+
+use transport::{Backoff, HeartbeatConfig, Heartbeater};
+
+/// Liveness of one remote node.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    hb: Heartbeater,
+    /// The detector is armed (a link came up, or a watch waits).
+    monitoring: bool,
+    /// The detector fired and no heartbeat has been answered since.
+    unreachable: bool,
+    backoff: Backoff,
+    /// No connect attempt before this.
+    next_connect: Instant,
+    last_resend: Instant,
+}
+
+/// What one tick asks the association to do.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Tick {
+    /// Send a heartbeat with this sequence number.
+    pub(crate) heartbeat: Option<u64>,
+    /// The detector fired now, at this phi: declare the node unreachable.
+    pub(crate) unreachable: Option<f64>,
+    /// Start connecting (the link is down, work waits, the backoff allows).
+    pub(crate) reconnect: bool,
+    /// Resend unacknowledged system messages on the link.
+    pub(crate) resend: bool,
+    /// When to tick again.
+    pub(crate) next: Instant,
+}
+
+/// A reconnect that is due waits at least this long after a tick, so a
+/// backoff of zero does not spin.
+const MIN_RECONNECT_WAIT: Duration = Duration::from_millis(1);
+
+impl Liveness {
+    pub(crate) fn new(heartbeat: HeartbeatConfig, backoff: Backoff, now: Instant) -> Self {
+        Self {
+            hb: Heartbeater::new(heartbeat, now),
+            monitoring: false,
+            unreachable: false,
+            backoff,
+            next_connect: now,
+            last_resend: now,
+        }
+    }
+
+    /// One heartbeat tick. `link_up`: a link to the node is up;
+    /// `needs_link`: work waits for one (watches, unacknowledged system
+    /// messages, messages buffered while connecting).
+    pub(crate) fn tick(&mut self, now: Instant, link_up: bool, needs_link: bool) -> Tick {
+        // The schedule advances whether or not a link can carry it.
+        let heartbeat = self.hb.poll_transmit(now).filter(|_| link_up);
+        let fire = self.monitoring && !self.unreachable && !self.hb.is_available(now);
+        let unreachable = fire.then(|| self.hb.phi(now));
+        if fire {
+            self.unreachable = true;
+            self.monitoring = false;
+        }
+        let resend = link_up && now >= self.last_resend + self.hb.config().interval();
+        if resend {
+            self.last_resend = now;
+        }
+        let reconnect = !link_up && needs_link && now >= self.next_connect;
+        let mut next = self.hb.poll_timeout();
+        if !link_up && needs_link {
+            next = next.min(self.next_connect.max(now + MIN_RECONNECT_WAIT));
+        }
+        Tick {
+            heartbeat,
+            unreachable,
+            reconnect,
+            resend,
+            next,
+        }
+    }
+
+    /// Arms the detector: a watch waits on this node.
+    pub(crate) fn arm(&mut self, now: Instant) {
+        if !self.monitoring && !self.unreachable {
+            self.monitoring = true;
+            self.hb.reset(now);
+        }
+    }
+
+    /// A heartbeat ack arrived. True if the node was judged unreachable
+    /// and is reachable again.
+    pub(crate) fn on_heartbeat_ack(&mut self, now: Instant, seq: u64) -> bool {
+        self.hb.handle_ack(now, seq);
+        if !self.unreachable {
+            return false;
+        }
+        self.unreachable = false;
+        self.monitoring = true;
+        self.hb.reset(now);
+        true
+    }
+
+    /// A link came up: the backoff starts over and the detector watches
+    /// it. True if the node was judged unreachable (a healed partition:
+    /// the unreachable links were aborted, so this is how it comes back).
+    pub(crate) fn on_link_up(&mut self, now: Instant) -> bool {
+        self.backoff.reset();
+        self.monitoring = true;
+        self.hb.reset(now);
+        std::mem::replace(&mut self.unreachable, false)
+    }
+
+    /// The node's incarnation was quarantined: nothing to watch any more.
+    pub(crate) fn on_quarantine(&mut self) {
+        self.monitoring = false;
+        self.unreachable = false;
+    }
+
+    /// A connect attempt may start now.
+    pub(crate) fn may_connect(&self, now: Instant) -> bool {
+        now >= self.next_connect
+    }
+
+    /// A link failed or closed: the next connect attempt waits for the
+    /// backoff. `random` feeds the jitter.
+    pub(crate) fn schedule_reconnect(&mut self, now: Instant, random: u64) {
+        self.next_connect = now + self.backoff.next_delay(random);
+    }
+}
+
+/// One of two connections to the same node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinkEnd {
+    /// The peer incarnation at the other end.
+    pub(crate) uid: u64,
+    /// This node dialed it.
+    pub(crate) dialed: bool,
+}
+
+/// Whether a new connection replaces the link that is up. A new
+/// incarnation, or the same direction again (a reconnect the old link has
+/// not noticed yet), makes the new connection the live one. Otherwise both
+/// nodes dialed at once, and the connection dialed by the node with the
+/// lower address wins on both sides, so they keep the same one.
+pub(crate) fn new_link_wins(current: LinkEnd, new: LinkEnd, local: &str, remote: &str) -> bool {
+    let winner_dialed = local < remote;
+    current.uid != new.uid || current.dialed == new.dialed || new.dialed == winner_dialed
+}
+
+/// The incarnation a connection from incarnation `uid` displaces, if any:
+/// the one known before (`previous`, 0 if none) when it differs. The
+/// displaced incarnation restarted and is quarantined.
+pub(crate) fn displaced(previous: u64, uid: u64) -> Option<u64> {
+    (previous != 0 && previous != uid).then_some(previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn config() -> (HeartbeatConfig, Backoff) {
+        let mut hb = HeartbeatConfig::default();
+        hb.set_interval(SEC)
+            .set_acceptable_pause(Duration::from_secs(3))
+            .set_threshold(8.0);
+        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10), 0.0);
+        (hb, backoff)
+    }
+
+    fn live(t0: Instant) -> Liveness {
+        let (hb, backoff) = config();
+        Liveness::new(hb, backoff, t0)
+    }
+
+    #[test]
+    fn heartbeats_go_out_only_on_a_link() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        let first = l.tick(t0, true, false);
+        assert!(first.heartbeat.is_some(), "{first:?}");
+        assert!(first.next > t0);
+        // Down: the schedule advances, nothing is sent.
+        let t = first.next;
+        assert_eq!(l.tick(t, false, false).heartbeat, None);
+        assert!(l.tick(t + SEC, true, false).heartbeat.is_some());
+    }
+
+    #[test]
+    fn a_silent_node_is_declared_unreachable_once_and_back_on_an_ack() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        assert!(!l.on_link_up(t0));
+        let mut seq = 0;
+        // Answered heartbeats: never unreachable.
+        let mut t = t0;
+        for _ in 0..5 {
+            let tick = l.tick(t, true, false);
+            assert_eq!(tick.unreachable, None);
+            if let Some(s) = tick.heartbeat {
+                seq = s;
+                assert!(!l.on_heartbeat_ack(t, s));
+            }
+            t += SEC;
+        }
+        // Silence: fires once, well within a minute.
+        let mut fired = None;
+        for i in 0..60 {
+            let tick = l.tick(t, true, false);
+            if let Some(phi) = tick.unreachable {
+                assert!(fired.is_none(), "fires once");
+                assert!(phi >= 8.0, "phi {phi}");
+                fired = Some(i);
+            }
+            t += SEC;
+        }
+        let fired = fired.expect("the detector fires");
+        assert!(fired >= 2, "not before the acceptable pause: {fired}");
+        // An answer: reachable again, and watched again.
+        assert!(l.on_heartbeat_ack(t, seq + 1));
+        assert!(!l.on_heartbeat_ack(t, seq + 2));
+    }
+
+    #[test]
+    fn an_unarmed_detector_never_fires() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        for i in 0..100 {
+            assert_eq!(l.tick(t0 + SEC * i, true, false).unreachable, None);
+        }
+        // A watch arms it.
+        let t = t0 + SEC * 100;
+        l.arm(t);
+        let fired = (1..60).any(|i| l.tick(t + SEC * i, true, false).unreachable.is_some());
+        assert!(fired);
+        // Quarantine disarms it for good.
+        l.on_quarantine();
+        let t = t + SEC * 60;
+        assert!((1..60).all(|i| l.tick(t + SEC * i, true, false).unreachable.is_none()));
+    }
+
+    #[test]
+    fn reconnects_wait_for_the_backoff_and_only_when_work_waits() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        assert!(l.may_connect(t0));
+        // Nothing waits: no reconnect.
+        assert!(!l.tick(t0, false, false).reconnect);
+        l.schedule_reconnect(t0, 0);
+        assert!(!l.may_connect(t0));
+        let tick = l.tick(t0, false, true);
+        assert!(!tick.reconnect, "backoff not elapsed");
+        assert_eq!(tick.next, t0 + Duration::from_millis(100), "woken when due");
+        let t = t0 + Duration::from_millis(100);
+        assert!(l.may_connect(t));
+        assert!(l.tick(t, false, true).reconnect);
+        // Doubling.
+        l.schedule_reconnect(t, 0);
+        assert!(!l.may_connect(t + Duration::from_millis(199)));
+        assert!(l.may_connect(t + Duration::from_millis(200)));
+        // A link resets it.
+        l.on_link_up(t);
+        l.schedule_reconnect(t, 0);
+        assert!(l.may_connect(t + Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn system_messages_are_resent_once_per_interval_on_a_link() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        assert!(!l.tick(t0, true, true).resend, "nothing is due at once");
+        assert!(l.tick(t0 + SEC, true, true).resend);
+        assert!(!l.tick(t0 + SEC + SEC / 2, true, true).resend);
+        assert!(!l.tick(t0 + SEC * 3, false, true).resend, "no link");
+        assert!(l.tick(t0 + SEC * 3, true, true).resend);
+    }
+
+    #[test]
+    fn a_healed_partition_is_reported_by_the_link_coming_up() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        l.on_link_up(t0);
+        let t = (1..60)
+            .map(|i| t0 + SEC * i)
+            .find(|t| l.tick(*t, true, false).unreachable.is_some())
+            .expect("fires");
+        assert!(l.on_link_up(t), "was unreachable");
+        assert!(!l.on_link_up(t));
+    }
+
+    #[test]
+    fn both_nodes_keep_the_lower_nodes_dial() {
+        let (lo, hi) = ("a@h:1", "b@h:2");
+        let dial = |dialed| LinkEnd { uid: 7, dialed };
+        // On the lower node: its own dial wins, the other's loses.
+        assert!(new_link_wins(dial(false), dial(true), lo, hi));
+        assert!(!new_link_wins(dial(true), dial(false), lo, hi));
+        // On the higher node: the lower node's dial (inbound here) wins.
+        assert!(new_link_wins(dial(true), dial(false), hi, lo));
+        assert!(!new_link_wins(dial(false), dial(true), hi, lo));
+        // The same direction again is a reconnect: the new one is live.
+        assert!(new_link_wins(dial(true), dial(true), hi, lo));
+        assert!(new_link_wins(dial(false), dial(false), lo, hi));
+        // A new incarnation always replaces the old.
+        let newer = LinkEnd {
+            uid: 8,
+            dialed: true,
+        };
+        assert!(new_link_wins(dial(false), newer, hi, lo));
+    }
+
+    #[test]
+    fn a_new_incarnation_displaces_the_old() {
+        assert_eq!(displaced(0, 5), None, "first contact");
+        assert_eq!(displaced(5, 5), None, "same incarnation");
+        assert_eq!(displaced(5, 6), Some(5));
+    }
+}

@@ -1,0 +1,266 @@
+//! Remoting: the links to other nodes and what travels on them.
+//!
+//! Units, bottom up (each file one concept; see `docs/ARCHITECTURE.md`):
+//! - `envelope`: the envelope format, pure parse and encode.
+//! - `compression`: recipient ids per link (define, look up, generation).
+//! - `system_msg`: system messages on the wire; `reliable`: their
+//!   exactly-once, in-order delivery (sans-IO).
+//! - `liveness`: heartbeat verdicts, reconnect timing, incarnation and
+//!   tie-break decisions (sans-IO, time passed in).
+//! - `events`: [`RemoteEvent`], what users observe.
+//! - `net`: the transport endpoint with its security erased.
+//! - `association`: one remote node's link state and its transitions.
+//! - `outbound`: sending user and system messages on an association.
+//! - `large`: the large-message lane (sending) and reassembly (receiving).
+//! - `inbound`: the dispatcher a connection's reader delivers into.
+//! - this file: [`Remoting`], the set of associations of one node.
+
+mod association;
+mod compression;
+mod envelope;
+mod events;
+mod inbound;
+mod large;
+mod liveness;
+mod net;
+mod outbound;
+mod reliable;
+mod system_msg;
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
+    time::Duration,
+};
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use transport::{ConnStats, Connection, Endpoint, TransportConfig, TransportError};
+
+pub(crate) use association::Association;
+pub use events::RemoteEvent;
+pub use large::LARGE_MESSAGE_THRESHOLD;
+pub(crate) use outbound::{Recipient, TellError};
+
+use crate::{
+    config::SystemConfig, error::ResolveError, path::ActorPath, registry::Registry,
+    serialization::Bincode,
+};
+use inbound::Dispatch;
+use net::Net;
+use system_msg::SysWire;
+
+/// Locks a mutex of remoting. No user code runs under these locks except a
+/// message's encoder (see `RemoteMessage::encode`), which cannot leave the
+/// state half-changed, so a poisoned lock is consistent.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What every association of a node shares: the endpoint it dials and
+/// accepts on, the local registry, settings, and where events go.
+pub(crate) struct Shared {
+    registry: Arc<Registry>,
+    config: SystemConfig,
+    events: broadcast::Sender<RemoteEvent>,
+    endpoint: Box<dyn Net>,
+    /// Stops the associations' heartbeat tasks and large-message lanes.
+    cancel: CancellationToken,
+}
+
+/// Everything remote of one node.
+pub(crate) struct Remoting {
+    shared: Arc<Shared>,
+    associations: Mutex<HashMap<Arc<str>, Arc<Association>>>,
+    /// One [`Recipient`] per remote path and incarnation, shared by every
+    /// ref to it so that its compressed id is assigned once per link.
+    refs: Mutex<HashMap<String, Weak<Recipient>>>,
+}
+
+/// A bound endpoint, before the node it serves exists.
+pub(crate) struct Bound(Box<dyn Net>);
+
+impl Bound {
+    /// The node's address as peers see it (`name@host:port`).
+    pub(crate) fn advertised(&self) -> &str {
+        self.0.advertised_addr()
+    }
+}
+
+impl Remoting {
+    /// Binds the endpoint (plain TCP, or TLS when configured). The node's
+    /// identity is known after this, so the registry can be made.
+    pub(crate) async fn bind(
+        name: &str,
+        bind: SocketAddr,
+        config: &SystemConfig,
+    ) -> Result<Bound, crate::error::SystemError> {
+        let advertise = |a| format!("{name}@{a}");
+        let transport: TransportConfig = config.transport.clone();
+        #[cfg(feature = "tls")]
+        if let Some(tls) = config.tls.clone() {
+            let tls = transport::Tls::new(tls).map_err(TransportError::from)?;
+            let endpoint = Endpoint::bind_secure(bind, transport, tls, advertise).await?;
+            return Ok(Bound(Box::new(endpoint)));
+        }
+        let endpoint: Box<dyn Net> =
+            Box::new(Endpoint::bind_with(bind, transport, advertise).await?);
+        Ok(Bound(endpoint))
+    }
+
+    /// Remoting over `bound`, delivering into `registry`; starts accepting.
+    pub(crate) fn start(
+        bound: Bound,
+        registry: Arc<Registry>,
+        config: SystemConfig,
+        events: broadcast::Sender<RemoteEvent>,
+    ) -> Arc<Self> {
+        let remoting = Arc::new(Self {
+            shared: Arc::new(Shared {
+                registry,
+                config,
+                events,
+                endpoint: bound.0,
+                cancel: CancellationToken::new(),
+            }),
+            associations: Mutex::new(HashMap::new()),
+            refs: Mutex::new(HashMap::new()),
+        });
+        remoting.clone().start_accepting();
+        remoting
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.shared.endpoint.local_addr()
+    }
+
+    fn association(&self, node: &str) -> Arc<Association> {
+        let mut assocs = lock(&self.associations);
+        if let Some(a) = assocs.get(node) {
+            return a.clone();
+        }
+        assocs
+            .entry(node.into())
+            .or_insert_with(|| {
+                let assoc = Arc::new(Association::new(node.into(), &self.shared));
+                tokio::spawn(association::keep(
+                    Arc::downgrade(&assoc),
+                    self.shared.cancel.clone(),
+                ));
+                assoc
+            })
+            .clone()
+    }
+
+    /// Accepts inbound connections until `shutdown` closes the endpoint.
+    fn start_accepting(self: Arc<Self>) {
+        tokio::spawn(async move {
+            loop {
+                let next = self.shared.endpoint.accept().await;
+                match next {
+                    None => return,
+                    Some(Err(e)) => tracing::warn!(error = %e, "inbound connection refused"),
+                    Some(Ok(est)) => {
+                        let node = est.peer().addr.clone();
+                        if ActorPath::parse(&format!("tcp://{node}/user/x")).is_err() {
+                            tracing::warn!(peer = %est.peer().socket_addr, advertised = %node, "inbound node advertises an invalid address; closing");
+                            continue;
+                        }
+                        let assoc = self.association(&node);
+                        let generation = assoc.next_generation();
+                        let uid = est.peer().uid;
+                        let conn = est.start(Dispatch::new(
+                            self.shared.clone(),
+                            assoc.clone(),
+                            generation,
+                            uid,
+                        ));
+                        assoc.install_inbound(conn, generation);
+                    }
+                }
+            }
+        });
+    }
+
+    /// The sending side's handle on a remote actor. A recipient belongs to
+    /// the incarnation of its node known when it was made: after a restart,
+    /// old refs are dead ends, new ones work.
+    pub(crate) fn recipient(&self, path: ActorPath) -> Arc<Recipient> {
+        let assoc = self.association(path.node());
+        let uid = assoc.peer_uid();
+        let key = format!("{path}#{uid:x}");
+        let mut refs = lock(&self.refs);
+        if let Some(r) = refs.get(&key).and_then(Weak::upgrade) {
+            return r;
+        }
+        let r = Arc::new(Recipient::new(path, assoc, uid));
+        refs.retain(|_, w| w.strong_count() > 0);
+        refs.insert(key, Arc::downgrade(&r));
+        r
+    }
+
+    /// Asks `path`'s node whether an actor lives there: its manifest id
+    /// and name, or `None`.
+    pub(crate) async fn identify(
+        &self,
+        path: &ActorPath,
+        timeout: Duration,
+    ) -> Result<Option<(u32, String)>, ResolveError> {
+        self.association(path.node()).identify(path, timeout).await
+    }
+
+    pub(crate) fn stats(&self) -> ConnStats {
+        let mut total = ConnStats::default();
+        for a in lock(&self.associations).values() {
+            total.add(&a.stats());
+        }
+        total
+    }
+
+    /// Tells every peer this node is going, closes every link gracefully
+    /// (what is queued is flushed), and stops listening.
+    pub(crate) async fn shutdown(&self) {
+        self.shared.cancel.cancel();
+        let assocs: Vec<_> = lock(&self.associations).values().cloned().collect();
+        let mut closing = tokio::task::JoinSet::new();
+        let notice = SysWire::Shutdown.frame();
+        for a in assocs {
+            let conns: Vec<Connection> = a.take_connections();
+            // Peers learn at once that this incarnation is gone, instead of
+            // waiting for their failure detectors. It follows everything
+            // queued before (the Terminated of this node's actors).
+            for c in &conns {
+                let _ = c.try_send(notice.clone());
+            }
+            for c in conns {
+                closing.spawn(async move {
+                    c.close("actor system shut down").await;
+                });
+            }
+        }
+        while closing.join_next().await.is_some() {}
+        self.shared.endpoint.close();
+    }
+}
+
+/// Decodes `bytes` the way a received frame is decoded, for fuzzing: as an
+/// envelope (then its payload as a few message types) and as a system
+/// message. Returns how many of these decodes succeeded. Never panics.
+#[doc(hidden)]
+pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
+    use crate::serialization::Serializer;
+    let mut ok = 0;
+    if let Ok(env) = envelope::parse(bytes) {
+        ok += 1;
+        ok += usize::from(Bincode.deserialize::<String>(env.payload).is_ok());
+        ok += usize::from(Bincode.deserialize::<Vec<u64>>(env.payload).is_ok());
+        ok += usize::from(
+            Bincode
+                .deserialize::<crate::SharedBytes>(env.payload)
+                .is_ok(),
+        );
+    }
+    ok += usize::from(SysWire::decode(bytes).is_ok());
+    ok
+}
