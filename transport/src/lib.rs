@@ -45,8 +45,13 @@
 //! - `backoff`: [`Backoff`], exponential reconnect delays with jitter.
 //! - `config`: [`TransportConfig`] with documented defaults.
 //! - `endpoint`: [`Endpoint`] binds, accepts, dials, runs handshakes.
-//! - `conn`: [`Established`] → [`Connection`], the supervisor, counters.
-//! - `writer`: [`Sender`] and the batching writer task.
+//! - `shared`: the per-connection state the handles and tasks share;
+//!   [`CloseReason`], [`PeerInfo`], [`ConnStats`].
+//! - `out_queue`: the outbound queue that senders fill and the writer
+//!   drains.
+//! - `sender`: [`Sender`], the producers' handle.
+//! - `conn`: [`Established`] → [`Connection`], the supervisor.
+//! - `writer`: the batching writer task.
 //! - `reader`: the reader task, [`Handler`], [`Inbound`].
 //! - `pool`: [`BufferPool`] and adaptive read sizing.
 //! - `security`: [`Security`], what secures a TCP stream before the
@@ -84,9 +89,12 @@ mod error;
 pub mod frame;
 pub mod handshake;
 pub mod heartbeat;
+mod out_queue;
 mod pool;
 mod reader;
 mod security;
+mod sender;
+mod shared;
 mod split;
 #[cfg(feature = "tls")]
 mod tls;
@@ -99,7 +107,7 @@ pub use config::{
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_INBOUND_CONNECTIONS, DEFAULT_PRODUCER_YIELD_BYTES,
     DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
 };
-pub use conn::{CloseReason, ConnStats, Connection, Established, PeerInfo};
+pub use conn::{Connection, Established};
 pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
 pub use error::{
     AcceptError, ConfigError, FrameError, HandshakeError, SendError, TlsError, TransportError,
@@ -110,6 +118,7 @@ pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, Inbound, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
+pub use sender::{Pushed, Sender};
+pub use shared::{CloseReason, ConnStats, PeerInfo};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};
-pub use writer::{Pushed, Sender};

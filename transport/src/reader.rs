@@ -20,12 +20,12 @@ use tokio::{io::AsyncReadExt, sync::mpsc};
 
 use crate::{
     config::TransportConfig,
-    conn::{CloseReason, Shared},
     error::{FrameError, TransportError},
     frame::{self, Frame, FrameKind},
     pool::ReadSize,
+    sender::Sender,
+    shared::{CloseReason, Shared},
     split::ReadIo,
-    writer::{OutState, Sender},
 };
 
 /// The most a single read asks for, however full reads come back.
@@ -191,12 +191,7 @@ impl Inbound {
 /// while closing ourselves, that is the end; otherwise the connection was
 /// lost.
 fn end_of_stream(shared: &Shared, peer_closed: bool) {
-    let closing = shared
-        .out
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .state
-        != OutState::Open;
+    let closing = !shared.out.is_open();
     if !peer_closed && !closing {
         shared.abort(CloseReason::Lost);
         tracing::warn!(peer = %shared.peer.socket_addr, "connection lost: stream ended without a close frame");
@@ -260,9 +255,7 @@ pub(crate) async fn run<R: ReadIo, H: Handler>(
     mut handler: H,
     config: Arc<TransportConfig>,
 ) {
-    handler.on_start(&Sender {
-        shared: shared.clone(),
-    });
+    handler.on_start(&Sender::new(shared.clone()));
     let result = drive(&mut io, &mut buf, &shared, &mut handler, &config).await;
     match result {
         Ok(()) => {}
@@ -283,7 +276,6 @@ fn control_frame(
     kind: FrameKind,
     body: &[u8],
     shared: &Shared,
-    control: &Sender,
     peer_closed: &mut bool,
 ) -> Result<(), TransportError> {
     match kind {
@@ -291,12 +283,12 @@ fn control_frame(
             let reason = String::from_utf8_lossy(body).into_owned();
             tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
             shared.set_reason(CloseReason::Remote(reason));
-            shared.begin_close("peer closed".into());
+            shared.out.begin_close("peer closed".into());
             *peer_closed = true;
             Ok(())
         }
         FrameKind::Heartbeat => {
-            control.push_control(FrameKind::HeartbeatAck, body);
+            shared.out.push_control(FrameKind::HeartbeatAck, body);
             Ok(())
         }
         kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
@@ -310,9 +302,6 @@ async fn drive<R: ReadIo, H: Handler>(
     handler: &mut H,
     config: &TransportConfig,
 ) -> Result<(), TransportError> {
-    let control = Sender {
-        shared: shared.clone(),
-    };
     let max = config.max_frame_size;
     let mut read_size = ReadSize::new(config.read_buffer_size, MAX_READ_SIZE);
     let mut peer_closed = false;
@@ -340,7 +329,7 @@ async fn drive<R: ReadIo, H: Handler>(
                         handler.on_frame_ref(kind, body);
                     }
                     FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
-                    kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
+                    kind => control_frame(kind, body, shared, &mut peer_closed)?,
                 }
                 pos += total;
             }
@@ -354,7 +343,7 @@ async fn drive<R: ReadIo, H: Handler>(
                         handler.on_frame(f);
                     }
                     FrameKind::HeartbeatAck => handler.on_heartbeat_ack(&f.body),
-                    kind => control_frame(kind, &f.body, shared, &control, &mut peer_closed)?,
+                    kind => control_frame(kind, &f.body, shared, &mut peer_closed)?,
                 }
             }
         }
@@ -381,7 +370,7 @@ async fn drive<R: ReadIo, H: Handler>(
                                     handler.on_frame_ref(kind, body);
                                 }
                                 FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
-                                kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
+                                kind => control_frame(kind, body, shared, &mut peer_closed)?,
                             }
                             Ok(())
                         });
