@@ -7,6 +7,13 @@
 //! pauses reading, which is how a full mailbox pushes back through TCP onto
 //! the peer. Reading resumes into the same allocation once every slice
 //! handed out of it has been dropped.
+//!
+//! A frame is read one of three ways: split off the read buffer as `Bytes`
+//! (`frame::decode`), borrowed in place from it (a [`Handler::BORROW`]
+//! handler), or borrowed in place from the stream's own buffer (a
+//! [`ReadIo::CHUNKED`] stream, TLS, with a `BORROW` handler; see
+//! `parse_chunk`). All three hand the frame to `Dispatch::frame`, the one
+//! place that decides where it goes.
 
 use std::{
     collections::VecDeque,
@@ -15,7 +22,7 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::{io::AsyncReadExt, sync::mpsc};
 
 use crate::{
@@ -270,28 +277,79 @@ pub(crate) async fn run<R: ReadIo, H: Handler>(
     handler.on_close(&reason);
 }
 
-/// Handles a frame the application does not see: close, heartbeats, and
-/// frames that have no business after the handshake (or after Close).
-fn control_frame(
-    kind: FrameKind,
-    body: &[u8],
-    shared: &Shared,
-    peer_closed: &mut bool,
-) -> Result<(), TransportError> {
-    match kind {
-        FrameKind::Close => {
-            let reason = String::from_utf8_lossy(body).into_owned();
-            tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
-            shared.set_reason(CloseReason::Remote(reason));
-            shared.out.begin_close("peer closed".into());
-            *peer_closed = true;
-            Ok(())
+/// A frame body as the reader holds it: borrowed from a read buffer (the
+/// in-place paths, for [`Handler::BORROW`]) or split off it as `Bytes`.
+trait InBody: std::ops::Deref<Target = [u8]> {
+    /// Hands an application frame with this body to `handler`.
+    fn deliver<H: Handler>(self, handler: &mut H, kind: FrameKind);
+}
+
+impl InBody for &[u8] {
+    #[inline]
+    fn deliver<H: Handler>(self, handler: &mut H, kind: FrameKind) {
+        handler.on_frame_ref(kind, self);
+    }
+}
+
+impl InBody for Bytes {
+    #[inline]
+    fn deliver<H: Handler>(self, handler: &mut H, kind: FrameKind) {
+        handler.on_frame(Frame { kind, body: self });
+    }
+}
+
+/// Where each inbound frame goes, and what the reader remembers across
+/// frames: whether the peer has closed, and whether this read delivered
+/// anything (then the handler's batch ends).
+struct Dispatch<'a> {
+    shared: &'a Shared,
+    /// The peer's Close arrived: later application frames are refused.
+    peer_closed: bool,
+    /// An application frame reached the handler since the last batch end.
+    delivered: bool,
+}
+
+impl Dispatch<'_> {
+    /// The one place an inbound frame is routed, whichever way it was read:
+    /// application frames to the handler (until the peer's Close),
+    /// heartbeat acks to the handler, the rest to [`control`](Self::control).
+    #[inline]
+    fn frame<H: Handler, B: InBody>(
+        &mut self,
+        handler: &mut H,
+        kind: FrameKind,
+        body: B,
+    ) -> Result<(), TransportError> {
+        match kind {
+            FrameKind::Message | FrameKind::System if !self.peer_closed => {
+                self.delivered = true;
+                body.deliver(handler, kind);
+            }
+            FrameKind::HeartbeatAck => handler.on_heartbeat_ack(&body),
+            kind => self.control(kind, &body)?,
         }
-        FrameKind::Heartbeat => {
-            shared.out.push_control(FrameKind::HeartbeatAck, body);
-            Ok(())
+        Ok(())
+    }
+
+    /// Handles a frame the application does not see: close, heartbeats, and
+    /// frames that have no business after the handshake (or after Close).
+    fn control(&mut self, kind: FrameKind, body: &[u8]) -> Result<(), TransportError> {
+        let shared = self.shared;
+        match kind {
+            FrameKind::Close => {
+                let reason = String::from_utf8_lossy(body).into_owned();
+                tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
+                shared.set_reason(CloseReason::Remote(reason));
+                shared.out.begin_close("peer closed".into());
+                self.peer_closed = true;
+                Ok(())
+            }
+            FrameKind::Heartbeat => {
+                shared.out.push_control(FrameKind::HeartbeatAck, body);
+                Ok(())
+            }
+            kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
         }
-        kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
     }
 }
 
@@ -304,10 +362,13 @@ async fn drive<R: ReadIo, H: Handler>(
 ) -> Result<(), TransportError> {
     let max = config.max_frame_size;
     let mut read_size = ReadSize::new(config.read_buffer_size, MAX_READ_SIZE);
-    let mut peer_closed = false;
+    let mut dispatch = Dispatch {
+        shared,
+        peer_closed: false,
+        delivered: false,
+    };
     let mut bytes_read = buf.len() as u64;
     let mut frames = 0u64;
-    let mut delivered = false;
     loop {
         handler.on_read(buf.len());
         if H::BORROW {
@@ -321,34 +382,19 @@ async fn drive<R: ReadIo, H: Handler>(
                     buf.reserve(missing);
                     break;
                 }
-                let body = &buf[pos + frame::HEADER_LEN..pos + total];
                 frames += 1;
-                match kind {
-                    FrameKind::Message | FrameKind::System if !peer_closed => {
-                        delivered = true;
-                        handler.on_frame_ref(kind, body);
-                    }
-                    FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
-                    kind => control_frame(kind, body, shared, &mut peer_closed)?,
-                }
+                dispatch.frame(handler, kind, &buf[pos + frame::HEADER_LEN..pos + total])?;
                 pos += total;
             }
             buf.advance(pos);
         } else {
             while let Some(f) = frame::decode(buf, max)? {
                 frames += 1;
-                match f.kind {
-                    FrameKind::Message | FrameKind::System if !peer_closed => {
-                        delivered = true;
-                        handler.on_frame(f);
-                    }
-                    FrameKind::HeartbeatAck => handler.on_heartbeat_ack(&f.body),
-                    kind => control_frame(kind, &f.body, shared, &mut peer_closed)?,
-                }
+                dispatch.frame(handler, f.kind, f.body)?;
             }
         }
         shared.stats.record_read(frames, bytes_read);
-        if mem::take(&mut delivered) {
+        if mem::take(&mut dispatch.delivered) {
             handler.on_batch_end().await;
         }
         frames = 0;
@@ -364,15 +410,7 @@ async fn drive<R: ReadIo, H: Handler>(
                         handler.on_read(buf.len() + chunk.len());
                         let n = chunk.len() as u64;
                         let parsed = parse_chunk(chunk, buf, max, |kind, body| {
-                            match kind {
-                                FrameKind::Message | FrameKind::System if !peer_closed => {
-                                    delivered = true;
-                                    handler.on_frame_ref(kind, body);
-                                }
-                                FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
-                                kind => control_frame(kind, body, shared, &mut peer_closed)?,
-                            }
-                            Ok(())
+                            dispatch.frame(handler, kind, body)
                         });
                         parsed.map(|f| (n, f))
                     })
@@ -386,7 +424,7 @@ async fn drive<R: ReadIo, H: Handler>(
                 }
                 None => {
                     frame::decode_eof(buf)?;
-                    end_of_stream(shared, peer_closed);
+                    end_of_stream(shared, dispatch.peer_closed);
                     return Ok(());
                 }
             }
@@ -405,7 +443,7 @@ async fn drive<R: ReadIo, H: Handler>(
         };
         if n == 0 {
             frame::decode_eof(buf)?;
-            end_of_stream(shared, peer_closed);
+            end_of_stream(shared, dispatch.peer_closed);
             return Ok(());
         }
         read_size.record(n);
