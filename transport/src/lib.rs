@@ -52,7 +52,8 @@
 //! - `sender`: [`Sender`], the producers' handle.
 //! - `conn`: [`Established`] → [`Connection`], the supervisor.
 //! - `writer`: the batching writer task.
-//! - `reader`: the reader task, [`Handler`], [`Inbound`].
+//! - `reader`: the reader task, [`Handler`].
+//! - `inbound`: [`Inbound`], inbound frames through a channel.
 //! - `pool`: [`BufferPool`] and adaptive read sizing.
 //! - `security`: [`Security`], what secures a TCP stream before the
 //!   handshake; [`Plain`] does nothing.
@@ -89,6 +90,7 @@ mod error;
 pub mod frame;
 pub mod handshake;
 pub mod heartbeat;
+mod inbound;
 mod out_queue;
 mod pool;
 mod reader;
@@ -115,8 +117,9 @@ pub use error::{
 };
 pub use frame::{Frame, FrameKind};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
+pub use inbound::Inbound;
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
-pub use reader::{Handler, Inbound, MAX_READ_SIZE};
+pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
 pub use sender::{Pushed, Sender};
 pub use shared::{CloseReason, ConnStats, PeerInfo};
