@@ -52,13 +52,15 @@
 //! - `sender`: [`Sender`], the producers' handle.
 //! - `conn`: [`Established`] → [`Connection`], the supervisor.
 //! - `writer`: the batching writer task.
-//! - `reader`: the reader task, [`Handler`].
+//! - `reader`: the reader task, [`Handler`], `ReadIo` (what it reads from).
 //! - `inbound`: [`Inbound`], inbound frames through a channel.
 //! - `pool`: [`BufferPool`] and adaptive read sizing.
 //! - `security`: [`Security`], what secures a TCP stream before the
 //!   handshake; [`Plain`] does nothing.
 //! - `tls`: [`Tls`], [`TlsConfig`]: TLS 1.3 (rustls, ring), mutual
 //!   authentication, certificates bound to advertised identities.
+//! - `tls_read`: the halves of a TLS stream; reads lend rustls's
+//!   plaintext buffer so the reader parses frames in place.
 //! - [`auth`]: [`SharedSecret`] and the HMAC proof of the handshake.
 //! - `error`: one error enum per concern.
 //!
@@ -97,9 +99,10 @@ mod reader;
 mod security;
 mod sender;
 mod shared;
-mod split;
 #[cfg(feature = "tls")]
 mod tls;
+#[cfg(feature = "tls")]
+mod tls_read;
 mod writer;
 
 pub use auth::{MIN_SECRET_LEN, SharedSecret};

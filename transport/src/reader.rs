@@ -15,10 +15,10 @@
 //! `parse_chunk`). All three hand the frame to `Dispatch::frame`, the one
 //! place that decides where it goes.
 
-use std::{future::Future, mem, sync::Arc};
+use std::{future::Future, io, mem, sync::Arc, task::Context, task::Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::{
     config::TransportConfig,
@@ -27,11 +27,34 @@ use crate::{
     pool::ReadSize,
     sender::Sender,
     shared::{CloseReason, Shared},
-    split::ReadIo,
 };
 
 /// The most a single read asks for, however full reads come back.
 pub const MAX_READ_SIZE: usize = 1024 * 1024;
+
+/// What the reader task reads from: a stream it reads with `poll_read`
+/// into its own buffer (`TcpStream`'s half), or one that lends out its own
+/// buffer ([`CHUNKED`](Self::CHUNKED); TLS, see `tls_read`).
+pub trait ReadIo: AsyncRead + Unpin + Send + 'static {
+    /// Reads come as chunks of the stream's own buffer
+    /// ([`poll_chunk`](Self::poll_chunk)) instead of `poll_read`.
+    const CHUNKED: bool = false;
+
+    /// Waits for buffered data, hands it to `f` and consumes all of it;
+    /// `Ok(None)` at end of stream. Only for `CHUNKED` streams; others
+    /// answer with an error.
+    fn poll_chunk<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Poll<io::Result<Option<R>>> {
+        let _ = (cx, f);
+        Poll::Ready(Err(io::Error::other("this stream reads with poll_read")))
+    }
+}
+
+/// Plain streams are read with `poll_read`.
+impl<T: AsyncRead + Send + 'static> ReadIo for tokio::io::ReadHalf<T> {}
 
 /// Receives a connection's inbound application frames.
 ///
