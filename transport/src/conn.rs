@@ -22,14 +22,13 @@ use tracing::Instrument;
 
 use crate::{
     config::TransportConfig,
-    error::{SendError, TrySendError},
     frame::Frame,
     inbound::{ChannelHandler, Inbound},
     out_queue::OutQueue,
     pool::BufferPool,
     reader::{self, Handler},
     security::Stream,
-    sender::Sender,
+    sender::{SendError, Sender, TrySendError},
     shared::{CloseReason, ConnStats, PeerInfo, Shared},
     writer,
 };

@@ -49,7 +49,7 @@
 //!   [`CloseReason`], [`PeerInfo`], [`ConnStats`].
 //! - `out_queue`: the outbound queue that senders fill and the writer
 //!   drains.
-//! - `sender`: [`Sender`], the producers' handle.
+//! - `sender`: [`Sender`], the producers' handle, and its errors.
 //! - `conn`: [`Established`] → [`Connection`], the supervisor.
 //! - `writer`: the batching writer task.
 //! - `reader`: the reader task, [`Handler`], `ReadIo` (what it reads from).
@@ -114,17 +114,14 @@ pub use config::{
 };
 pub use conn::{Connection, Established};
 pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
-pub use error::{
-    AcceptError, ConfigError, FrameError, HandshakeError, SendError, TlsError, TransportError,
-    TrySendError,
-};
+pub use error::{AcceptError, ConfigError, FrameError, HandshakeError, TlsError, TransportError};
 pub use frame::{Frame, FrameKind};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use inbound::Inbound;
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
-pub use sender::{Pushed, Sender};
+pub use sender::{Pushed, SendError, Sender, TrySendError};
 pub use shared::{CloseReason, ConnStats, PeerInfo};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};

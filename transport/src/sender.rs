@@ -1,5 +1,5 @@
 //! The producers' side of a connection: [`Sender`], the cheap handle
-//! that queues frames.
+//! that queues frames, and the errors it returns.
 //!
 //! A sender never touches the socket: it encodes into the connection's
 //! [`OutQueue`](crate::out_queue::OutQueue) under the queue's short lock (see `out_queue`), wakes the
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use crate::{
-    error::{SendError, TrySendError},
+    error::FrameError,
     frame::{self, Frame, FrameKind},
     out_queue::{Always, Body, Maybe, Refused},
     shared::{CloseReason, Shared},
@@ -247,4 +247,42 @@ impl Sender {
         tracing::warn!(peer = %self.shared.peer.socket_addr, reason, "aborting connection");
         self.shared.abort(CloseReason::Local(reason.to_owned()));
     }
+}
+
+/// A refused [`try_send`](Sender::try_send); the frame comes back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrySendError<T = Frame> {
+    /// The outbound queue is at its capacity; retry later or use
+    /// [`send`](Sender::send), which waits.
+    #[error("outbound queue full")]
+    Full(T),
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed(T),
+    /// The frame is larger than the maximum frame size; it can never be sent.
+    #[error(transparent)]
+    TooLarge(FrameError),
+}
+
+impl<T> TrySendError<T> {
+    /// The frame handed back, if the error carries it.
+    pub fn into_inner(self) -> Option<T> {
+        match self {
+            Self::Full(t) | Self::Closed(t) => Some(t),
+            Self::TooLarge(_) => None,
+        }
+    }
+}
+
+/// A refused [`send`](Sender::send).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed,
+    /// The frame is larger than the maximum frame size; it can never be sent.
+    #[error(transparent)]
+    TooLarge(#[from] FrameError),
 }
