@@ -1,222 +1,37 @@
-//! A live connection: its shared state, its two tasks, and the handles the
-//! application holds.
+//! A live connection: the top of the connection layers. [`Established`]
+//! wires the shared state, the two tasks and the supervisor together;
+//! [`Connection`] is the handle the application holds.
 //!
 //! ```text
 //!   Established<T> ──start(handler)──► Connection ──sender()──► Sender (clone freely)
 //!        │                               │
 //!        │ spawns                        ├─ close(reason): flush, Close frame, wait (bounded)
 //!        ▼                               └─ closed(): the reason it ended
-//!   reader task: read → decode all → handler.on_frame … on_batch_end
-//!   writer task: drain queue → write → flush   (see `writer`)
+//!   reader task: read → decode all → handler.on_frame … on_batch_end   (see `reader`)
+//!   writer task: drain queue → write → flush                           (see `writer`)
 //!   supervisor:  waits for both, records drops, returns buffers to the pool
 //! ```
+//!
+//! The tasks never call each other: they meet in [`Shared`] (see `shared`
+//! and `out_queue`).
 
-use std::{
-    fmt,
-    net::SocketAddr,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
-    },
-};
+use std::{fmt, sync::Arc};
 
 use bytes::BytesMut;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
     config::TransportConfig,
-    error::{SendError, TransportError, TrySendError},
     frame::Frame,
+    inbound::{ChannelHandler, Inbound},
+    out_queue::OutQueue,
     pool::BufferPool,
-    reader::{self, ChannelHandler, Handler, Inbound},
-    writer::{self, OutQueue, OutState, Sender},
+    reader::{self, Handler},
+    security::Stream,
+    sender::{SendError, Sender, TrySendError},
+    shared::{CloseReason, ConnStats, PeerInfo, Shared},
+    writer,
 };
-
-/// Who is at the other end, as established by the handshake.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerInfo {
-    /// The peer's advertised address (what it listens on).
-    pub addr: String,
-    /// The peer's incarnation id.
-    pub uid: u64,
-    /// The socket address the connection comes from or goes to.
-    pub socket_addr: SocketAddr,
-}
-
-/// Why a connection ended.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum CloseReason {
-    /// Closed on this side, with the given reason.
-    Local(String),
-    /// The peer sent a Close frame with this reason.
-    Remote(String),
-    /// The peer's stream ended without a Close frame (crash, kill, reset).
-    Lost,
-    /// A protocol or IO error on this connection.
-    Error(Arc<TransportError>),
-}
-
-impl fmt::Display for CloseReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Local(r) => write!(f, "closed locally: {r}"),
-            Self::Remote(r) => write!(f, "closed by peer: {r}"),
-            Self::Lost => f.write_str("connection lost: stream ended without a close frame"),
-            Self::Error(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-/// Per-connection counters (atomics, updated per write and per read, never
-/// per frame).
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    frames_out: AtomicU64,
-    bytes_out: AtomicU64,
-    writes: AtomicU64,
-    frames_in: AtomicU64,
-    bytes_in: AtomicU64,
-    reads: AtomicU64,
-    dropped: AtomicU64,
-}
-
-impl Stats {
-    pub(crate) fn record_write(&self, frames: u64, bytes: u64, writes: u64) {
-        self.frames_out.fetch_add(frames, Relaxed);
-        self.bytes_out.fetch_add(bytes, Relaxed);
-        self.writes.fetch_add(writes, Relaxed);
-    }
-
-    pub(crate) fn record_read(&self, frames: u64, bytes: u64) {
-        self.frames_in.fetch_add(frames, Relaxed);
-        self.bytes_in.fetch_add(bytes, Relaxed);
-        self.reads.fetch_add(1, Relaxed);
-    }
-
-    fn snapshot(&self) -> ConnStats {
-        ConnStats {
-            frames_out: self.frames_out.load(Relaxed),
-            bytes_out: self.bytes_out.load(Relaxed),
-            writes: self.writes.load(Relaxed),
-            frames_in: self.frames_in.load(Relaxed),
-            bytes_in: self.bytes_in.load(Relaxed),
-            reads: self.reads.load(Relaxed),
-            frames_dropped: self.dropped.load(Relaxed),
-        }
-    }
-}
-
-/// A snapshot of a connection's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ConnStats {
-    /// Frames handed to the socket.
-    pub frames_out: u64,
-    /// Bytes handed to the socket.
-    pub bytes_out: u64,
-    /// `write` calls made (syscalls, or TLS record writes).
-    pub writes: u64,
-    /// Frames decoded from the socket (control frames included).
-    pub frames_in: u64,
-    /// Bytes read from the socket.
-    pub bytes_in: u64,
-    /// `read` calls that returned data.
-    pub reads: u64,
-    /// Frames that were queued but never written because the connection
-    /// ended first. Never silent: also logged.
-    pub frames_dropped: u64,
-}
-
-impl ConnStats {
-    /// Average frames per write syscall: the batching factor.
-    pub fn frames_per_write(&self) -> f64 {
-        if self.writes == 0 {
-            0.0
-        } else {
-            self.frames_out as f64 / self.writes as f64
-        }
-    }
-
-    /// Adds another snapshot's counts to this one.
-    pub fn add(&mut self, o: &ConnStats) {
-        self.frames_out += o.frames_out;
-        self.bytes_out += o.bytes_out;
-        self.writes += o.writes;
-        self.frames_in += o.frames_in;
-        self.bytes_in += o.bytes_in;
-        self.reads += o.reads;
-        self.frames_dropped += o.frames_dropped;
-    }
-}
-
-/// State shared by the handles and the tasks of one connection.
-pub(crate) struct Shared {
-    pub(crate) out: Mutex<OutQueue>,
-    pub(crate) writer_wake: Notify,
-    /// Set when the control lane has frames; the writer checks it between
-    /// two writes of a large batch.
-    pub(crate) control_pending: AtomicBool,
-    pub(crate) space: Notify,
-    pub(crate) stats: Stats,
-    pub(crate) max_frame_size: usize,
-    pub(crate) capacity: usize,
-    /// Queued bytes at which a sender is asked to yield to a woken writer
-    /// (`usize::MAX`: never).
-    pub(crate) yield_at: usize,
-    /// Stops both tasks at once (abort, error, drop).
-    pub(crate) cancel: CancellationToken,
-    /// Cancelled when both tasks have ended and the reason is final.
-    pub(crate) done: CancellationToken,
-    reason: Mutex<Option<CloseReason>>,
-    pub(crate) peer: PeerInfo,
-}
-
-impl fmt::Debug for Shared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared").field("peer", &self.peer).finish()
-    }
-}
-
-impl Shared {
-    /// Records why the connection ends; the first reason wins.
-    pub(crate) fn set_reason(&self, reason: CloseReason) {
-        let mut r = self.reason.lock().unwrap_or_else(PoisonError::into_inner);
-        if r.is_none() {
-            *r = Some(reason);
-        }
-    }
-
-    pub(crate) fn reason(&self) -> Option<CloseReason> {
-        self.reason
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Ends the connection now: nothing more is written.
-    pub(crate) fn abort(&self, reason: CloseReason) {
-        self.set_reason(reason);
-        self.cancel.cancel();
-    }
-
-    /// Starts a graceful close: queued frames are flushed, then a Close
-    /// frame carrying `wire_reason` is sent.
-    pub(crate) fn begin_close(&self, wire_reason: String) {
-        let mut q = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        if q.state == OutState::Open {
-            q.state = OutState::Closing(wire_reason);
-            let wake = std::mem::take(&mut q.writer_idle);
-            drop(q);
-            if wake {
-                self.writer_wake.notify_one();
-            }
-            // Waiting senders must learn that the connection is closing.
-            self.space.notify_waiters();
-        }
-    }
-}
 
 /// A connection whose handshake succeeded, not yet started: inspect
 /// [`peer`](Self::peer), then [`start`](Self::start) it with a handler or
@@ -242,7 +57,7 @@ impl<T> fmt::Debug for Established<T> {
 
 impl<T> Established<T>
 where
-    T: crate::security::Stream,
+    T: Stream,
 {
     /// The peer's identity.
     pub fn peer(&self) -> &PeerInfo {
@@ -264,20 +79,13 @@ where
             permit,
         } = self;
         let (rd, wr) = stream.split_io();
-        let shared = Arc::new(Shared {
-            out: Mutex::new(OutQueue::new(pool.get())),
-            writer_wake: Notify::new(),
-            control_pending: AtomicBool::new(false),
-            space: Notify::new(),
-            stats: Stats::default(),
-            max_frame_size: config.max_frame_size,
-            capacity: config.queue_capacity,
-            yield_at: config.producer_yield_bytes.unwrap_or(usize::MAX),
-            cancel: CancellationToken::new(),
-            done: CancellationToken::new(),
-            reason: Mutex::new(None),
-            peer,
-        });
+        let out = OutQueue::new(
+            pool.get(),
+            config.max_frame_size,
+            config.queue_capacity,
+            config.producer_yield_bytes.unwrap_or(usize::MAX),
+        );
+        let shared = Arc::new(Shared::new(out, peer));
         let span =
             tracing::debug_span!("conn", peer = %shared.peer.socket_addr, uid = shared.peer.uid);
         let writer =
@@ -307,16 +115,11 @@ where
                     tracing::error!(error = %join, "reader task failed");
                     shared.set_reason(CloseReason::Local(format!("reader task failed: {join}")));
                 }
-                let dropped = {
-                    let mut q = shared.out.lock().unwrap_or_else(PoisonError::into_inner);
-                    q.state = OutState::Closed;
-                    let n = std::mem::take(&mut q.frames);
-                    pool.put(std::mem::take(&mut q.buf));
-                    n
-                };
-                shared.space.notify_waiters();
+                // Wakes every waiting sender: nothing more is accepted.
+                let (dropped, buf) = shared.out.close();
+                pool.put(buf);
                 if dropped > 0 {
-                    shared.stats.dropped.fetch_add(dropped, Relaxed);
+                    shared.stats.record_dropped(dropped);
                     tracing::warn!(dropped, "connection ended with queued frames unsent");
                 }
                 shared.set_reason(CloseReason::Lost);
@@ -329,7 +132,7 @@ where
             .instrument(span),
         );
         Connection {
-            sender: Sender { shared },
+            sender: Sender::new(shared),
             close_timeout: config.close_timeout,
         }
     }
@@ -427,7 +230,7 @@ impl Connection {
     pub async fn close(&self, reason: &str) -> CloseReason {
         let shared = self.shared();
         shared.set_reason(CloseReason::Local(reason.to_owned()));
-        shared.begin_close(reason.to_owned());
+        shared.out.begin_close(reason.to_owned());
         if tokio::time::timeout(self.close_timeout, shared.done.cancelled())
             .await
             .is_err()
@@ -450,5 +253,96 @@ impl Drop for Connection {
             self.shared()
                 .abort(CloseReason::Local("connection handle dropped".into()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc as StdArc;
+
+    use bytes::BytesMut;
+
+    use tokio::sync::mpsc;
+
+    use super::{Connection, Established};
+    use crate::{
+        config::TransportConfig, frame::FrameKind, pool::BufferPool, reader::Handler,
+        shared::PeerInfo,
+    };
+
+    /// Forwards heartbeat acks to the test.
+    struct Acks(mpsc::UnboundedSender<Vec<u8>>);
+
+    impl Handler for Acks {
+        fn on_frame(&mut self, _: crate::frame::Frame) {}
+        fn on_heartbeat_ack(&mut self, body: &[u8]) {
+            let _ = self.0.send(body.to_vec());
+        }
+    }
+
+    fn established(
+        stream: tokio::io::DuplexStream,
+        config: &StdArc<TransportConfig>,
+    ) -> Established<tokio::io::DuplexStream> {
+        Established {
+            stream,
+            leftover: BytesMut::new(),
+            peer: PeerInfo {
+                addr: "peer".into(),
+                uid: 1,
+                socket_addr: "127.0.0.1:1".parse().expect("literal"),
+            },
+            config: config.clone(),
+            permit: None,
+            pool: BufferPool::new(64 * 1024, 4),
+        }
+    }
+
+    /// 50 MB of user frames are queued, the writer is busy with them, and a
+    /// heartbeat is queued after: the peer answers it long before it has
+    /// read the user data, because the writer lets the control lane overtake
+    /// at the next frame boundary.
+    ///
+    /// The writer's behaviour, tested here because it takes a whole
+    /// connection pair (both tasks on both ends).
+    #[tokio::test]
+    async fn heartbeat_overtakes_fifty_megabytes_of_queued_user_data() {
+        const FRAME: usize = 1024;
+        const FRAMES: usize = 50 * 1024;
+        let mut config = TransportConfig::default();
+        config.set_queue_capacity(64 * 1024 * 1024);
+        let config = StdArc::new(config);
+        let (a_io, b_io) = tokio::io::duplex(64 * 1024);
+        let (ack_tx, mut ack_rx) = mpsc::unbounded_channel();
+        let a: Connection = established(a_io, &config).start(Acks(ack_tx));
+        let (_b, mut b_in) = established(b_io, &config).start_channel(1);
+        let sender = a.sender();
+        for _ in 0..FRAMES {
+            sender
+                .try_send_with(FrameKind::Message, |b| b.extend_from_slice(&[7u8; FRAME]))
+                .map_err(|_| "room for 50 MB")
+                .expect("capacity is 64 MB");
+        }
+        // Let the writer take the whole batch and start writing it.
+        while sender.queued_bytes() > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(sender.send_heartbeat(b"hb-1"));
+        let mut received = 0usize;
+        let ack = loop {
+            tokio::select! {
+                biased;
+                ack = ack_rx.recv() => break ack.expect("a's handler lives"),
+                f = b_in.recv() => {
+                    f.expect("b receives");
+                    received += 1;
+                }
+            }
+        };
+        assert_eq!(ack, b"hb-1");
+        assert!(
+            received < FRAMES / 10,
+            "the ack came after {received} of {FRAMES} user frames"
+        );
     }
 }

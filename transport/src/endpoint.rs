@@ -19,12 +19,13 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     auth::{NONCE_LEN, Role},
     config::TransportConfig,
-    conn::{Established, PeerInfo},
+    conn::Established,
     error::{AcceptError, ConfigError, HandshakeError, TlsError, TransportError},
     frame::{self, FrameKind},
     handshake::{Handshake, Hello, MAX_ADDR_LEN},
     pool::BufferPool,
     security::{Plain, Security},
+    shared::PeerInfo,
 };
 
 /// Established inbound connections waiting for [`Endpoint::accept`]. When

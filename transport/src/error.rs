@@ -1,8 +1,11 @@
 //! Error types: one enum per concern, all `#[non_exhaustive]`.
+//!
+//! The errors of a [`Sender`](crate::Sender) ([`SendError`](crate::SendError),
+//! [`TrySendError`](crate::TrySendError)) live with it in `sender`: they name
+//! [`Frame`](crate::Frame), and this module stays below the codec that
+//! uses it.
 
 use std::{io, net::SocketAddr, time::Duration};
-
-use crate::frame::Frame;
 
 /// A violation of the framing rules. The stream cannot be resynchronised
 /// after one, so the connection that produced it is closed.
@@ -272,42 +275,4 @@ pub struct AcceptError {
     pub peer: SocketAddr,
     /// What went wrong.
     pub error: TransportError,
-}
-
-/// A refused [`try_send`](crate::Sender::try_send); the frame comes back.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TrySendError<T = Frame> {
-    /// The outbound queue is at its capacity; retry later or use
-    /// [`send`](crate::Sender::send), which waits.
-    #[error("outbound queue full")]
-    Full(T),
-    /// The connection is closed.
-    #[error("connection closed")]
-    Closed(T),
-    /// The frame is larger than the maximum frame size; it can never be sent.
-    #[error(transparent)]
-    TooLarge(FrameError),
-}
-
-impl<T> TrySendError<T> {
-    /// The frame handed back, if the error carries it.
-    pub fn into_inner(self) -> Option<T> {
-        match self {
-            Self::Full(t) | Self::Closed(t) => Some(t),
-            Self::TooLarge(_) => None,
-        }
-    }
-}
-
-/// A refused [`send`](crate::Sender::send).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SendError {
-    /// The connection is closed.
-    #[error("connection closed")]
-    Closed,
-    /// The frame is larger than the maximum frame size; it can never be sent.
-    #[error(transparent)]
-    TooLarge(#[from] FrameError),
 }

@@ -126,6 +126,20 @@ pub fn encode_header(kind: FrameKind, body_len: usize, dst: &mut BytesMut) {
     dst.extend_from_slice(&[a, b, c, d, kind as u8]);
 }
 
+/// Writes `body_len` into the header at the front of `frame`, for a frame
+/// whose body was appended after a header with a placeholder length (the
+/// body's size is known only once it is encoded).
+///
+/// The caller has checked the length (see [`check_len`]).
+///
+/// # Panics
+/// If `frame` is shorter than [`HEADER_LEN`]: the caller wrote no header.
+#[inline]
+pub fn set_body_len(frame: &mut [u8], body_len: usize) {
+    debug_assert!(body_len <= u32::MAX as usize);
+    frame[..4].copy_from_slice(&(body_len as u32).to_be_bytes());
+}
+
 /// Appends `frame` to `dst`.
 ///
 /// # Errors
@@ -178,13 +192,23 @@ pub fn decode_header(
     src: &[u8],
     max_frame_size: usize,
 ) -> Result<Option<(FrameKind, usize)>, FrameError> {
-    let Some(header) = src.get(..HEADER_LEN) else {
+    let Some((kind, len)) = peek_header(src) else {
         return Ok(None);
     };
-    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
     check_len(len, max_frame_size)?;
-    let kind = FrameKind::from_u8(header[4]).ok_or(FrameError::UnknownKind { kind: header[4] })?;
+    let kind = FrameKind::from_u8(kind).ok_or(FrameError::UnknownKind { kind })?;
     Ok(Some((kind, len)))
+}
+
+/// The raw header at the front of `src`: the kind byte and the body length,
+/// or `None` if fewer than [`HEADER_LEN`] bytes are there. Nothing is
+/// checked: for bytes this node encoded itself (the writer walks its queue
+/// with it). Bytes from a peer go through [`decode_header`], which checks
+/// both fields.
+#[inline]
+pub fn peek_header(src: &[u8]) -> Option<(u8, usize)> {
+    let [a, b, c, d, kind] = *src.first_chunk::<HEADER_LEN>()?;
+    Some((kind, u32::from_be_bytes([a, b, c, d]) as usize))
 }
 
 /// Checks what is left when the stream ends: nothing is fine, anything else
@@ -292,6 +316,85 @@ mod tests {
             }
         }
         assert_eq!(out, sample());
+    }
+
+    #[test]
+    fn peek_header_reads_what_encode_header_wrote() {
+        for (kind, len) in [
+            (FrameKind::Message, 0),
+            (FrameKind::System, 3),
+            (FrameKind::Close, 0x0102_0304),
+            (FrameKind::Heartbeat, u32::MAX as usize),
+        ] {
+            let mut buf = BytesMut::new();
+            encode_header(kind, len, &mut buf);
+            assert_eq!(peek_header(&buf), Some((kind as u8, len)));
+            // Trailing bytes (the body, the next frame) are not looked at.
+            buf.put_slice(b"body");
+            assert_eq!(peek_header(&buf), Some((kind as u8, len)));
+        }
+    }
+
+    #[test]
+    fn peek_header_checks_nothing() {
+        // An unassigned kind and a huge length: `decode_header` refuses
+        // both, `peek_header` reports them as they are.
+        let raw = [0xff, 0xff, 0xff, 0xff, 0x7f];
+        assert_eq!(peek_header(&raw), Some((0x7f, u32::MAX as usize)));
+        assert!(decode_header(&raw, MAX).is_err());
+    }
+
+    /// Cut at every offset: a header is there only once all of it is.
+    #[test]
+    fn peek_header_cut_at_every_offset() {
+        let mut wire = BytesMut::new();
+        for f in sample() {
+            encode(&f, &mut wire, MAX).unwrap();
+        }
+        for cut in 0..=wire.len() {
+            let got = peek_header(&wire[..cut]);
+            if cut < HEADER_LEN {
+                assert_eq!(got, None, "cut at {cut}");
+            } else {
+                assert_eq!(got, Some((FrameKind::Message as u8, 5)), "cut at {cut}");
+            }
+        }
+    }
+
+    /// Walks a buffer of whole frames by their headers, as the writer does
+    /// to find frame boundaries.
+    #[test]
+    fn peek_header_walks_frame_boundaries() {
+        let mut wire = BytesMut::new();
+        let mut starts = Vec::new();
+        for f in sample() {
+            starts.push(wire.len());
+            encode(&f, &mut wire, MAX).unwrap();
+        }
+        let mut walked = Vec::new();
+        let mut pos = 0;
+        while let Some((kind, len)) = peek_header(&wire[pos..]) {
+            walked.push(pos);
+            assert_eq!(
+                FrameKind::from_u8(kind),
+                Some(sample()[walked.len() - 1].kind)
+            );
+            pos += HEADER_LEN + len;
+        }
+        assert_eq!(pos, wire.len());
+        assert_eq!(walked, starts);
+    }
+
+    #[test]
+    fn set_body_len_patches_a_placeholder_header() {
+        let mut buf = BytesMut::new();
+        encode_header(FrameKind::System, 0, &mut buf);
+        buf.put_slice(b"abcdef");
+        set_body_len(&mut buf, 6);
+        assert_eq!(peek_header(&buf), Some((FrameKind::System as u8, 6)));
+        let f = decode(&mut buf, MAX).unwrap().expect("one whole frame");
+        assert_eq!(f.kind, FrameKind::System);
+        assert_eq!(&f.body[..], b"abcdef");
     }
 
     #[test]

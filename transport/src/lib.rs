@@ -37,24 +37,68 @@
 //! The wire format is specified byte by byte in `docs/PROTOCOL.md`.
 //!
 //! # Layout
-//! - [`frame`]: sans-IO codec (`encode`, `decode`, `Ok(None)` = need more).
-//! - [`handshake`]: sans-IO hello exchange with magic, version, uid.
-//! - [`heartbeat`]: sans-IO phi-accrual failure detector and heartbeat
-//!   schedule ([`Heartbeater`]); heartbeats travel on the writer's control
-//!   lane ([`Sender::send_heartbeat`]), ahead of queued user data.
+//! Bottom-up: a module calls only modules listed above it (`→` names
+//! them), never one that calls it back. Private modules are named in
+//! `code`; their public types are re-exported at the root.
+//!
+//! Pure, no IO and no tasks:
+//! - `error`: the error enums of the lower layers ([`TransportError`],
+//!   [`FrameError`], [`HandshakeError`], ...). → nothing.
+//! - [`frame`]: sans-IO codec (`encode`, `decode`, `Ok(None)` = need
+//!   more); `peek_header` reads our own queued headers. → `error`.
 //! - `backoff`: [`Backoff`], exponential reconnect delays with jitter.
-//! - `config`: [`TransportConfig`] with documented defaults.
-//! - `endpoint`: [`Endpoint`] binds, accepts, dials, runs handshakes.
-//! - `conn`: [`Established`] → [`Connection`], the supervisor, counters.
-//! - `writer`: [`Sender`] and the batching writer task.
-//! - `reader`: the reader task, [`Handler`], [`Inbound`].
-//! - `pool`: [`BufferPool`] and adaptive read sizing.
-//! - `security`: [`Security`], what secures a TCP stream before the
-//!   handshake; [`Plain`] does nothing.
-//! - `tls`: [`Tls`], [`TlsConfig`]: TLS 1.3 (rustls, ring), mutual
-//!   authentication, certificates bound to advertised identities.
+//!   → nothing.
+//! - [`heartbeat`]: sans-IO phi-accrual failure detector and heartbeat
+//!   schedule ([`Heartbeater`]). → nothing.
+//! - `pool`: [`BufferPool`] and adaptive read sizing. → nothing.
 //! - [`auth`]: [`SharedSecret`] and the HMAC proof of the handshake.
-//! - `error`: one error enum per concern.
+//!   → `error`.
+//! - `config`: [`TransportConfig`] with documented defaults. → `auth`,
+//!   `error`.
+//! - [`handshake`]: sans-IO hello exchange with magic, version, uid.
+//!   → `auth`, `error`, `frame`.
+//!
+//! One connection's state, shared by its handles and tasks (no IO):
+//! - `out_queue`: the outbound queue: user and control lanes under one
+//!   short lock, what producers append and the writer takes, and the
+//!   Open → Closing → Closed state. → `error`, `frame`.
+//! - `shared`: the per-connection state (out queue, counters, close
+//!   reason, cancel tokens, peer); [`CloseReason`], [`PeerInfo`],
+//!   [`ConnStats`]. → `error`, `out_queue`.
+//! - `sender`: [`Sender`], the producers' handle (encodes into the out
+//!   queue, never touches the socket), [`Pushed`], [`SendError`],
+//!   [`TrySendError`]. → `error`, `frame`, `out_queue`, `shared`.
+//!
+//! The two tasks of a connection (the only code on a socket):
+//! - `writer`: the writer task: take the queue, write it (the control
+//!   lane first, and between two frames of a large batch), flush.
+//!   Heartbeats travel on that control lane ([`Sender::send_heartbeat`]).
+//!   → `error`, `frame`, `out_queue`, `shared`.
+//! - `reader`: the reader task, the [`Handler`] it calls, `ReadIo` (what
+//!   it reads from) and the one function that routes each inbound frame.
+//!   → `config`, `error`, `frame`, `pool`, `sender`, `shared`.
+//! - `inbound`: [`Inbound`], inbound frames as a channel (a [`Handler`]
+//!   that forwards batches). → `frame`, `reader`, `shared`.
+//!
+//! Streams:
+//! - `tls_read` (feature `tls`): the reader's and writer's halves of a
+//!   TLS stream; reads lend rustls's plaintext buffer so the reader parses
+//!   in place. → `reader`.
+//! - `security`: [`Security`], what secures a TCP stream before the
+//!   handshake, and how each stream splits into the tasks' halves;
+//!   [`Plain`] does nothing. → `error`, `handshake`, `reader`, `tls_read`.
+//!
+//! Connections and endpoints:
+//! - `conn`: [`Established`] → [`Connection`]: wires the shared state, the
+//!   two tasks and the supervisor that records how it ended. → `config`,
+//!   `frame`, `inbound`, `out_queue`, `pool`, `reader`, `security`,
+//!   `sender`, `shared`, `writer`.
+//! - `endpoint`: [`Endpoint`] binds, accepts, dials, runs handshakes.
+//!   → `auth`, `config`, `conn`, `error`, `frame`, `handshake`, `pool`,
+//!   `security`, `shared`.
+//! - `tls` (feature `tls`): [`Tls`], [`TlsConfig`]: TLS 1.3 (rustls,
+//!   ring), mutual authentication, certificates bound to advertised
+//!   identities. → `config`, `endpoint`, `error`, `handshake`, `security`.
 //!
 //! # Security
 //! An [`Endpoint`] is generic over its [`Security`]: `Endpoint` (=
@@ -84,12 +128,17 @@ mod error;
 pub mod frame;
 pub mod handshake;
 pub mod heartbeat;
+mod inbound;
+mod out_queue;
 mod pool;
 mod reader;
 mod security;
-mod split;
+mod sender;
+mod shared;
 #[cfg(feature = "tls")]
 mod tls;
+#[cfg(feature = "tls")]
+mod tls_read;
 mod writer;
 
 pub use auth::{MIN_SECRET_LEN, SharedSecret};
@@ -99,17 +148,16 @@ pub use config::{
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_INBOUND_CONNECTIONS, DEFAULT_PRODUCER_YIELD_BYTES,
     DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
 };
-pub use conn::{CloseReason, ConnStats, Connection, Established, PeerInfo};
+pub use conn::{Connection, Established};
 pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
-pub use error::{
-    AcceptError, ConfigError, FrameError, HandshakeError, SendError, TlsError, TransportError,
-    TrySendError,
-};
+pub use error::{AcceptError, ConfigError, FrameError, HandshakeError, TlsError, TransportError};
 pub use frame::{Frame, FrameKind};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
+pub use inbound::Inbound;
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
-pub use reader::{Handler, Inbound, MAX_READ_SIZE};
+pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
+pub use sender::{Pushed, SendError, Sender, TrySendError};
+pub use shared::{CloseReason, ConnStats, PeerInfo};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};
-pub use writer::{Pushed, Sender};

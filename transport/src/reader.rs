@@ -7,29 +7,54 @@
 //! pauses reading, which is how a full mailbox pushes back through TCP onto
 //! the peer. Reading resumes into the same allocation once every slice
 //! handed out of it has been dropped.
+//!
+//! A frame is read one of three ways: split off the read buffer as `Bytes`
+//! (`frame::decode`), borrowed in place from it (a [`Handler::BORROW`]
+//! handler), or borrowed in place from the stream's own buffer (a
+//! [`ReadIo::CHUNKED`] stream, TLS, with a `BORROW` handler; see
+//! `parse_chunk`). All three hand the frame to `Dispatch::frame`, the one
+//! place that decides where it goes.
 
-use std::{
-    collections::VecDeque,
-    future::Future,
-    mem,
-    sync::{Arc, Mutex, PoisonError},
-};
+use std::{future::Future, io, mem, sync::Arc, task::Context, task::Poll};
 
-use bytes::{Buf, BytesMut};
-use tokio::{io::AsyncReadExt, sync::mpsc};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::{
     config::TransportConfig,
-    conn::{CloseReason, Shared},
     error::{FrameError, TransportError},
     frame::{self, Frame, FrameKind},
     pool::ReadSize,
-    split::ReadIo,
-    writer::{OutState, Sender},
+    sender::Sender,
+    shared::{CloseReason, Shared},
 };
 
 /// The most a single read asks for, however full reads come back.
 pub const MAX_READ_SIZE: usize = 1024 * 1024;
+
+/// What the reader task reads from: a stream it reads with `poll_read`
+/// into its own buffer (`TcpStream`'s half), or one that lends out its own
+/// buffer ([`CHUNKED`](Self::CHUNKED); TLS, see `tls_read`).
+pub trait ReadIo: AsyncRead + Unpin + Send + 'static {
+    /// Reads come as chunks of the stream's own buffer
+    /// ([`poll_chunk`](Self::poll_chunk)) instead of `poll_read`.
+    const CHUNKED: bool = false;
+
+    /// Waits for buffered data, hands it to `f` and consumes all of it;
+    /// `Ok(None)` at end of stream. Only for `CHUNKED` streams; others
+    /// answer with an error.
+    fn poll_chunk<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Poll<io::Result<Option<R>>> {
+        let _ = (cx, f);
+        Poll::Ready(Err(io::Error::other("this stream reads with poll_read")))
+    }
+}
+
+/// Plain streams are read with `poll_read`.
+impl<T: AsyncRead + Send + 'static> ReadIo for tokio::io::ReadHalf<T> {}
 
 /// Receives a connection's inbound application frames.
 ///
@@ -88,115 +113,11 @@ pub trait Handler: Send + 'static {
     }
 }
 
-/// Batches delivered through a channel: one `Vec` per read, recycled.
-#[derive(Debug)]
-pub(crate) struct ChannelHandler {
-    batch: Vec<Frame>,
-    tx: Option<mpsc::Sender<Vec<Frame>>>,
-    spare: Arc<Mutex<Vec<Vec<Frame>>>>,
-    reason: Arc<Mutex<Option<CloseReason>>>,
-}
-
-impl ChannelHandler {
-    pub(crate) fn new(capacity: usize) -> (Self, Inbound) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        let spare = Arc::new(Mutex::new(Vec::new()));
-        let reason = Arc::new(Mutex::new(None));
-        (
-            Self {
-                batch: Vec::new(),
-                tx: Some(tx),
-                spare: spare.clone(),
-                reason: reason.clone(),
-            },
-            Inbound {
-                rx,
-                current: VecDeque::new(),
-                spare,
-                reason,
-            },
-        )
-    }
-}
-
-impl Handler for ChannelHandler {
-    fn on_frame(&mut self, frame: Frame) {
-        self.batch.push(frame);
-    }
-
-    fn on_batch_end(&mut self) -> impl Future<Output = ()> + Send {
-        let next = self
-            .spare
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default();
-        let batch = std::mem::replace(&mut self.batch, next);
-        let tx = self.tx.clone();
-        async move {
-            if batch.is_empty() {
-                return;
-            }
-            if let Some(tx) = tx {
-                // An error means the Inbound was dropped: frames are discarded.
-                let _ = tx.send(batch).await;
-            }
-        }
-    }
-
-    fn on_close(&mut self, reason: &CloseReason) {
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
-        self.tx = None;
-    }
-}
-
-/// The receiving end of [`Established::start_channel`](crate::Established::start_channel).
-#[derive(Debug)]
-pub struct Inbound {
-    rx: mpsc::Receiver<Vec<Frame>>,
-    current: VecDeque<Frame>,
-    spare: Arc<Mutex<Vec<Vec<Frame>>>>,
-    reason: Arc<Mutex<Option<CloseReason>>>,
-}
-
-impl Inbound {
-    /// The next inbound frame, or `None` once the connection has ended and
-    /// every frame received before has been returned.
-    pub async fn recv(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(f) = self.current.pop_front() {
-                return Some(f);
-            }
-            let mut batch = self.rx.recv().await?;
-            self.current.extend(batch.drain(..));
-            let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-            // Keep a few empty vectors for the reader; the rest are freed.
-            if spare.len() < 8 {
-                spare.push(batch);
-            }
-        }
-    }
-
-    /// Why the connection ended, once [`recv`](Self::recv) has returned
-    /// `None`.
-    pub fn close_reason(&self) -> Option<CloseReason> {
-        self.reason
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
 /// The stream ended cleanly between frames: after the peer's Close, or
 /// while closing ourselves, that is the end; otherwise the connection was
 /// lost.
 fn end_of_stream(shared: &Shared, peer_closed: bool) {
-    let closing = shared
-        .out
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .state
-        != OutState::Open;
+    let closing = !shared.out.is_open();
     if !peer_closed && !closing {
         shared.abort(CloseReason::Lost);
         tracing::warn!(peer = %shared.peer.socket_addr, "connection lost: stream ended without a close frame");
@@ -260,9 +181,7 @@ pub(crate) async fn run<R: ReadIo, H: Handler>(
     mut handler: H,
     config: Arc<TransportConfig>,
 ) {
-    handler.on_start(&Sender {
-        shared: shared.clone(),
-    });
+    handler.on_start(&Sender::new(shared.clone()));
     let result = drive(&mut io, &mut buf, &shared, &mut handler, &config).await;
     match result {
         Ok(()) => {}
@@ -277,29 +196,79 @@ pub(crate) async fn run<R: ReadIo, H: Handler>(
     handler.on_close(&reason);
 }
 
-/// Handles a frame the application does not see: close, heartbeats, and
-/// frames that have no business after the handshake (or after Close).
-fn control_frame(
-    kind: FrameKind,
-    body: &[u8],
-    shared: &Shared,
-    control: &Sender,
-    peer_closed: &mut bool,
-) -> Result<(), TransportError> {
-    match kind {
-        FrameKind::Close => {
-            let reason = String::from_utf8_lossy(body).into_owned();
-            tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
-            shared.set_reason(CloseReason::Remote(reason));
-            shared.begin_close("peer closed".into());
-            *peer_closed = true;
-            Ok(())
+/// A frame body as the reader holds it: borrowed from a read buffer (the
+/// in-place paths, for [`Handler::BORROW`]) or split off it as `Bytes`.
+trait InBody: std::ops::Deref<Target = [u8]> {
+    /// Hands an application frame with this body to `handler`.
+    fn deliver<H: Handler>(self, handler: &mut H, kind: FrameKind);
+}
+
+impl InBody for &[u8] {
+    #[inline]
+    fn deliver<H: Handler>(self, handler: &mut H, kind: FrameKind) {
+        handler.on_frame_ref(kind, self);
+    }
+}
+
+impl InBody for Bytes {
+    #[inline]
+    fn deliver<H: Handler>(self, handler: &mut H, kind: FrameKind) {
+        handler.on_frame(Frame { kind, body: self });
+    }
+}
+
+/// Where each inbound frame goes, and what the reader remembers across
+/// frames: whether the peer has closed, and whether this read delivered
+/// anything (then the handler's batch ends).
+struct Dispatch<'a> {
+    shared: &'a Shared,
+    /// The peer's Close arrived: later application frames are refused.
+    peer_closed: bool,
+    /// An application frame reached the handler since the last batch end.
+    delivered: bool,
+}
+
+impl Dispatch<'_> {
+    /// The one place an inbound frame is routed, whichever way it was read:
+    /// application frames to the handler (until the peer's Close),
+    /// heartbeat acks to the handler, the rest to [`control`](Self::control).
+    #[inline]
+    fn frame<H: Handler, B: InBody>(
+        &mut self,
+        handler: &mut H,
+        kind: FrameKind,
+        body: B,
+    ) -> Result<(), TransportError> {
+        match kind {
+            FrameKind::Message | FrameKind::System if !self.peer_closed => {
+                self.delivered = true;
+                body.deliver(handler, kind);
+            }
+            FrameKind::HeartbeatAck => handler.on_heartbeat_ack(&body),
+            kind => self.control(kind, &body)?,
         }
-        FrameKind::Heartbeat => {
-            control.push_control(FrameKind::HeartbeatAck, body);
-            Ok(())
+        Ok(())
+    }
+
+    /// Handles a frame the application does not see: close, heartbeats, and
+    /// frames that have no business after the handshake (or after Close).
+    fn control(&mut self, kind: FrameKind, body: &[u8]) -> Result<(), TransportError> {
+        let shared = self.shared;
+        match kind {
+            FrameKind::Close => {
+                let reason = String::from_utf8_lossy(body).into_owned();
+                tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
+                shared.set_reason(CloseReason::Remote(reason));
+                shared.out.begin_close("peer closed".into());
+                self.peer_closed = true;
+                Ok(())
+            }
+            FrameKind::Heartbeat => {
+                shared.out.push_control(FrameKind::HeartbeatAck, body);
+                Ok(())
+            }
+            kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
         }
-        kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
     }
 }
 
@@ -310,15 +279,15 @@ async fn drive<R: ReadIo, H: Handler>(
     handler: &mut H,
     config: &TransportConfig,
 ) -> Result<(), TransportError> {
-    let control = Sender {
-        shared: shared.clone(),
-    };
     let max = config.max_frame_size;
     let mut read_size = ReadSize::new(config.read_buffer_size, MAX_READ_SIZE);
-    let mut peer_closed = false;
+    let mut dispatch = Dispatch {
+        shared,
+        peer_closed: false,
+        delivered: false,
+    };
     let mut bytes_read = buf.len() as u64;
     let mut frames = 0u64;
-    let mut delivered = false;
     loop {
         handler.on_read(buf.len());
         if H::BORROW {
@@ -332,34 +301,19 @@ async fn drive<R: ReadIo, H: Handler>(
                     buf.reserve(missing);
                     break;
                 }
-                let body = &buf[pos + frame::HEADER_LEN..pos + total];
                 frames += 1;
-                match kind {
-                    FrameKind::Message | FrameKind::System if !peer_closed => {
-                        delivered = true;
-                        handler.on_frame_ref(kind, body);
-                    }
-                    FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
-                    kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
-                }
+                dispatch.frame(handler, kind, &buf[pos + frame::HEADER_LEN..pos + total])?;
                 pos += total;
             }
             buf.advance(pos);
         } else {
             while let Some(f) = frame::decode(buf, max)? {
                 frames += 1;
-                match f.kind {
-                    FrameKind::Message | FrameKind::System if !peer_closed => {
-                        delivered = true;
-                        handler.on_frame(f);
-                    }
-                    FrameKind::HeartbeatAck => handler.on_heartbeat_ack(&f.body),
-                    kind => control_frame(kind, &f.body, shared, &control, &mut peer_closed)?,
-                }
+                dispatch.frame(handler, f.kind, f.body)?;
             }
         }
         shared.stats.record_read(frames, bytes_read);
-        if mem::take(&mut delivered) {
+        if mem::take(&mut dispatch.delivered) {
             handler.on_batch_end().await;
         }
         frames = 0;
@@ -375,15 +329,7 @@ async fn drive<R: ReadIo, H: Handler>(
                         handler.on_read(buf.len() + chunk.len());
                         let n = chunk.len() as u64;
                         let parsed = parse_chunk(chunk, buf, max, |kind, body| {
-                            match kind {
-                                FrameKind::Message | FrameKind::System if !peer_closed => {
-                                    delivered = true;
-                                    handler.on_frame_ref(kind, body);
-                                }
-                                FrameKind::HeartbeatAck => handler.on_heartbeat_ack(body),
-                                kind => control_frame(kind, body, shared, &control, &mut peer_closed)?,
-                            }
-                            Ok(())
+                            dispatch.frame(handler, kind, body)
                         });
                         parsed.map(|f| (n, f))
                     })
@@ -397,7 +343,7 @@ async fn drive<R: ReadIo, H: Handler>(
                 }
                 None => {
                     frame::decode_eof(buf)?;
-                    end_of_stream(shared, peer_closed);
+                    end_of_stream(shared, dispatch.peer_closed);
                     return Ok(());
                 }
             }
@@ -416,7 +362,7 @@ async fn drive<R: ReadIo, H: Handler>(
         };
         if n == 0 {
             frame::decode_eof(buf)?;
-            end_of_stream(shared, peer_closed);
+            end_of_stream(shared, dispatch.peer_closed);
             return Ok(());
         }
         read_size.record(n);

@@ -100,13 +100,13 @@ impl Security for Plain {
 pub(crate) mod sealed {
     use tokio::io::AsyncWrite;
 
-    use crate::split::ReadIo;
+    use crate::reader::ReadIo;
 
     /// Keeps [`Security`](super::Security) implementable only here.
     pub trait Sealed {}
     impl Sealed for super::Plain {}
-    #[cfg(feature = "tls")]
-    impl Sealed for crate::tls::Tls {}
+    // `Tls` is sealed in `tls`, so that this module does not import it
+    // back.
 
     /// How a connection's stream splits into its reader's and writer's
     /// halves (and keeps [`Stream`](super::Stream) implementable only
@@ -140,10 +140,10 @@ pub(crate) mod sealed {
     macro_rules! tls_split {
         ($($t:ty),*) => {
             $(impl SplitIo for $t {
-                type Read = crate::split::ReadHalf<$t>;
-                type Write = crate::split::WriteHalf<$t>;
+                type Read = crate::tls_read::TlsReadHalf<$t>;
+                type Write = crate::tls_read::TlsWriteHalf<$t>;
                 fn split_io(self) -> (Self::Read, Self::Write) {
-                    crate::split::split(self)
+                    crate::tls_read::split_tls(self)
                 }
             })*
         };

@@ -45,7 +45,7 @@ use crate::{
     config::TransportConfig,
     error::{HandshakeError, TlsError, TransportError},
     handshake::Hello,
-    security::Security,
+    security::{Security, sealed::Sealed},
 };
 
 /// How long a failed TLS handshake keeps the socket open to let our alert
@@ -426,6 +426,10 @@ fn linger(mut tcp: TcpStream) {
         .await;
     });
 }
+
+// The seal lives here, not in `security`, so that `security` does not
+// import this module back.
+impl Sealed for Tls {}
 
 impl Security for Tls {
     type Accepted = server::TlsStream<TcpStream>;

@@ -1,13 +1,16 @@
 //! The reader's and writer's halves of a TLS stream, and reads that hand
-//! out the stream's own plaintext buffer.
+//! out rustls's own plaintext buffer.
 //!
-//! rustls keeps each record's plaintext in a buffer of its own; reading
-//! with `poll_read` copies it into the reader's buffer, one more copy of
-//! every byte after rustls's own. With [`ReadIo::poll_chunk`] the reader
-//! parses frames in place in rustls's buffer and copies only a frame that
-//! a record boundary cuts in two. Like `tokio::io::split`, both halves
-//! share the stream under a mutex held for one poll at a time.
-
+//! Not to be confused with `tokio::io::split`, which plaintext connections
+//! use: that one only reads with `poll_read`. rustls keeps each record's
+//! plaintext in a buffer of its own; reading with `poll_read` copies it
+//! into the reader's buffer, one more copy of every byte after rustls's
+//! own. [`TlsReadHalf`] implements [`ReadIo::poll_chunk`] with
+//! `AsyncBufRead::poll_fill_buf`, so the reader parses frames in place in
+//! rustls's buffer and copies only a frame that a record boundary cuts in
+//! two. Like `tokio::io::split`, both halves share the stream under a
+//! mutex held for one poll at a time (lock order: this stream lock, then
+//! the out-queue lock, which a handler reached from `poll_chunk` may take).
 use std::{
     io,
     pin::Pin,
@@ -17,47 +20,28 @@ use std::{
 
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, ReadBuf};
 
-/// What the reader task reads from.
-pub trait ReadIo: AsyncRead + Unpin + Send + 'static {
-    /// Reads come as chunks of the stream's own buffer
-    /// ([`poll_chunk`](Self::poll_chunk)) instead of `poll_read`.
-    const CHUNKED: bool = false;
+use crate::reader::ReadIo;
 
-    /// Waits for buffered data, hands it to `f` and consumes all of it;
-    /// `Ok(None)` at end of stream. Only for `CHUNKED` streams; others
-    /// answer with an error.
-    fn poll_chunk<R>(
-        &mut self,
-        cx: &mut Context<'_>,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> Poll<io::Result<Option<R>>> {
-        let _ = (cx, f);
-        Poll::Ready(Err(io::Error::other("this stream reads with poll_read")))
-    }
-}
-
-impl<T: AsyncRead + Send + 'static> ReadIo for tokio::io::ReadHalf<T> {}
-
-/// The reader's half.
+/// The reader's half of a TLS stream: reads lend rustls's buffer.
 #[derive(Debug)]
-pub struct ReadHalf<T> {
+pub struct TlsReadHalf<T> {
     inner: Arc<Mutex<T>>,
 }
 
-/// The writer's half.
+/// The writer's half of a TLS stream.
 #[derive(Debug)]
-pub struct WriteHalf<T> {
+pub struct TlsWriteHalf<T> {
     inner: Arc<Mutex<T>>,
 }
 
 /// Splits `stream` into halves that lock it for one poll at a time.
-pub(crate) fn split<T>(stream: T) -> (ReadHalf<T>, WriteHalf<T>) {
+pub(crate) fn split_tls<T>(stream: T) -> (TlsReadHalf<T>, TlsWriteHalf<T>) {
     let inner = Arc::new(Mutex::new(stream));
     (
-        ReadHalf {
+        TlsReadHalf {
             inner: inner.clone(),
         },
-        WriteHalf { inner },
+        TlsWriteHalf { inner },
     )
 }
 
@@ -67,7 +51,7 @@ fn with<T: Unpin, R>(inner: &Mutex<T>, f: impl FnOnce(Pin<&mut T>) -> R) -> R {
     f(Pin::new(&mut *guard))
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for ReadHalf<T> {
+impl<T: AsyncRead + Unpin> AsyncRead for TlsReadHalf<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -77,7 +61,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ReadHalf<T> {
     }
 }
 
-impl<T: AsyncBufRead + Unpin + Send + 'static> ReadIo for ReadHalf<T> {
+impl<T: AsyncBufRead + Unpin + Send + 'static> ReadIo for TlsReadHalf<T> {
     const CHUNKED: bool = true;
 
     fn poll_chunk<R>(
@@ -102,7 +86,7 @@ impl<T: AsyncBufRead + Unpin + Send + 'static> ReadIo for ReadHalf<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for WriteHalf<T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for TlsWriteHalf<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -1,0 +1,288 @@
+//! The producers' side of a connection: [`Sender`], the cheap handle
+//! that queues frames, and the errors it returns.
+//!
+//! A sender never touches the socket: it encodes into the connection's
+//! [`OutQueue`](crate::out_queue::OutQueue) under the queue's short lock (see `out_queue`), wakes the
+//! writer if it was idle, and returns. Waiting for room is waiting on the
+//! queue's `space` notification, which the writer signals when it takes
+//! the queue.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+
+use crate::{
+    error::FrameError,
+    frame::{self, Frame, FrameKind},
+    out_queue::{Always, Body, Maybe, Refused},
+    shared::{CloseReason, Shared},
+};
+
+/// What [`Sender::try_push_with`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued. `yield_now` asks the caller to yield its thread to the
+    /// connection's writer: see [`Sender::try_push_with`].
+    Queued {
+        /// Yield (once) so the writer can hand the queue to the socket.
+        yield_now: bool,
+    },
+    /// The encoder returned false; nothing was queued.
+    Abandoned,
+}
+
+/// A cheap, cloneable handle that queues frames on one connection.
+///
+/// Method groups:
+/// - waiting for room: [`send`](Self::send), [`send_with`](Self::send_with);
+/// - never waiting: [`try_send`](Self::try_send),
+///   [`try_send_with`](Self::try_send_with).
+///
+/// `*_with` variants encode the body straight into the connection's
+/// outbound buffer, with no intermediate allocation.
+#[derive(Clone)]
+pub struct Sender {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
+
+impl Sender {
+    /// A handle on `shared`'s connection.
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    #[inline]
+    fn push<B: Body>(
+        &self,
+        kind: FrameKind,
+        encode: B,
+        wait_on_full: bool,
+    ) -> Result<bool, Refused<B>> {
+        self.shared.out.push(kind, encode, wait_on_full)
+    }
+
+    /// Queues `frame`, waiting while the queue is full (backpressure).
+    ///
+    /// The body is copied into the pooled outbound buffer; the `Bytes` is
+    /// released when this returns.
+    ///
+    /// # Errors
+    /// [`SendError::TooLarge`] for a body above the maximum frame size,
+    /// [`SendError::Closed`] once the connection is closing or closed.
+    pub async fn send(&self, frame: Frame) -> Result<(), SendError> {
+        frame::check_len(frame.body.len(), self.shared.out.max_frame_size)?;
+        let body = &frame.body;
+        self.send_with(frame.kind, |b| b.extend_from_slice(body))
+            .await
+    }
+
+    /// Queues a frame whose body `encode` appends to the buffer it is given,
+    /// waiting while the queue is full.
+    ///
+    /// Once the woken writer has a large batch waiting for a thread (see
+    /// [`try_push_with`](Self::try_push_with)), this yields once,
+    /// so a producer sending in a loop lets the batch go out while it goes
+    /// on, instead of holding the thread until its loop ends.
+    ///
+    /// `encode` runs under the connection's queue lock: keep it to encoding.
+    /// If the body it writes exceeds the maximum frame size, the frame is
+    /// removed again and nothing is sent.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_with<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<(), SendError> {
+        let mut encode = match self.push(kind, Always(encode), false) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {
+                tokio::task::yield_now().await;
+                return Ok(());
+            }
+            Err(Refused::Full(f)) => f,
+            Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendError::Closed),
+            Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
+        };
+        loop {
+            // Register interest before re-checking, so a writer that frees
+            // room between the check and the await cannot be missed.
+            let notified = self.shared.out.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            encode = match self.push(kind, encode, true) {
+                Ok(_) => return Ok(()),
+                Err(Refused::Full(f)) => f,
+                Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendError::Closed),
+                Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
+            };
+            notified.await;
+        }
+    }
+
+    /// Queues `frame` if there is room now.
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] and [`TrySendError::Closed`] hand the frame
+    /// back; [`TrySendError::TooLarge`] names the size and the limit.
+    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendError<Frame>> {
+        if let Err(e) = frame::check_len(frame.body.len(), self.shared.out.max_frame_size) {
+            return Err(TrySendError::TooLarge(e));
+        }
+        let body = &frame.body;
+        match self.push(
+            frame.kind,
+            Always(|b: &mut BytesMut| b.extend_from_slice(body)),
+            false,
+        ) {
+            Ok(_) => Ok(()),
+            Err(Refused::Full(_)) => Err(TrySendError::Full(frame)),
+            Err(Refused::Closed(_) | Refused::Abandoned) => Err(TrySendError::Closed(frame)),
+            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+        }
+    }
+
+    /// Queues a frame encoded by `encode` if there is room now.
+    ///
+    /// # Errors
+    /// `Full` and `Closed` hand `encode` back uncalled.
+    pub fn try_send_with<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<(), TrySendError<F>> {
+        match self.push(kind, Always(encode), false) {
+            Ok(_) => Ok(()),
+            Err(Refused::Full(f)) => Err(TrySendError::Full(f.0)),
+            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f.0)),
+            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+            Err(Refused::Abandoned) => unreachable!("an infallible encoder gave up"),
+        }
+    }
+
+    /// As [`try_send_with`](Self::try_send_with), for an encoder that may
+    /// give up: if `encode` returns false, what it appended is removed and
+    /// nothing is sent ([`Pushed::Abandoned`]). For callers that encode
+    /// straight into the queue and find out only while encoding that the
+    /// frame should not go (too large, say).
+    ///
+    /// A queued frame also says whether the caller should yield its thread
+    /// to the writer: `yield_now` is true when the writer, woken by an
+    /// earlier frame, has not run yet and the queue has reached the yield
+    /// threshold
+    /// ([`TransportConfig::set_producer_yield_bytes`](crate::TransportConfig::set_producer_yield_bytes)).
+    ///
+    /// Why: the writer is a task, and on a single-threaded runtime (or
+    /// when tokio keeps the woken writer on the waking worker) it only runs
+    /// when the producing task yields. A producer that sends thousands of
+    /// frames in one go would otherwise hand them all to the socket in one
+    /// write after its loop, and the peer would start on none of them
+    /// until then. Yielding once per threshold lets the first batch go out
+    /// while the producer encodes the next, so both nodes work at once.
+    /// Once per wake of the writer; ignoring it is harmless.
+    ///
+    /// # Errors
+    /// As [`try_send_with`](Self::try_send_with).
+    pub fn try_push_with<F: FnOnce(&mut BytesMut) -> bool>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<Pushed, TrySendError<F>> {
+        match self.push(kind, Maybe(encode), false) {
+            Ok(yield_now) => Ok(Pushed::Queued { yield_now }),
+            Err(Refused::Abandoned) => Ok(Pushed::Abandoned),
+            Err(Refused::Full(f)) => Err(TrySendError::Full(f.0)),
+            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f.0)),
+            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+        }
+    }
+
+    /// Queues a [`FrameKind::Heartbeat`] with `body` on the control lane:
+    /// it never waits for room and overtakes queued user data (it goes out
+    /// with the next write, between two frames of a large batch). The peer
+    /// answers with a [`FrameKind::HeartbeatAck`] carrying the same body,
+    /// which reaches [`Handler::on_heartbeat_ack`](crate::Handler::on_heartbeat_ack).
+    ///
+    /// Returns false if the connection is closed.
+    pub fn send_heartbeat(&self, body: &[u8]) -> bool {
+        self.shared.out.push_control(FrameKind::Heartbeat, body)
+    }
+
+    /// Bytes queued and not yet handed to the socket.
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.out.queued_bytes()
+    }
+
+    /// True once the connection no longer accepts frames.
+    pub fn is_closed(&self) -> bool {
+        !self.shared.out.is_open()
+    }
+
+    /// Waits until the writer has taken everything queued so far (handed it
+    /// to the socket), or the connection is closing. For bulk senders that
+    /// pace themselves: queue one chunk, wait, queue the next, so that
+    /// frames other senders queue meanwhile go out between two chunks
+    /// instead of behind all of them.
+    ///
+    /// The writer takes the whole queue at once, so one take after this
+    /// call is enough: frames other senders queue right after it do not
+    /// keep this waiting.
+    pub async fn wait_taken(&self) {
+        self.shared.out.wait_taken().await;
+    }
+
+    /// Ends the connection at once: queued frames are dropped (and
+    /// counted), the reader stops, and the connection's close reason is
+    /// `Local(reason)`. For handlers that find the peer misbehaving.
+    pub fn abort(&self, reason: &str) {
+        tracing::warn!(peer = %self.shared.peer.socket_addr, reason, "aborting connection");
+        self.shared.abort(CloseReason::Local(reason.to_owned()));
+    }
+}
+
+/// A refused [`try_send`](Sender::try_send); the frame comes back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrySendError<T = Frame> {
+    /// The outbound queue is at its capacity; retry later or use
+    /// [`send`](Sender::send), which waits.
+    #[error("outbound queue full")]
+    Full(T),
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed(T),
+    /// The frame is larger than the maximum frame size; it can never be sent.
+    #[error(transparent)]
+    TooLarge(FrameError),
+}
+
+impl<T> TrySendError<T> {
+    /// The frame handed back, if the error carries it.
+    pub fn into_inner(self) -> Option<T> {
+        match self {
+            Self::Full(t) | Self::Closed(t) => Some(t),
+            Self::TooLarge(_) => None,
+        }
+    }
+}
+
+/// A refused [`send`](Sender::send).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed,
+    /// The frame is larger than the maximum frame size; it can never be sent.
+    #[error(transparent)]
+    TooLarge(#[from] FrameError),
+}
