@@ -26,13 +26,15 @@ use crate::{
     node::Node,
     path::ActorPath,
     registry::{Registry, Target},
-    remote::{Recipient, TellError},
+    remote::{Association, Recipient, TellError},
     serialization::{RemoteMessage, decoding_node, manifest_id},
     watch::{Watch, WatchSink},
 };
 
 /// A ref to an actor on another node.
 pub(crate) struct RemoteRef<M> {
+    /// The link to the actor's node.
+    pub(crate) assoc: Arc<Association>,
     pub(crate) recipient: Arc<Recipient>,
     pub(crate) manifest: u32,
     pub(crate) _msg: PhantomData<fn(M)>,
@@ -161,16 +163,18 @@ impl<M: Send + 'static> ActorRef<M> {
                 .unwrap_or_else(|| Self::dead(path, Arc::downgrade(&node.registry))));
         }
         let remoting = node.remoting.as_ref().ok_or(ResolveError::NoRemoting)?;
-        Ok(Self::remote_unchecked(remoting.recipient(path)))
+        let (assoc, recipient) = remoting.recipient(path);
+        Ok(Self::remote_unchecked(assoc, recipient))
     }
 
     /// A ref to a remote recipient, assumed to take `M`.
-    pub(crate) fn remote_unchecked(recipient: Arc<Recipient>) -> Self
+    pub(crate) fn remote_unchecked(assoc: Arc<Association>, recipient: Arc<Recipient>) -> Self
     where
         M: RemoteMessage,
     {
         Self {
             inner: Inner::Remote(Arc::new(RemoteRef {
+                assoc,
                 recipient,
                 manifest: manifest_id(M::MANIFEST),
                 _msg: PhantomData,
@@ -194,7 +198,7 @@ impl<M: Send + 'static> ActorRef<M> {
         match &self.inner {
             Inner::Local(c) => c.registry.upgrade(),
             Inner::Promise(p) => p.registry.upgrade(),
-            Inner::Remote(r) => r.recipient.assoc.registry(),
+            Inner::Remote(r) => r.assoc.registry(),
             Inner::Dead(_, s) => s.upgrade(),
         }
     }
@@ -236,12 +240,9 @@ impl<M: Send + 'static> ActorRef<M> {
                 .map(|()| false)
                 .map_err(|m| self.gone(m, "ask already answered or timed out")),
             Inner::Remote(r) => {
-                match r
-                    .recipient
-                    .assoc
-                    .tell_hint(&r.recipient, r.manifest, &|b, limit| {
-                        (r.encode)(&msg, b, limit)
-                    }) {
+                match r.assoc.tell_hint(&r.recipient, r.manifest, &|b, limit| {
+                    (r.encode)(&msg, b, limit)
+                }) {
                     Ok(yield_now) => Ok(yield_now),
                     Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
                     Err(TellError::Gone) => {
@@ -293,7 +294,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 Err(Queued::Batch(..)) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) => {
-                let assoc = &r.recipient.assoc;
+                let assoc = &r.assoc;
                 // Encoded before any await: the future holds bytes, not a
                 // borrow of the message (`M` need not be `Sync`).
                 let encoded =
@@ -388,7 +389,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Promise(p) => {
                 p.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
             }
-            Inner::Remote(r) => r.recipient.assoc.send_stop(&r.recipient),
+            Inner::Remote(r) => r.assoc.send_stop(&r.recipient),
             Inner::Dead(..) => {}
         }
     }
@@ -411,7 +412,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 path: p.path.clone(),
                 reason: StopReason::NotFound,
             }),
-            Inner::Remote(r) => r.recipient.assoc.watch(&r.recipient, sink),
+            Inner::Remote(r) => r.assoc.watch(&r.recipient, sink),
             Inner::Dead(p, _) => sink.deliver(Terminated {
                 path: p.clone(),
                 reason: StopReason::NotFound,

@@ -209,7 +209,8 @@ impl ActorSystem {
         match manifest {
             None => Err(ResolveError::NotFound(path.to_string())),
             Some((id, _)) if id == manifest_id(M::MANIFEST) => {
-                Ok(ActorRef::remote_unchecked(remoting.recipient(path)))
+                let (assoc, recipient) = remoting.recipient(path);
+                Ok(ActorRef::remote_unchecked(assoc, recipient))
             }
             Some((_, name)) => Err(ResolveError::WrongType {
                 path: path.to_string(),

@@ -1,17 +1,9 @@
 //! An association: the link to one remote node, its state and its
-//! transitions (connect, install, close, fail, quarantine, unreachable).
-//! Sending on it is `outbound`, its large-message lane `large`, and the
-//! decisions about liveness and incarnations `liveness`.
-//!
-//! ```text
-//!          tell / watch / resolve             connect ok / inbound
-//!   Idle ───────────────────────► Connecting ───────────────────► Up(link)
-//!    ▲                            (buffers up to   │                │
-//!    │   connect failed: buffered  pending_capacity)│                │
-//!    ├────────────────────────────────────────────┘                │
-//!    │   link closed, unreachable, quarantined, shutdown            │
-//!    └────────────────────────────────────────────────────────────┘
-//! ```
+//! transitions (connect, install, close, fail, quarantine, unreachable;
+//! the state diagram is at `link::LinkState`), and the system messages it
+//! carries (identify, watch, stop, terminated, delivered reliably). The
+//! decisions about liveness and incarnations are `liveness`'s; user
+//! messages are sent by `outbound`, which builds on this.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -24,26 +16,25 @@ use std::{
 
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
-use transport::{CloseReason, ConnStats, Connection, FrameKind, Sender};
+use transport::{CloseReason, ConnStats, Connection, FrameKind, TrySendError};
 
 use super::{
-    Shared,
     compression::OutboundIds,
+    context::Context,
     events::RemoteEvent,
-    inbound::Dispatch,
-    large::LargeLane,
+    inbound::{Dispatch, Peer},
+    large::{LaneHost, LargeLane},
+    link::{Link, LinkState, Pending, Recipient, in_encoder, lock, write_envelope},
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
-    lock,
-    outbound::{Pending, write_envelope},
     reliable::{SysIn, SysOut},
-    system_msg::{SysWire, system_frame},
+    system_msg::{SysWire, reliable_frame, system_frame},
 };
 use crate::{
     error::ResolveError,
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
     registry::Registry,
-    watch::WatchSink,
+    watch::{RemoteWatcher, WatchSink},
 };
 
 /// Pending messages moved from the connect buffer to a new link per lock.
@@ -51,33 +42,6 @@ const FLUSH_CHUNK: usize = 1024;
 
 /// The reason a connection that lost a simultaneous connect is closed with.
 pub(super) const DUPLICATE: &str = "duplicate connection";
-
-/// The connection messages go out on.
-#[derive(Clone)]
-pub(super) struct Link {
-    pub(super) sender: Sender,
-    /// This link's recipient ids (and its generation).
-    pub(super) ids: Arc<OutboundIds>,
-    /// The peer incarnation at the other end.
-    pub(super) uid: u64,
-    /// This node dialed the connection.
-    pub(super) dialed: bool,
-}
-
-impl Link {
-    /// Whether a ref made for incarnation `uid` (0: unknown) may use this
-    /// link: not if its incarnation was replaced.
-    #[inline]
-    pub(super) fn serves(&self, uid: u64) -> bool {
-        uid == self.uid || uid == 0
-    }
-}
-
-pub(super) enum LinkState {
-    Idle,
-    Connecting { pending: VecDeque<Pending> },
-    Up(Link),
-}
 
 pub(super) type IdentifyReply = Result<Option<(u32, String)>, IdentifyFailed>;
 
@@ -92,10 +56,10 @@ pub(super) enum IdentifyFailed {
 
 /// The link to one remote node.
 ///
-/// Method groups: link state and transitions (this file); sending
-/// (`outbound`: `tell`, `send_payload`, system messages, `watch`); the
-/// large-message lane (`large`); what the inbound dispatcher reports
-/// (`on_heartbeat_ack`, `link_closed`, `peer_shut_down`, ...).
+/// Method groups: link state and transitions; system messages
+/// (`identify`, `watch`, `send_stop`, `send_reliable`); what the inbound
+/// dispatcher reports (the [`Peer`] impl); user messages are sent by
+/// `outbound`'s methods (`tell`, `send_payload`), built on these.
 ///
 /// # Lock order
 /// A thread holding one of these locks takes only locks further right:
@@ -111,7 +75,7 @@ pub(super) enum IdentifyFailed {
 pub(crate) struct Association {
     pub(crate) node: Arc<str>,
     local_node: Arc<str>,
-    pub(super) ctx: Weak<Shared>,
+    pub(super) ctx: Weak<Context>,
     pub(super) state: Mutex<LinkState>,
     /// Notified whenever the link state changes (up, failed, closed).
     pub(super) up: Notify,
@@ -125,20 +89,20 @@ pub(crate) struct Association {
     life: Mutex<Liveness>,
     /// A connect attempt is in flight.
     connecting: AtomicBool,
-    pub(super) watches: Mutex<HashMap<u64, (ActorPath, WatchSink)>>,
-    pub(super) identifies: Mutex<HashMap<u64, oneshot::Sender<IdentifyReply>>>,
-    pub(super) next_req: AtomicU64,
-    pub(super) sys_out: Mutex<SysOut>,
-    pub(super) sys_in: Mutex<SysIn>,
+    watches: Mutex<HashMap<u64, (ActorPath, WatchSink)>>,
+    identifies: Mutex<HashMap<u64, oneshot::Sender<IdentifyReply>>>,
+    next_req: AtomicU64,
+    sys_out: Mutex<SysOut>,
+    sys_in: Mutex<SysIn>,
     pub(super) large: LargeLane,
+    /// `SystemConfig::set_pending_capacity`.
     pub(super) pending_capacity: usize,
-    pub(super) max_frame: usize,
     /// `SystemConfig::set_max_message_size`.
     pub(super) max_message: usize,
 }
 
 impl Association {
-    pub(super) fn new(node: Arc<str>, shared: &Arc<Shared>) -> Self {
+    pub(super) fn new(node: Arc<str>, shared: &Arc<Context>) -> Self {
         let config = &shared.config;
         let max_frame = config.transport.max_frame_size();
         let max_message = config.max_message_size;
@@ -165,7 +129,6 @@ impl Association {
             sys_in: Mutex::new(SysIn::default()),
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
-            max_frame,
             max_message,
         }
     }
@@ -215,7 +178,7 @@ impl Association {
     }
 
     /// A heartbeat ack for `seq` arrived on one of this node's links.
-    pub(super) fn on_heartbeat_ack(&self, seq: u64) {
+    fn heartbeat_acked(&self, seq: u64) {
         let back = lock(&self.life).on_heartbeat_ack(Instant::now(), seq);
         if back {
             let uid = self.peer_uid();
@@ -258,7 +221,7 @@ impl Association {
     /// The failure detector fired: watchers hear `Terminated`, waiting
     /// resolves fail, the system-message stream starts over, and the links
     /// are dropped (the association keeps reconnecting while it has work).
-    fn declare_unreachable(self: &Arc<Self>, phi: f64) {
+    fn declare_unreachable(&self, phi: f64) {
         let uid = self.peer_uid();
         tracing::warn!(node = %self.node, uid, phi, "node unreachable: failure detector fired");
         self.emit(RemoteEvent::Unreachable {
@@ -284,7 +247,7 @@ impl Association {
 
     /// Quarantines incarnation `uid`: never talked to again; its watchers
     /// get `Terminated`, refs to it become dead ends.
-    pub(super) fn quarantine(self: &Arc<Self>, uid: u64, reason: &str) {
+    pub(super) fn quarantine(&self, uid: u64, reason: &str) {
         if uid == 0 || !lock(&self.quarantined).insert(uid) {
             return;
         }
@@ -414,7 +377,7 @@ impl Association {
         }
         let generation = self.next_generation();
         let uid = est.peer().uid;
-        let conn = est.start(Dispatch::new(ctx.clone(), self.clone(), generation, uid));
+        let conn = est.start(self.dispatch(&ctx, generation, uid));
         self.install(conn, generation, true).await;
         Ok(())
     }
@@ -545,11 +508,6 @@ impl Association {
         }
     }
 
-    /// The peer told us it is shutting down.
-    pub(super) fn peer_shut_down(self: &Arc<Self>, uid: u64) {
-        self.quarantine(uid, "peer shut down");
-    }
-
     /// Connecting failed: buffered messages become dead letters, waiting
     /// resolves fail, watchers hear that the node is unreachable.
     pub(super) fn link_failed(self: &Arc<Self>, reason: &str) {
@@ -591,7 +549,7 @@ impl Association {
         }
     }
 
-    fn fail_waiters(self: &Arc<Self>, reason: &str) {
+    fn fail_waiters(&self, reason: &str) {
         self.fail_identifies(reason);
         let watches: Vec<_> = lock(&self.watches).drain().collect();
         for (_, (path, sink)) in watches {
@@ -603,7 +561,7 @@ impl Association {
     }
 
     /// A connection of this association ended.
-    pub(super) fn link_closed(self: &Arc<Self>, generation: u32, reason: &CloseReason) {
+    fn link_closed(&self, generation: u32, reason: &CloseReason) {
         let was_up = {
             let mut st = lock(&self.state);
             match &*st {
@@ -668,6 +626,260 @@ impl Association {
     /// The state, locked (see the lock order at the type).
     pub(super) fn state(&self) -> MutexGuard<'_, LinkState> {
         lock(&self.state)
+    }
+
+    /// The inbound dispatcher for a new connection of this association.
+    pub(super) fn dispatch(self: &Arc<Self>, ctx: &Context, generation: u32, uid: u64) -> Dispatch {
+        let peer: Arc<dyn Peer> = self.clone();
+        Dispatch::new(ctx.registry.clone(), &ctx.config, peer, generation, uid)
+    }
+
+    /// Queues a system message, connecting if needed.
+    pub(super) fn send_system(self: &Arc<Self>, msg: &SysWire) {
+        if in_encoder() {
+            return self.defer(msg, Self::send_system);
+        }
+        let body = msg.encode();
+        let mut st = self.state();
+        match &mut *st {
+            LinkState::Up(link) => match link.sender.try_send(system_frame(body)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(f)) => {
+                    // Never dropped: wait for room off this thread.
+                    let sender = link.sender.clone();
+                    tokio::spawn(async move {
+                        let _ = sender.send(f).await;
+                    });
+                }
+                Err(e) => {
+                    let body = e.into_inner().map(|f| f.body).unwrap_or_default();
+                    *st = LinkState::Connecting {
+                        pending: VecDeque::from([Pending::System(body)]),
+                    };
+                    drop(st);
+                    self.spawn_connect();
+                }
+            },
+            LinkState::Connecting { pending } => pending.push_back(Pending::System(body)),
+            LinkState::Idle => {
+                *st = LinkState::Connecting {
+                    pending: VecDeque::from([Pending::System(body)]),
+                };
+                drop(st);
+                self.spawn_connect();
+            }
+        }
+    }
+
+    /// A system message sent from inside an encoder, which may hold this
+    /// association's locks: sent by a task instead, once they are free.
+    #[cold]
+    fn defer(self: &Arc<Self>, msg: &SysWire, send: fn(&Arc<Self>, &SysWire)) {
+        let Ok(msg) = SysWire::decode(&msg.encode()) else {
+            return;
+        };
+        let assoc = self.clone();
+        tokio::spawn(async move { send(&assoc, &msg) });
+    }
+
+    pub(crate) fn send_stop(self: &Arc<Self>, r: &Recipient) {
+        if self.is_quarantined(r.uid) {
+            return;
+        }
+        self.send_reliable(&SysWire::Stop {
+            path: r.path.elements().to_owned(),
+        });
+    }
+
+    pub(crate) fn watch(self: &Arc<Self>, r: &Recipient, sink: WatchSink) {
+        if self.is_quarantined(r.uid) {
+            return sink.deliver(Terminated {
+                path: r.path.clone(),
+                reason: StopReason::NodeUnreachable(format!(
+                    "incarnation {:#x} of {} is quarantined",
+                    r.uid, self.node
+                )),
+            });
+        }
+        let watch_id = self
+            .next_req
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.watches).insert(watch_id, (r.path.clone(), sink));
+        self.arm_detector();
+        self.send_reliable(&SysWire::Watch {
+            path: r.path.elements().to_owned(),
+            watch_id,
+        });
+    }
+
+    /// Queues a system message for exactly-once delivery: numbered, kept
+    /// until acknowledged, resent after a reconnect or when unacknowledged
+    /// for a heartbeat interval. A full buffer quarantines the peer.
+    pub(super) fn send_reliable(self: &Arc<Self>, msg: &SysWire) {
+        if in_encoder() {
+            return self.defer(msg, Self::send_reliable);
+        }
+        let body = msg.encode();
+        let mut out = lock(&self.sys_out);
+        let seq = match out.push(body.clone()) {
+            Ok(seq) => seq,
+            Err(overflow) => {
+                drop(out);
+                let uid = self.peer_uid();
+                tracing::error!(node = %self.node, uid, capacity = overflow.capacity, "system message buffer overflowed: the peer acknowledged none of the last {} system messages; quarantining it", overflow.capacity);
+                self.quarantine(
+                    uid,
+                    &format!(
+                        "system message buffer overflowed ({} unacknowledged)",
+                        overflow.capacity
+                    ),
+                );
+                return;
+            }
+        };
+        let frame = reliable_frame(out.epoch(), seq, &body);
+        let up = match &*self.state() {
+            LinkState::Up(link) => {
+                // Full: the resend timer sends it later, in order.
+                let _ = link.sender.try_send(frame);
+                true
+            }
+            _ => false,
+        };
+        drop(out);
+        if !up {
+            self.ensure_connecting();
+        }
+    }
+
+    /// Resends every unacknowledged system message on the current link.
+    pub(super) fn resend_unacked(&self) {
+        let out = lock(&self.sys_out);
+        if out.len() == 0 {
+            return;
+        }
+        let st = self.state();
+        let LinkState::Up(link) = &*st else { return };
+        for (seq, body) in out.unacked() {
+            if link
+                .sender
+                .try_send(reliable_frame(out.epoch(), *seq, body))
+                .is_err()
+            {
+                break;
+            }
+        }
+    }
+}
+
+impl RemoteWatcher for Association {
+    fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated) {
+        self.send_reliable(&SysWire::Terminated {
+            watch_id,
+            reason: t.reason.clone(),
+        });
+    }
+}
+
+impl Peer for Association {
+    fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    fn sys_in(&self) -> MutexGuard<'_, SysIn> {
+        lock(&self.sys_in)
+    }
+
+    fn on_ack(&self, epoch: u64, seq: u64) {
+        lock(&self.sys_out).handle_ack(epoch, seq);
+    }
+
+    fn on_shutdown(&self, uid: u64) {
+        self.quarantine(uid, "peer shut down");
+    }
+
+    fn on_large_ack(&self, msg: u32, received: u32) {
+        self.large.on_ack(msg, received);
+    }
+
+    fn on_heartbeat_ack(&self, seq: u64) {
+        self.heartbeat_acked(seq);
+    }
+
+    fn on_identity(&self, id: u64, manifest: Option<(u32, String)>) {
+        if let Some(tx) = lock(&self.identifies).remove(&id) {
+            let _ = tx.send(Ok(manifest));
+        }
+    }
+
+    fn on_terminated(&self, watch_id: u64, reason: StopReason) {
+        let watch = lock(&self.watches).remove(&watch_id);
+        if let Some((path, sink)) = watch {
+            sink.deliver(Terminated { path, reason });
+        }
+    }
+
+    fn reply(self: Arc<Self>, msg: &SysWire) {
+        self.send_system(msg);
+    }
+
+    fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher> {
+        self
+    }
+
+    fn on_close(&self, generation: u32, reason: &CloseReason) {
+        self.link_closed(generation, reason);
+    }
+}
+
+impl LaneHost for Association {
+    fn lane(&self) -> &LargeLane {
+        &self.large
+    }
+
+    /// The link to send a large message on, connecting if needed.
+    async fn link_for(
+        host: &Arc<Self>,
+        r: &Recipient,
+        cancel: &CancellationToken,
+    ) -> Result<Link, &'static str> {
+        let mut asked = false;
+        loop {
+            let notified = host.up.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if host.is_quarantined(r.uid) {
+                return Err("its node's incarnation is quarantined");
+            }
+            match &*host.state() {
+                LinkState::Up(link) if !link.serves(r.uid) => {
+                    return Err("the recipient's incarnation restarted");
+                }
+                LinkState::Up(link) => return Ok(link.clone()),
+                LinkState::Idle if asked => return Err("connecting to its node failed"),
+                LinkState::Idle | LinkState::Connecting { .. } => {}
+            }
+            if !asked {
+                asked = true;
+                host.ensure_connecting();
+                continue;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = cancel.cancelled() => return Err("actor system shut down"),
+            }
+        }
+    }
+
+    fn lane_dead_letter(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
+        self.dead_letter(what, to, why);
+    }
+
+    fn lane_cancel(&self) -> CancellationToken {
+        self.ctx
+            .upgrade()
+            .map(|c| c.cancel.clone())
+            .unwrap_or_default()
     }
 }
 

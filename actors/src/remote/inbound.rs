@@ -4,7 +4,7 @@
 //! actor's own task decodes them. System messages are answered here.
 
 use std::{
-    sync::Arc,
+    sync::{Arc, MutexGuard},
     time::{Duration, Instant},
 };
 
@@ -12,21 +12,48 @@ use bytes::{BufMut, Bytes, BytesMut};
 use transport::{CloseReason, Frame, FrameKind, Handler, Sender, TrySendError};
 
 use super::{
-    Shared,
-    association::Association,
     compression::InboundIds,
     envelope::{self, Fragment},
     large::{Reassembly, Step},
-    lock,
-    reliable::Receive,
+    reliable::{Receive, SysIn},
     system_msg::SysWire,
 };
 use crate::{
+    config::SystemConfig,
     lifecycle::{StopReason, Terminated},
     mailbox::Refused,
     registry::{Registry, Target},
-    watch::WatchSink,
+    watch::{RemoteWatcher, WatchSink},
 };
+
+/// What the dispatcher reports to, and asks of, the association of the
+/// node at the other end (implemented by `Association`; a test can fake
+/// it). Nothing here is called per user message.
+pub(super) trait Peer: Send + Sync + 'static {
+    /// The node (`name@host:port`).
+    fn node(&self) -> &Arc<str>;
+    /// The receiving half of the reliable system-message stream, held
+    /// while a message is delivered so that two links of one node cannot
+    /// deliver out of order.
+    fn sys_in(&self) -> MutexGuard<'_, SysIn>;
+    /// The peer acknowledged reliable system messages up to `seq`.
+    fn on_ack(&self, epoch: u64, seq: u64);
+    /// The peer's incarnation `uid` is shutting down.
+    fn on_shutdown(&self, uid: u64);
+    /// The peer read large message `msg` up to `received` bytes.
+    fn on_large_ack(&self, msg: u32, received: u32);
+    fn on_heartbeat_ack(&self, seq: u64);
+    /// The answer to identify request `id`.
+    fn on_identity(&self, id: u64, manifest: Option<(u32, String)>);
+    /// An actor watched under `watch_id` terminated.
+    fn on_terminated(&self, watch_id: u64, reason: StopReason);
+    /// Sends a system message to the peer (an answer).
+    fn reply(self: Arc<Self>, msg: &SysWire);
+    /// Where `Terminated` notices for the peer's watches go.
+    fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher>;
+    /// The connection of this generation ended.
+    fn on_close(&self, generation: u32, reason: &CloseReason);
+}
 
 /// The window over which malformed envelopes are counted against
 /// [`SystemConfig::set_max_malformed_per_second`](crate::SystemConfig::set_max_malformed_per_second).
@@ -41,8 +68,12 @@ type LargeTarget = (Arc<str>, Arc<dyn Target>);
 
 /// A connection's inbound side (the transport's [`Handler`]).
 pub(crate) struct Dispatch {
-    ctx: Arc<Shared>,
-    assoc: Arc<Association>,
+    registry: Arc<Registry>,
+    peer: Arc<dyn Peer>,
+    /// `SystemConfig::set_max_malformed_per_second`.
+    max_malformed: usize,
+    /// `SystemConfig::set_max_message_size`.
+    max_message: usize,
     generation: u32,
     /// The incarnation at the other end of this connection.
     peer_uid: u64,
@@ -113,14 +144,17 @@ struct Run {
 
 impl Dispatch {
     pub(super) fn new(
-        ctx: Arc<Shared>,
-        assoc: Arc<Association>,
+        registry: Arc<Registry>,
+        config: &SystemConfig,
+        peer: Arc<dyn Peer>,
         generation: u32,
         peer_uid: u64,
     ) -> Self {
         Self {
-            ctx,
-            assoc,
+            registry,
+            peer,
+            max_malformed: config.max_malformed_per_second,
+            max_message: config.max_message_size,
             generation,
             peer_uid,
             sender: None,
@@ -138,7 +172,7 @@ impl Dispatch {
     }
 
     fn registry(&self) -> &Registry {
-        &self.ctx.registry
+        &self.registry
     }
 
     fn dead(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
@@ -151,7 +185,7 @@ impl Dispatch {
     /// or hostile, and every malformed envelope costs a log line.
     #[cold]
     fn malformed(&mut self, why: &str) {
-        self.dead("(malformed envelope)", &self.assoc.node.clone(), why);
+        self.dead("(malformed envelope)", &self.peer.node().clone(), why);
         let now = Instant::now();
         match self.malformed_since {
             Some(t) if now.duration_since(t) < MALFORMED_WINDOW => self.malformed_count += 1,
@@ -160,14 +194,14 @@ impl Dispatch {
                 self.malformed_count = 1;
             }
         }
-        let limit = self.ctx.config.max_malformed_per_second;
+        let limit = self.max_malformed;
         if self.malformed_count > limit && !self.misbehaving {
             self.misbehaving = true;
             let reason = format!(
                 "peer sent {} malformed envelopes within {MALFORMED_WINDOW:?} (limit {limit}); last: {why}",
                 self.malformed_count
             );
-            tracing::warn!(node = %self.assoc.node, %reason, "closing connection to misbehaving peer");
+            tracing::warn!(node = %self.peer.node(), %reason, "closing connection to misbehaving peer");
             if let Some(sender) = &self.sender {
                 sender.abort(&reason);
             }
@@ -265,7 +299,7 @@ impl Dispatch {
         if let Some(entry) = self.ids.get_mut(id)
             && !entry.takes(manifest)
         {
-            entry.set_target(self.ctx.registry.lookup(&entry.path));
+            entry.set_target(self.registry.lookup(&entry.path));
         }
     }
 
@@ -308,7 +342,7 @@ impl Dispatch {
         {
             self.malformed(&why);
         }
-        let max = self.ctx.config.max_message_size;
+        let max = self.max_message;
         let mut large = std::mem::take(&mut self.large);
         let step = large.push(id, manifest, f, piece, max, || {
             self.large_target(id, manifest)
@@ -323,7 +357,7 @@ impl Dispatch {
                     .ids
                     .get(id)
                     .map(|e| self.registry().path(&e.path).to_string())
-                    .unwrap_or_else(|| self.assoc.node.to_string());
+                    .unwrap_or_else(|| self.peer.node().to_string());
                 self.dead(
                     &format!("large message of {total} bytes"),
                     &to,
@@ -337,7 +371,7 @@ impl Dispatch {
         let msg = match SysWire::decode(body) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped");
+                tracing::warn!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
                 return self.malformed("undecodable system message");
             }
         };
@@ -345,17 +379,17 @@ impl Dispatch {
             SysWire::Reliable { epoch, seq, body } => {
                 // Held while delivering, so two links of one node cannot
                 // deliver out of order.
-                let assoc = self.assoc.clone();
-                let mut sys_in = lock(&assoc.sys_in);
+                let peer = self.peer.clone();
+                let mut sys_in = peer.sys_in();
                 let ack = match sys_in.handle(self.peer_uid, epoch, seq) {
                     Receive::Deliver => {
                         match SysWire::decode(&body) {
                             Ok(inner) if inner.is_reliable_kind() => self.on_system_msg(inner),
                             Ok(_) => {
-                                tracing::warn!(node = %self.assoc.node, "unexpected message in the reliable stream dropped")
+                                tracing::warn!(node = %self.peer.node(), "unexpected message in the reliable stream dropped")
                             }
                             Err(e) => {
-                                tracing::warn!(node = %self.assoc.node, error = %e, "undecodable system message dropped")
+                                tracing::warn!(node = %self.peer.node(), error = %e, "undecodable system message dropped")
                             }
                         }
                         Some(seq)
@@ -370,9 +404,9 @@ impl Dispatch {
                     let _ = sender.try_send(SysWire::Ack { epoch, seq }.frame());
                 }
             }
-            SysWire::Ack { epoch, seq } => lock(&self.assoc.sys_out).handle_ack(epoch, seq),
-            SysWire::Shutdown => self.assoc.peer_shut_down(self.peer_uid),
-            SysWire::LargeAck { msg, received } => self.assoc.on_large_ack(msg, received),
+            SysWire::Ack { epoch, seq } => self.peer.on_ack(epoch, seq),
+            SysWire::Shutdown => self.peer.on_shutdown(self.peer_uid),
+            SysWire::LargeAck { msg, received } => self.peer.on_large_ack(msg, received),
             other => self.on_system_msg(other),
         }
     }
@@ -384,16 +418,12 @@ impl Dispatch {
                     .registry()
                     .lookup(&path)
                     .map(|t| (t.manifest(), t.manifest_name().to_owned()));
-                self.assoc.send_system(&SysWire::Identity { id, manifest });
+                self.peer.clone().reply(&SysWire::Identity { id, manifest });
             }
-            SysWire::Identity { id, manifest } => {
-                if let Some(tx) = lock(&self.assoc.identifies).remove(&id) {
-                    let _ = tx.send(Ok(manifest));
-                }
-            }
+            SysWire::Identity { id, manifest } => self.peer.on_identity(id, manifest),
             SysWire::Watch { path, watch_id } => {
                 let sink = WatchSink::Remote {
-                    link: self.assoc.clone(),
+                    link: self.peer.clone().watcher(),
                     watch_id,
                 };
                 match self.registry().lookup(&path) {
@@ -404,11 +434,7 @@ impl Dispatch {
                     }),
                 }
             }
-            SysWire::Terminated { watch_id, reason } => {
-                if let Some((path, sink)) = lock(&self.assoc.watches).remove(&watch_id) {
-                    sink.deliver(Terminated { path, reason });
-                }
-            }
+            SysWire::Terminated { watch_id, reason } => self.peer.on_terminated(watch_id, reason),
             SysWire::Stop { path } => {
                 if let Some(t) = self.registry().lookup(&path) {
                     t.stop();
@@ -481,7 +507,7 @@ impl Dispatch {
                         // A new actor may live at that path now: if it takes
                         // this type, the batch is its.
                         if let Some(e) = self.ids.get_mut(run.id) {
-                            e.set_target(self.ctx.registry.lookup(&e.path));
+                            e.set_target(self.registry.lookup(&e.path));
                             if let Some(t) = &e.target
                                 && !Arc::ptr_eq(t, &run.target)
                                 && t.manifest() == run.target.manifest()
@@ -495,10 +521,10 @@ impl Dispatch {
                             .get(run.id)
                             .map(|e| e.path.clone())
                             .unwrap_or_default();
-                        self.ctx.registry.dead_letters_n(
+                        self.registry.dead_letters_n(
                             n as u64,
                             run.target.manifest_name(),
-                            &self.ctx.registry.path(&path),
+                            &self.registry.path(&path),
                             "actor stopped",
                         );
                         break;
@@ -556,7 +582,7 @@ impl Handler for Dispatch {
 
     fn on_heartbeat_ack(&mut self, body: &[u8]) {
         if let Ok(seq) = <[u8; 8]>::try_from(body) {
-            self.assoc.on_heartbeat_ack(u64::from_le_bytes(seq));
+            self.peer.on_heartbeat_ack(u64::from_le_bytes(seq));
         }
     }
 
@@ -569,6 +595,6 @@ impl Handler for Dispatch {
                 &why,
             );
         }
-        self.assoc.link_closed(self.generation, reason);
+        self.peer.on_close(self.generation, reason);
     }
 }

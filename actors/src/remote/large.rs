@@ -22,6 +22,8 @@
 
 use std::{
     collections::VecDeque,
+    fmt,
+    future::Future,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU32, Ordering},
@@ -34,10 +36,8 @@ use tokio_util::sync::CancellationToken;
 use transport::FrameKind;
 
 use super::{
-    association::{Association, Link, LinkState},
     envelope::{self, FRAGMENT_HEADER, Fragment},
-    lock,
-    outbound::{Recipient, TellError},
+    link::{Link, Recipient, lock},
 };
 
 /// A remote message whose envelope (its encoded size plus the recipient's
@@ -55,11 +55,29 @@ pub(super) const FRAGMENT_SIZE: usize = 64 * 1024;
 /// enough).
 const LARGE_WINDOW: usize = 4 * FRAGMENT_SIZE;
 
+/// What the lane needs of the association it belongs to.
+pub(super) trait LaneHost: Send + Sync + Sized + 'static {
+    fn lane(&self) -> &LargeLane;
+    /// The link to send a large message to `r` on, connecting if needed;
+    /// the error says why there is none.
+    fn link_for(
+        host: &Arc<Self>,
+        r: &Recipient,
+        cancel: &CancellationToken,
+    ) -> impl Future<Output = Result<Link, &'static str>> + Send;
+    /// Counts a large message the lane gave up on.
+    fn lane_dead_letter(&self, what: &str, to: &dyn fmt::Display, why: &str);
+    /// Stops the lane's task when the system shuts down.
+    fn lane_cancel(&self) -> CancellationToken;
+}
+
 /// An association's large-message lane (the sending side).
 pub(super) struct LargeLane {
     /// Envelopes larger than this take the lane: the threshold, or the
     /// frame size or the maximum message size if smaller.
     threshold: usize,
+    max_frame: usize,
+    max_message: usize,
     queue: Mutex<LargeQueue>,
     /// Notified when the lane finished a message.
     room: Notify,
@@ -90,6 +108,8 @@ impl LargeLane {
     pub(super) fn new(max_frame: usize, max_message: usize) -> Self {
         Self {
             threshold: LARGE_MESSAGE_THRESHOLD.min(max_frame).min(max_message),
+            max_frame,
+            max_message,
             queue: Mutex::new(LargeQueue::default()),
             room: Notify::new(),
             next_msg: AtomicU32::new(1),
@@ -107,63 +127,30 @@ impl LargeLane {
     pub(super) fn link_closed(&self) {
         self.ack.notify_waiters();
     }
-}
 
-/// Appends the envelope for one fragment of a large message.
-fn write_fragment(
-    b: &mut BytesMut,
-    r: &Recipient,
-    link: &Link,
-    manifest: u32,
-    f: Fragment,
-    piece: &[u8],
-) {
-    let (id, define) = link.ids.lookup_or_define(&r.id);
-    let path = define.then(|| r.path.elements());
-    envelope::put_header(b, id, path, manifest, Some(f));
-    b.put_slice(piece);
-}
-
-impl Association {
-    /// A large message from `tell`: checked, then queued on the
-    /// large-message lane if it has room.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn tell_large(
-        self: &Arc<Self>,
-        r: &Arc<Recipient>,
-        manifest: u32,
-        payload: Bytes,
-    ) -> Result<(), TellError> {
-        self.check_large(r, payload.len())?;
-        self.enqueue_large(r, manifest, payload)
-            .map_err(|_| TellError::Full)
-    }
-
-    fn check_large(&self, r: &Recipient, payload: usize) -> Result<(), TellError> {
-        self.check_size(r, payload)?;
-        if self.is_quarantined(r.uid) {
-            return Err(TellError::Gone);
-        }
-        if let LinkState::Up(link) = &*self.state()
-            && !link.serves(r.uid)
+    /// A `LargeAck` from the peer.
+    pub(super) fn on_ack(&self, msg: u32, received: u32) {
         {
-            return Err(TellError::Gone);
+            let mut a = lock(&self.acked);
+            if a.0 != msg || a.1 < received {
+                *a = (msg, received);
+            }
         }
-        Ok(())
+        self.ack.notify_waiters();
     }
 
     /// Queues a large message unless the lane holds more than the maximum
-    /// message size already (an idle lane takes any); starts the lane's
-    /// task if it is not running.
-    fn enqueue_large(
-        self: &Arc<Self>,
+    /// message size already (an idle lane takes any; the message comes
+    /// back otherwise); starts the lane's task if it is not running.
+    pub(super) fn enqueue<H: LaneHost>(
+        host: &Arc<H>,
         r: &Arc<Recipient>,
         manifest: u32,
         payload: Bytes,
     ) -> Result<(), Bytes> {
-        let mut q = lock(&self.large.queue);
-        if q.bytes > 0 && q.bytes + payload.len() > self.max_message {
+        let lane = host.lane();
+        let mut q = lock(&lane.queue);
+        if q.bytes > 0 && q.bytes + payload.len() > lane.max_message {
             return Err(payload);
         }
         q.bytes += payload.len();
@@ -173,42 +160,36 @@ impl Association {
             payload,
         });
         if !std::mem::replace(&mut q.running, true) {
-            tokio::spawn(self.clone().run_large());
+            tokio::spawn(Self::run(host.clone()));
         }
         Ok(())
     }
 
-    /// `send` of a large message: waits while the large-message lane is
-    /// full.
-    pub(super) async fn send_large_wait(
-        self: &Arc<Self>,
+    /// Queues a large message, waiting while the lane is full.
+    pub(super) async fn enqueue_wait<H: LaneHost>(
+        host: &Arc<H>,
         r: &Arc<Recipient>,
         manifest: u32,
         mut payload: Bytes,
-    ) -> Result<(), TellError> {
-        self.check_large(r, payload.len())?;
+    ) {
         loop {
-            let room = self.large.room.notified();
+            let room = host.lane().room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            match self.enqueue_large(r, manifest, payload) {
-                Ok(()) => return Ok(()),
+            match Self::enqueue(host, r, manifest, payload) {
+                Ok(()) => return,
                 Err(p) => payload = p,
             }
             room.await;
         }
     }
 
-    /// The large-message lane: sends queued large messages one at a time.
-    async fn run_large(self: Arc<Self>) {
-        let cancel = self
-            .ctx
-            .upgrade()
-            .map(|c| c.cancel.clone())
-            .unwrap_or_default();
+    /// The lane's task: sends queued large messages one at a time.
+    async fn run<H: LaneHost>(host: Arc<H>) {
+        let cancel = host.lane_cancel();
         loop {
             let m = {
-                let mut q = lock(&self.large.queue);
+                let mut q = lock(&host.lane().queue);
                 match q.items.pop_front() {
                     Some(m) => m,
                     None => {
@@ -217,34 +198,36 @@ impl Association {
                     }
                 }
             };
-            if let Err(why) = self.send_large(&m, &cancel).await {
-                self.dead_letter(
+            if let Err(why) = Self::send(&host, &m, &cancel).await {
+                host.lane_dead_letter(
                     &format!("large message of {} bytes", m.payload.len()),
                     &m.r.path,
                     why,
                 );
             }
-            lock(&self.large.queue).bytes -= m.payload.len();
-            self.large.room.notify_waiters();
+            let lane = host.lane();
+            lock(&lane.queue).bytes -= m.payload.len();
+            lane.room.notify_waiters();
         }
     }
 
     /// Sends one large message in fragments, letting the link's other
     /// traffic go out between two of them.
-    async fn send_large(
-        self: &Arc<Self>,
+    async fn send<H: LaneHost>(
+        host: &Arc<H>,
         m: &LargeMsg,
         cancel: &CancellationToken,
     ) -> Result<(), &'static str> {
-        let link = self.large_link(&m.r, cancel).await?;
+        let link = H::link_for(host, &m.r, cancel).await?;
+        let lane = host.lane();
         let total = m.payload.len();
         let piece = FRAGMENT_SIZE
             .min(
-                self.max_frame
+                lane.max_frame
                     .saturating_sub(m.r.overhead() + FRAGMENT_HEADER),
             )
             .max(1);
-        let msg = self.large.next_msg.fetch_add(1, Ordering::Relaxed);
+        let msg = lane.next_msg.fetch_add(1, Ordering::Relaxed);
         let mut offset = 0;
         while offset < total {
             let end = (offset + piece).min(total);
@@ -264,7 +247,7 @@ impl Association {
             // fragment, and at most `LARGE_WINDOW` bytes are unacknowledged
             // (so in the sockets' buffers ahead of a small message).
             link.sender.wait_taken().await;
-            self.wait_large_ack(&link, msg, end.saturating_sub(LARGE_WINDOW))
+            lane.wait_ack(&link, msg, end.saturating_sub(LARGE_WINDOW))
                 .await;
             offset = end;
         }
@@ -273,63 +256,33 @@ impl Association {
 
     /// Waits until the receiver has acknowledged `want` bytes of large
     /// message `msg`, or the link is closed.
-    async fn wait_large_ack(&self, link: &Link, msg: u32, want: usize) {
+    async fn wait_ack(&self, link: &Link, msg: u32, want: usize) {
         loop {
-            let acked = self.large.ack.notified();
+            let acked = self.ack.notified();
             tokio::pin!(acked);
             acked.as_mut().enable();
-            let (m, got) = *lock(&self.large.acked);
+            let (m, got) = *lock(&self.acked);
             if (m == msg && got as usize >= want) || link.sender.is_closed() {
                 return;
             }
             acked.await;
         }
     }
+}
 
-    /// A `LargeAck` from the peer.
-    pub(super) fn on_large_ack(&self, msg: u32, received: u32) {
-        {
-            let mut a = lock(&self.large.acked);
-            if a.0 != msg || a.1 < received {
-                *a = (msg, received);
-            }
-        }
-        self.large.ack.notify_waiters();
-    }
-
-    /// The link to send a large message on, connecting if needed.
-    async fn large_link(
-        self: &Arc<Self>,
-        r: &Recipient,
-        cancel: &CancellationToken,
-    ) -> Result<Link, &'static str> {
-        let mut asked = false;
-        loop {
-            let notified = self.up.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_quarantined(r.uid) {
-                return Err("its node's incarnation is quarantined");
-            }
-            match &*self.state() {
-                LinkState::Up(link) if !link.serves(r.uid) => {
-                    return Err("the recipient's incarnation restarted");
-                }
-                LinkState::Up(link) => return Ok(link.clone()),
-                LinkState::Idle if asked => return Err("connecting to its node failed"),
-                LinkState::Idle | LinkState::Connecting { .. } => {}
-            }
-            if !asked {
-                asked = true;
-                self.ensure_connecting();
-                continue;
-            }
-            tokio::select! {
-                () = notified => {}
-                () = cancel.cancelled() => return Err("actor system shut down"),
-            }
-        }
-    }
+/// Appends the envelope for one fragment of a large message.
+fn write_fragment(
+    b: &mut BytesMut,
+    r: &Recipient,
+    link: &Link,
+    manifest: u32,
+    f: Fragment,
+    piece: &[u8],
+) {
+    let (id, define) = link.ids.lookup_or_define(&r.id);
+    let path = define.then(|| r.path.elements());
+    envelope::put_header(b, id, path, manifest, Some(f));
+    b.put_slice(piece);
 }
 
 /// Reassembles the large messages arriving on one connection, one at a

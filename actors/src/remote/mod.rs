@@ -1,26 +1,32 @@
 //! Remoting: the links to other nodes and what travels on them.
 //!
-//! Units, bottom up (each file one concept; see `docs/ARCHITECTURE.md`):
-//! - `envelope`: the envelope format, pure parse and encode.
-//! - `compression`: recipient ids per link (define, look up, generation).
-//! - `system_msg`: system messages on the wire; `reliable`: their
-//!   exactly-once, in-order delivery (sans-IO).
-//! - `liveness`: heartbeat verdicts, reconnect timing, incarnation and
-//!   tie-break decisions (sans-IO, time passed in).
-//! - `events`: [`RemoteEvent`], what users observe.
+//! Units, bottom up; each imports only units above it in this list (see
+//! `docs/ARCHITECTURE.md`):
+//! - pure, no IO: `envelope` (the envelope format, parse and encode),
+//!   `compression` (recipient ids per link), `system_msg` (system
+//!   messages on the wire), `reliable` (their exactly-once delivery),
+//!   `liveness` (heartbeat verdicts, reconnect timing, incarnation and
+//!   tie-break decisions, time passed in), `events` ([`RemoteEvent`]).
+//! - `link`: what a link is made of (recipient, link, link state, what
+//!   waits while connecting, the encoder guard).
+//! - `large`: the large-message lane and reassembly.
+//! - `inbound`: the dispatcher a connection's reader delivers into; it
+//!   reports to its association through the `Peer` trait.
 //! - `net`: the transport endpoint with its security erased.
-//! - `association`: one remote node's link state and its transitions.
-//! - `outbound`: sending user and system messages on an association.
-//! - `large`: the large-message lane (sending) and reassembly (receiving).
-//! - `inbound`: the dispatcher a connection's reader delivers into.
+//! - `context`: what every association of a node shares.
+//! - `association`: one remote node's link state, transitions and system
+//!   messages.
+//! - `outbound`: sending user messages on an association.
 //! - this file: [`Remoting`], the set of associations of one node.
 
 mod association;
 mod compression;
+mod context;
 mod envelope;
 mod events;
 mod inbound;
 mod large;
+mod link;
 mod liveness;
 mod net;
 mod outbound;
@@ -30,7 +36,7 @@ mod system_msg;
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
+    sync::{Arc, Mutex, Weak},
     time::Duration,
 };
 
@@ -41,37 +47,20 @@ use transport::{ConnStats, Connection, Endpoint, TransportConfig, TransportError
 pub(crate) use association::Association;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
-pub(crate) use outbound::{Recipient, TellError};
+pub(crate) use link::{Recipient, TellError};
 
 use crate::{
     config::SystemConfig, error::ResolveError, path::ActorPath, registry::Registry,
     serialization::Bincode,
 };
-use inbound::Dispatch;
+use context::Context;
+use link::lock;
 use net::Net;
 use system_msg::SysWire;
 
-/// Locks a mutex of remoting. No user code runs under these locks except a
-/// message's encoder (see `RemoteMessage::encode`), which cannot leave the
-/// state half-changed, so a poisoned lock is consistent.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What every association of a node shares: the endpoint it dials and
-/// accepts on, the local registry, settings, and where events go.
-pub(crate) struct Shared {
-    registry: Arc<Registry>,
-    config: SystemConfig,
-    events: broadcast::Sender<RemoteEvent>,
-    endpoint: Box<dyn Net>,
-    /// Stops the associations' heartbeat tasks and large-message lanes.
-    cancel: CancellationToken,
-}
-
 /// Everything remote of one node.
 pub(crate) struct Remoting {
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     associations: Mutex<HashMap<Arc<str>, Arc<Association>>>,
     /// One [`Recipient`] per remote path and incarnation, shared by every
     /// ref to it so that its compressed id is assigned once per link.
@@ -117,7 +106,7 @@ impl Remoting {
         events: broadcast::Sender<RemoteEvent>,
     ) -> Arc<Self> {
         let remoting = Arc::new(Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Context {
                 registry,
                 config,
                 events,
@@ -170,12 +159,7 @@ impl Remoting {
                         let assoc = self.association(&node);
                         let generation = assoc.next_generation();
                         let uid = est.peer().uid;
-                        let conn = est.start(Dispatch::new(
-                            self.shared.clone(),
-                            assoc.clone(),
-                            generation,
-                            uid,
-                        ));
+                        let conn = est.start(assoc.dispatch(&self.shared, generation, uid));
                         assoc.install_inbound(conn, generation);
                     }
                 }
@@ -183,21 +167,22 @@ impl Remoting {
         });
     }
 
-    /// The sending side's handle on a remote actor. A recipient belongs to
-    /// the incarnation of its node known when it was made: after a restart,
+    /// The sending side's handle on a remote actor: its node's
+    /// association, and the recipient. A recipient belongs to the
+    /// incarnation of its node known when it was made: after a restart,
     /// old refs are dead ends, new ones work.
-    pub(crate) fn recipient(&self, path: ActorPath) -> Arc<Recipient> {
+    pub(crate) fn recipient(&self, path: ActorPath) -> (Arc<Association>, Arc<Recipient>) {
         let assoc = self.association(path.node());
         let uid = assoc.peer_uid();
         let key = format!("{path}#{uid:x}");
         let mut refs = lock(&self.refs);
         if let Some(r) = refs.get(&key).and_then(Weak::upgrade) {
-            return r;
+            return (assoc, r);
         }
-        let r = Arc::new(Recipient::new(path, assoc, uid));
+        let r = Arc::new(Recipient::new(path, uid));
         refs.retain(|_, w| w.strong_count() > 0);
         refs.insert(key, Arc::downgrade(&r));
-        r
+        (assoc, r)
     }
 
     /// Asks `path`'s node whether an actor lives there: its manifest id

@@ -20,7 +20,7 @@
 //! from inside it are deferred to a task.
 
 use std::{
-    cell::{Cell, RefCell},
+    cell::RefCell,
     collections::VecDeque,
     sync::{Arc, MutexGuard},
 };
@@ -29,60 +29,12 @@ use bytes::{Bytes, BytesMut};
 use transport::{FrameKind, Pushed, TrySendError};
 
 use super::{
-    association::{Association, Link, LinkState},
-    compression::CompressedId,
-    envelope::{self, ENV_HEADER},
-    lock,
-    system_msg::{SysWire, reliable_frame, system_frame},
+    association::Association,
+    envelope,
+    large::LargeLane,
+    link::{LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope},
 };
-use crate::{
-    error::SerializationError,
-    lifecycle::{StopReason, Terminated},
-    path::ActorPath,
-    watch::{RemoteWatcher, WatchSink},
-};
-
-/// A remote actor as the sending side knows it, shared by every ref to it
-/// so that its compressed id is assigned once per link.
-pub(crate) struct Recipient {
-    pub(crate) path: ActorPath,
-    pub(crate) assoc: Arc<Association>,
-    /// The incarnation of its node this ref was made for; 0 if unknown.
-    pub(super) uid: u64,
-    /// Its id on the link that last defined it.
-    pub(super) id: CompressedId,
-}
-
-impl Recipient {
-    pub(super) fn new(path: ActorPath, assoc: Arc<Association>, uid: u64) -> Self {
-        Self {
-            path,
-            assoc,
-            uid,
-            id: CompressedId::default(),
-        }
-    }
-
-    /// Envelope bytes around a payload to this recipient, at most.
-    pub(super) fn overhead(&self) -> usize {
-        envelope::overhead(self.path.elements().len())
-    }
-}
-
-/// Why a remote tell failed.
-pub(crate) enum TellError {
-    Full,
-    /// The recipient's incarnation is quarantined (its node restarted or
-    /// shut down): the message is a dead letter.
-    Gone,
-    Serialization(SerializationError),
-}
-
-/// Something buffered while the link connects.
-pub(super) enum Pending {
-    User(Arc<Recipient>, u32, Bytes),
-    System(Bytes),
-}
+use crate::error::SerializationError;
 
 /// An encoder: appends the message to the buffer, at most `limit` bytes.
 pub(crate) type Encode<'a> = dyn Fn(&mut BytesMut, usize) -> Result<(), SerializationError> + 'a;
@@ -91,50 +43,6 @@ thread_local! {
     /// Where `tell` serializes a message that does not go straight into
     /// the link's queue; reused, so that path does not allocate.
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(4096));
-    /// An encoder is running on this thread (see the module docs).
-    static IN_ENCODER: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs an encoder, marking this thread as inside one until it returns or
-/// unwinds.
-#[inline(always)]
-fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
-    struct Reset;
-    impl Drop for Reset {
-        #[inline(always)]
-        fn drop(&mut self) {
-            IN_ENCODER.set(false);
-        }
-    }
-    IN_ENCODER.set(true);
-    let _reset = Reset;
-    f()
-}
-
-/// Whether this thread is inside an encoder.
-#[inline(always)]
-fn in_encoder() -> bool {
-    IN_ENCODER.get()
-}
-
-/// Appends the envelope for `payload` to `b`, defining the recipient's id
-/// on this link if needed. Runs under the transport's queue lock, which
-/// orders it with every other envelope on the link.
-pub(super) fn write_envelope(
-    b: &mut BytesMut,
-    r: &Recipient,
-    link: &Link,
-    manifest: u32,
-    payload: &[u8],
-) {
-    match link.ids.lookup_or_define(&r.id) {
-        (id, false) => {
-            b.reserve(ENV_HEADER + payload.len());
-            envelope::put_compact_header(b, id, manifest);
-        }
-        (id, true) => envelope::put_header(b, id, Some(r.path.elements()), manifest, None),
-    }
-    b.extend_from_slice(payload);
 }
 
 impl Association {
@@ -390,149 +298,43 @@ impl Association {
         }
     }
 
-    /// Queues a system message, connecting if needed.
-    pub(super) fn send_system(self: &Arc<Self>, msg: &SysWire) {
-        if in_encoder() {
-            return self.defer(msg, Self::send_system);
-        }
-        let body = msg.encode();
-        let mut st = self.state();
-        match &mut *st {
-            LinkState::Up(link) => match link.sender.try_send(system_frame(body)) {
-                Ok(()) => {}
-                Err(TrySendError::Full(f)) => {
-                    // Never dropped: wait for room off this thread.
-                    let sender = link.sender.clone();
-                    tokio::spawn(async move {
-                        let _ = sender.send(f).await;
-                    });
-                }
-                Err(e) => {
-                    let body = e.into_inner().map(|f| f.body).unwrap_or_default();
-                    *st = LinkState::Connecting {
-                        pending: VecDeque::from([Pending::System(body)]),
-                    };
-                    drop(st);
-                    self.spawn_connect();
-                }
-            },
-            LinkState::Connecting { pending } => pending.push_back(Pending::System(body)),
-            LinkState::Idle => {
-                *st = LinkState::Connecting {
-                    pending: VecDeque::from([Pending::System(body)]),
-                };
-                drop(st);
-                self.spawn_connect();
-            }
-        }
-    }
-
-    /// A system message sent from inside an encoder, which may hold this
-    /// association's locks: sent by a task instead, once they are free.
+    /// A large message from `tell`: checked, then queued on the
+    /// large-message lane if it has room.
     #[cold]
-    fn defer(self: &Arc<Self>, msg: &SysWire, send: fn(&Arc<Self>, &SysWire)) {
-        let Ok(msg) = SysWire::decode(&msg.encode()) else {
-            return;
-        };
-        let assoc = self.clone();
-        tokio::spawn(async move { send(&assoc, &msg) });
+    #[inline(never)]
+    fn tell_large(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        payload: Bytes,
+    ) -> Result<(), TellError> {
+        self.check_large(r, payload.len())?;
+        LargeLane::enqueue(self, r, manifest, payload).map_err(|_| TellError::Full)
     }
 
-    pub(crate) fn send_stop(self: &Arc<Self>, r: &Recipient) {
+    /// `send` of a large message: waits while the large-message lane is
+    /// full.
+    async fn send_large_wait(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        payload: Bytes,
+    ) -> Result<(), TellError> {
+        self.check_large(r, payload.len())?;
+        LargeLane::enqueue_wait(self, r, manifest, payload).await;
+        Ok(())
+    }
+
+    fn check_large(&self, r: &Recipient, payload: usize) -> Result<(), TellError> {
+        self.check_size(r, payload)?;
         if self.is_quarantined(r.uid) {
-            return;
+            return Err(TellError::Gone);
         }
-        self.send_reliable(&SysWire::Stop {
-            path: r.path.elements().to_owned(),
-        });
-    }
-
-    pub(crate) fn watch(self: &Arc<Self>, r: &Recipient, sink: WatchSink) {
-        if self.is_quarantined(r.uid) {
-            return sink.deliver(Terminated {
-                path: r.path.clone(),
-                reason: StopReason::NodeUnreachable(format!(
-                    "incarnation {:#x} of {} is quarantined",
-                    r.uid, self.node
-                )),
-            });
+        if let LinkState::Up(link) = &*self.state()
+            && !link.serves(r.uid)
+        {
+            return Err(TellError::Gone);
         }
-        let watch_id = self
-            .next_req
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&self.watches).insert(watch_id, (r.path.clone(), sink));
-        self.arm_detector();
-        self.send_reliable(&SysWire::Watch {
-            path: r.path.elements().to_owned(),
-            watch_id,
-        });
-    }
-
-    /// Queues a system message for exactly-once delivery: numbered, kept
-    /// until acknowledged, resent after a reconnect or when unacknowledged
-    /// for a heartbeat interval. A full buffer quarantines the peer.
-    pub(super) fn send_reliable(self: &Arc<Self>, msg: &SysWire) {
-        if in_encoder() {
-            return self.defer(msg, Self::send_reliable);
-        }
-        let body = msg.encode();
-        let mut out = lock(&self.sys_out);
-        let seq = match out.push(body.clone()) {
-            Ok(seq) => seq,
-            Err(overflow) => {
-                drop(out);
-                let uid = self.peer_uid();
-                tracing::error!(node = %self.node, uid, capacity = overflow.capacity, "system message buffer overflowed: the peer acknowledged none of the last {} system messages; quarantining it", overflow.capacity);
-                self.quarantine(
-                    uid,
-                    &format!(
-                        "system message buffer overflowed ({} unacknowledged)",
-                        overflow.capacity
-                    ),
-                );
-                return;
-            }
-        };
-        let frame = reliable_frame(out.epoch(), seq, &body);
-        let up = match &*self.state() {
-            LinkState::Up(link) => {
-                // Full: the resend timer sends it later, in order.
-                let _ = link.sender.try_send(frame);
-                true
-            }
-            _ => false,
-        };
-        drop(out);
-        if !up {
-            self.ensure_connecting();
-        }
-    }
-
-    /// Resends every unacknowledged system message on the current link.
-    pub(super) fn resend_unacked(&self) {
-        let out = lock(&self.sys_out);
-        if out.len() == 0 {
-            return;
-        }
-        let st = self.state();
-        let LinkState::Up(link) = &*st else { return };
-        for (seq, body) in out.unacked() {
-            if link
-                .sender
-                .try_send(reliable_frame(out.epoch(), *seq, body))
-                .is_err()
-            {
-                break;
-            }
-        }
-    }
-}
-
-impl RemoteWatcher for Association {
-    fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated) {
-        self.send_reliable(&SysWire::Terminated {
-            watch_id,
-            reason: t.reason.clone(),
-        });
+        Ok(())
     }
 }

@@ -1,0 +1,20 @@
+//! What every association of a node shares: the endpoint it dials on, the
+//! local registry it delivers into, its settings, where events go, and the
+//! token that stops its tasks.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::{events::RemoteEvent, net::Net};
+use crate::{config::SystemConfig, registry::Registry};
+
+pub(crate) struct Context {
+    pub(super) registry: Arc<Registry>,
+    pub(super) config: SystemConfig,
+    pub(super) events: broadcast::Sender<RemoteEvent>,
+    pub(super) endpoint: Box<dyn Net>,
+    /// Stops the associations' heartbeat tasks and large-message lanes.
+    pub(super) cancel: CancellationToken,
+}

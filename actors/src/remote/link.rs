@@ -1,0 +1,153 @@
+//! What a link is made of, shared by the units that send on it: the
+//! recipient as a link sees it, the link itself, an association's link
+//! state, what waits while it connects, and the guard for the user code
+//! (message encoders) that runs under a link's locks.
+
+use std::{
+    cell::Cell,
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use bytes::{Bytes, BytesMut};
+use transport::Sender;
+
+use super::{
+    compression::{CompressedId, OutboundIds},
+    envelope::{self, ENV_HEADER},
+};
+use crate::{error::SerializationError, path::ActorPath};
+
+/// Locks a mutex of remoting. No user code runs under these locks except a
+/// message's encoder (see `RemoteMessage::encode`), which cannot leave the
+/// state half-changed, so a poisoned lock is consistent.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A remote actor as the sending side knows it, shared by every ref to it
+/// so that its compressed id is assigned once per link.
+#[derive(Debug)]
+pub(crate) struct Recipient {
+    pub(crate) path: ActorPath,
+    /// The incarnation of its node this ref was made for; 0 if unknown.
+    pub(super) uid: u64,
+    /// Its id on the link that last defined it.
+    pub(super) id: CompressedId,
+}
+
+impl Recipient {
+    pub(super) fn new(path: ActorPath, uid: u64) -> Self {
+        Self {
+            path,
+            uid,
+            id: CompressedId::default(),
+        }
+    }
+
+    /// Envelope bytes around a payload to this recipient, at most.
+    pub(super) fn overhead(&self) -> usize {
+        envelope::overhead(self.path.elements().len())
+    }
+}
+
+/// Why a remote tell failed.
+pub(crate) enum TellError {
+    Full,
+    /// The recipient's incarnation is quarantined (its node restarted or
+    /// shut down): the message is a dead letter.
+    Gone,
+    Serialization(SerializationError),
+}
+
+/// The connection messages go out on.
+#[derive(Clone)]
+pub(super) struct Link {
+    pub(super) sender: Sender,
+    /// This link's recipient ids (and its generation).
+    pub(super) ids: Arc<OutboundIds>,
+    /// The peer incarnation at the other end.
+    pub(super) uid: u64,
+    /// This node dialed the connection.
+    pub(super) dialed: bool,
+}
+
+impl Link {
+    /// Whether a ref made for incarnation `uid` (0: unknown) may use this
+    /// link: not if its incarnation was replaced.
+    #[inline]
+    pub(super) fn serves(&self, uid: u64) -> bool {
+        uid == self.uid || uid == 0
+    }
+}
+
+/// An association's link.
+///
+/// ```text
+///          tell / watch / resolve             connect ok / inbound
+///   Idle ───────────────────────► Connecting ───────────────────► Up(link)
+///    ▲                            (buffers up to   │                │
+///    │   connect failed: buffered  pending_capacity)│                │
+///    ├────────────────────────────────────────────┘                │
+///    │   link closed, unreachable, quarantined, shutdown            │
+///    └────────────────────────────────────────────────────────────┘
+/// ```
+pub(super) enum LinkState {
+    Idle,
+    Connecting { pending: VecDeque<Pending> },
+    Up(Link),
+}
+
+/// Something buffered while the link connects.
+pub(super) enum Pending {
+    User(Arc<Recipient>, u32, Bytes),
+    System(Bytes),
+}
+
+/// Appends the envelope for `payload` to `b`, defining the recipient's id
+/// on this link if needed. Runs under the transport's queue lock, which
+/// orders it with every other envelope on the link.
+pub(super) fn write_envelope(
+    b: &mut BytesMut,
+    r: &Recipient,
+    link: &Link,
+    manifest: u32,
+    payload: &[u8],
+) {
+    match link.ids.lookup_or_define(&r.id) {
+        (id, false) => {
+            b.reserve(ENV_HEADER + payload.len());
+            envelope::put_compact_header(b, id, manifest);
+        }
+        (id, true) => envelope::put_header(b, id, Some(r.path.elements()), manifest, None),
+    }
+    b.extend_from_slice(payload);
+}
+
+thread_local! {
+    /// A message encoder is running on this thread, possibly under a
+    /// link's locks (see `outbound`).
+    static IN_ENCODER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a message encoder, marking this thread as inside one until it
+/// returns or unwinds. Remote sends check [`in_encoder`] first.
+#[inline(always)]
+pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        #[inline(always)]
+        fn drop(&mut self) {
+            IN_ENCODER.set(false);
+        }
+    }
+    IN_ENCODER.set(true);
+    let _reset = Reset;
+    f()
+}
+
+/// Whether this thread is inside a message encoder.
+#[inline(always)]
+pub(super) fn in_encoder() -> bool {
+    IN_ENCODER.get()
+}
