@@ -115,7 +115,7 @@ impl<M: Send + 'static> Stoppable for Cell<M> {
     }
 }
 
-/// Spawning (the actor's task is [`run_actor`]).
+/// Spawning (the actor's task is `run_actor`).
 impl ActorSystem {
     /// Spawns an anonymous actor (`/user/$N`). It becomes reachable from
     /// other nodes once a ref to it is sent to one.

@@ -953,7 +953,7 @@ keyed!(SerializeStruct, SerializeStructVariant);
 /// (`actors/src/differential.rs`).
 ///
 /// # Errors
-/// As [`to_buf`].
+/// As `to_buf`.
 pub fn encode_bincode_format<T: ser::Serialize + ?Sized>(
     v: &T,
 ) -> std::result::Result<Vec<u8>, FormatError> {
@@ -966,7 +966,7 @@ pub fn encode_bincode_format<T: ser::Serialize + ?Sized>(
 /// for the differential check; returns it and the bytes used.
 ///
 /// # Errors
-/// As [`from_slice`].
+/// As `from_slice`.
 pub fn decode_bincode_format<T: de::DeserializeOwned>(
     input: &[u8],
 ) -> std::result::Result<(T, usize), FormatError> {

@@ -26,7 +26,7 @@ pub const DEFAULT_SYSTEM_MESSAGE_BUFFER: usize = 20_000;
 /// large-message lane; see `SystemConfig::set_max_message_size`.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 << 20;
 
-/// Settings of an [`ActorSystem`].
+/// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
     pub(crate) mailbox_capacity: usize,

@@ -51,18 +51,35 @@
 //! Paths look like `tcp://system@host:port/user/name` (see [`ActorPath`]).
 //!
 //! # Layout
-//! - `actor`: the [`Actor`] trait, [`Ctx`], [`StopReason`], [`Terminated`].
-//! - `actor_ref`: [`ActorRef`] (local, remote, ask slot).
+//! Bottom-up: a module imports only modules listed above it, never one
+//! that imports it back (`docs/ARCHITECTURE.md` draws the layers, says
+//! where the hot path runs and gives the lock order; a test checks the
+//! order).
+//! - `error`: the error types. `path`: [`ActorPath`]. `lifecycle`:
+//!   [`StopReason`], [`Terminated`].
+//! - `bincode_format`: bincode 2's message format, our serializer and
+//!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
+//!   [`RemoteMessage`], [`SharedBytes`], the decode scope.
+//! - `config`: [`SystemConfig`] and its defaults.
 //! - `mailbox`: bounded batch-swapping mailbox with a system queue.
-//! - `system`: [`ActorSystem`], spawning, registry, dead letters, shutdown.
-//! - `remote`: associations, envelope compression, inbound dispatch.
-//! - `serialization`: [`Serializer`], [`Bincode`], [`RemoteMessage`].
-//! - `path`: [`ActorPath`].
-//! - `watch`: death watch plumbing, [`Watch`].
-//! - `error`: the error types.
+//! - `watch`: death-watch plumbing, [`Watch`].
+//! - `registry`: local targets by path, the `Target` trait the remote
+//!   reader delivers into, dead letters.
+//! - `remote`: associations and everything on the wire, in units:
+//!   `envelope`, `compression`, `system_msg`, `reliable`, `liveness`,
+//!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound`, `net`,
+//!   `context`, `association`, `outbound`.
+//! - `node`: this node's registry and remoting, what decoded refs resolve
+//!   against.
+//! - `cell`: a local actor's runtime side and an ask's reply slot.
+//! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`].
+//! - `system`: [`ActorSystem`]: building, resolve, shutdown.
+//! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
 //!
 //! # Crate feature flags
-//! None yet.
+//! - `tls` (default): TLS 1.3 between nodes ([`SystemConfig::set_tls`]),
+//!   through `transport`'s `tls` feature (rustls, ring). Without it nodes
+//!   talk plain TCP, optionally with a shared secret.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

@@ -255,7 +255,7 @@ pub async fn raw_actor_peer(system: &actors::ActorSystem) -> (TcpStream, BytesMu
     (stream, buf)
 }
 
-/// An envelope (the body of a `Message` frame, see `actors/src/remote.rs`):
+/// An envelope (the body of a `Message` frame, see `actors/src/remote/envelope.rs`):
 /// recipient `id`, defined as `path` if given, then the manifest id and
 /// the payload.
 pub fn envelope(id: u32, path: Option<&str>, manifest: u32, payload: &[u8]) -> Vec<u8> {

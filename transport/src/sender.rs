@@ -192,6 +192,10 @@ impl Sender {
     ///
     /// # Errors
     /// As [`try_send_with`](Self::try_send_with).
+    // Inlined into the caller's encode loop: the actors' hot path (callgrind
+    // counted 27 M of 161 M sender-thread instructions in this call and
+    // its prologue when it was not).
+    #[inline]
     pub fn try_push_with<F: FnOnce(&mut BytesMut) -> bool>(
         &self,
         kind: FrameKind,

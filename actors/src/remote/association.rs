@@ -624,6 +624,7 @@ impl Association {
     }
 
     /// The state, locked (see the lock order at the type).
+    #[inline]
     pub(super) fn state(&self) -> MutexGuard<'_, LinkState> {
         lock(&self.state)
     }

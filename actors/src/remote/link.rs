@@ -21,6 +21,7 @@ use crate::{error::SerializationError, path::ActorPath};
 /// Locks a mutex of remoting. No user code runs under these locks except a
 /// message's encoder (see `RemoteMessage::encode`), which cannot leave the
 /// state half-changed, so a poisoned lock is consistent.
+#[inline]
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
