@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes};
 use tokio::runtime::Handle;
 use transport::{
     ConnStats, Connection, Endpoint, Frame, FrameKind, Handler, Inbound, Sender, TransportConfig,
-    TrySendError,
+    TrySendFrameError,
 };
 
 use crate::pattern::{Link, Marker, Outcome, Shape, TAG_MARKER, TAG_PAYLOAD, drive, marker_from};
@@ -71,7 +71,7 @@ impl Handler for Echo {
             let sender = self.sender.as_ref().expect("on_start runs first");
             if self.pending.is_empty() {
                 // Closed: the sender side is gone, nothing to echo to.
-                if let Err(TrySendError::Full(f)) = sender.try_send(frame) {
+                if let Err(TrySendFrameError::Full(f)) = sender.try_send(frame) {
                     self.pending.push(f.body);
                 }
             } else {

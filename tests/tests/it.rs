@@ -14,6 +14,7 @@ mod it {
     mod faults_net;
     mod hostile;
     mod large;
+    mod layers;
     mod limits;
     mod ordering;
     mod push;

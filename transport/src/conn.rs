@@ -28,7 +28,7 @@ use crate::{
     pool::BufferPool,
     reader::{self, Handler},
     security::Stream,
-    sender::{SendError, Sender, TrySendError},
+    sender::{SendFrameError, Sender, TrySendFrameError},
     shared::{CloseReason, ConnStats, PeerInfo, Shared},
     writer,
 };
@@ -183,7 +183,7 @@ impl Connection {
     ///
     /// # Errors
     /// As [`Sender::send`].
-    pub async fn send(&self, frame: Frame) -> Result<(), SendError> {
+    pub async fn send(&self, frame: Frame) -> Result<(), SendFrameError> {
         self.sender.send(frame).await
     }
 
@@ -191,7 +191,7 @@ impl Connection {
     ///
     /// # Errors
     /// As [`Sender::try_send`].
-    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendError<Frame>> {
+    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendFrameError<Frame>> {
         self.sender.try_send(frame)
     }
 

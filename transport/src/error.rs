@@ -1,7 +1,7 @@
 //! Error types: one enum per concern, all `#[non_exhaustive]`.
 //!
-//! The errors of a [`Sender`](crate::Sender) ([`SendError`](crate::SendError),
-//! [`TrySendError`](crate::TrySendError)) live with it in `sender`: they name
+//! The errors of a [`Sender`](crate::Sender) ([`SendFrameError`](crate::SendFrameError),
+//! [`TrySendFrameError`](crate::TrySendFrameError)) live with it in `sender`: they name
 //! [`Frame`](crate::Frame), and this module stays below the codec that
 //! uses it.
 

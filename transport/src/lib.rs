@@ -66,8 +66,8 @@
 //!   reason, cancel tokens, peer); [`CloseReason`], [`PeerInfo`],
 //!   [`ConnStats`]. → `error`, `out_queue`.
 //! - `sender`: [`Sender`], the producers' handle (encodes into the out
-//!   queue, never touches the socket), [`Pushed`], [`SendError`],
-//!   [`TrySendError`]. → `error`, `frame`, `out_queue`, `shared`.
+//!   queue, never touches the socket), [`Pushed`], [`SendFrameError`],
+//!   [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
 //!
 //! The two tasks of a connection (the only code on a socket):
 //! - `writer`: the writer task: take the queue, write it (the control
@@ -157,7 +157,7 @@ pub use inbound::Inbound;
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
-pub use sender::{Pushed, SendError, Sender, TrySendError};
+pub use sender::{Pushed, SendFrameError, Sender, TrySendFrameError};
 pub use shared::{CloseReason, ConnStats, PeerInfo};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};

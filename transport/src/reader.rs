@@ -12,7 +12,7 @@
 //! (`frame::decode`), borrowed in place from it (a [`Handler::BORROW`]
 //! handler), or borrowed in place from the stream's own buffer (a
 //! [`ReadIo::CHUNKED`] stream, TLS, with a `BORROW` handler; see
-//! `parse_chunk`). All three hand the frame to `Dispatch::frame`, the one
+//! `parse_chunk`). All three hand the frame to `FrameRoute::frame`, the one
 //! place that decides where it goes.
 
 use std::{future::Future, io, mem, sync::Arc, task::Context, task::Poll};
@@ -220,7 +220,7 @@ impl InBody for Bytes {
 /// Where each inbound frame goes, and what the reader remembers across
 /// frames: whether the peer has closed, and whether this read delivered
 /// anything (then the handler's batch ends).
-struct Dispatch<'a> {
+struct FrameRoute<'a> {
     shared: &'a Shared,
     /// The peer's Close arrived: later application frames are refused.
     peer_closed: bool,
@@ -228,7 +228,7 @@ struct Dispatch<'a> {
     delivered: bool,
 }
 
-impl Dispatch<'_> {
+impl FrameRoute<'_> {
     /// The one place an inbound frame is routed, whichever way it was read:
     /// application frames to the handler (until the peer's Close),
     /// heartbeat acks to the handler, the rest to [`control`](Self::control).
@@ -281,7 +281,7 @@ async fn drive<R: ReadIo, H: Handler>(
 ) -> Result<(), TransportError> {
     let max = config.max_frame_size;
     let mut read_size = ReadSize::new(config.read_buffer_size, MAX_READ_SIZE);
-    let mut dispatch = Dispatch {
+    let mut dispatch = FrameRoute {
         shared,
         peer_closed: false,
         delivered: false,

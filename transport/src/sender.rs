@@ -75,9 +75,9 @@ impl Sender {
     /// released when this returns.
     ///
     /// # Errors
-    /// [`SendError::TooLarge`] for a body above the maximum frame size,
-    /// [`SendError::Closed`] once the connection is closing or closed.
-    pub async fn send(&self, frame: Frame) -> Result<(), SendError> {
+    /// [`SendFrameError::TooLarge`] for a body above the maximum frame size,
+    /// [`SendFrameError::Closed`] once the connection is closing or closed.
+    pub async fn send(&self, frame: Frame) -> Result<(), SendFrameError> {
         frame::check_len(frame.body.len(), self.shared.out.max_frame_size)?;
         let body = &frame.body;
         self.send_with(frame.kind, |b| b.extend_from_slice(body))
@@ -102,7 +102,7 @@ impl Sender {
         &self,
         kind: FrameKind,
         encode: F,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), SendFrameError> {
         let mut encode = match self.push(kind, Always(encode), false) {
             Ok(false) => return Ok(()),
             Ok(true) => {
@@ -110,8 +110,8 @@ impl Sender {
                 return Ok(());
             }
             Err(Refused::Full(f)) => f,
-            Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendError::Closed),
-            Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
+            Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendFrameError::Closed),
+            Err(Refused::TooLarge(e)) => return Err(SendFrameError::TooLarge(e)),
         };
         loop {
             // Register interest before re-checking, so a writer that frees
@@ -122,8 +122,8 @@ impl Sender {
             encode = match self.push(kind, encode, true) {
                 Ok(_) => return Ok(()),
                 Err(Refused::Full(f)) => f,
-                Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendError::Closed),
-                Err(Refused::TooLarge(e)) => return Err(SendError::TooLarge(e)),
+                Err(Refused::Closed(_) | Refused::Abandoned) => return Err(SendFrameError::Closed),
+                Err(Refused::TooLarge(e)) => return Err(SendFrameError::TooLarge(e)),
             };
             notified.await;
         }
@@ -132,11 +132,11 @@ impl Sender {
     /// Queues `frame` if there is room now.
     ///
     /// # Errors
-    /// [`TrySendError::Full`] and [`TrySendError::Closed`] hand the frame
-    /// back; [`TrySendError::TooLarge`] names the size and the limit.
-    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendError<Frame>> {
+    /// [`TrySendFrameError::Full`] and [`TrySendFrameError::Closed`] hand the frame
+    /// back; [`TrySendFrameError::TooLarge`] names the size and the limit.
+    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendFrameError<Frame>> {
         if let Err(e) = frame::check_len(frame.body.len(), self.shared.out.max_frame_size) {
-            return Err(TrySendError::TooLarge(e));
+            return Err(TrySendFrameError::TooLarge(e));
         }
         let body = &frame.body;
         match self.push(
@@ -145,9 +145,9 @@ impl Sender {
             false,
         ) {
             Ok(_) => Ok(()),
-            Err(Refused::Full(_)) => Err(TrySendError::Full(frame)),
-            Err(Refused::Closed(_) | Refused::Abandoned) => Err(TrySendError::Closed(frame)),
-            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+            Err(Refused::Full(_)) => Err(TrySendFrameError::Full(frame)),
+            Err(Refused::Closed(_) | Refused::Abandoned) => Err(TrySendFrameError::Closed(frame)),
+            Err(Refused::TooLarge(e)) => Err(TrySendFrameError::TooLarge(e)),
         }
     }
 
@@ -159,12 +159,12 @@ impl Sender {
         &self,
         kind: FrameKind,
         encode: F,
-    ) -> Result<(), TrySendError<F>> {
+    ) -> Result<(), TrySendFrameError<F>> {
         match self.push(kind, Always(encode), false) {
             Ok(_) => Ok(()),
-            Err(Refused::Full(f)) => Err(TrySendError::Full(f.0)),
-            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f.0)),
-            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+            Err(Refused::Full(f)) => Err(TrySendFrameError::Full(f.0)),
+            Err(Refused::Closed(f)) => Err(TrySendFrameError::Closed(f.0)),
+            Err(Refused::TooLarge(e)) => Err(TrySendFrameError::TooLarge(e)),
             Err(Refused::Abandoned) => unreachable!("an infallible encoder gave up"),
         }
     }
@@ -200,13 +200,13 @@ impl Sender {
         &self,
         kind: FrameKind,
         encode: F,
-    ) -> Result<Pushed, TrySendError<F>> {
+    ) -> Result<Pushed, TrySendFrameError<F>> {
         match self.push(kind, Maybe(encode), false) {
             Ok(yield_now) => Ok(Pushed::Queued { yield_now }),
             Err(Refused::Abandoned) => Ok(Pushed::Abandoned),
-            Err(Refused::Full(f)) => Err(TrySendError::Full(f.0)),
-            Err(Refused::Closed(f)) => Err(TrySendError::Closed(f.0)),
-            Err(Refused::TooLarge(e)) => Err(TrySendError::TooLarge(e)),
+            Err(Refused::Full(f)) => Err(TrySendFrameError::Full(f.0)),
+            Err(Refused::Closed(f)) => Err(TrySendFrameError::Closed(f.0)),
+            Err(Refused::TooLarge(e)) => Err(TrySendFrameError::TooLarge(e)),
         }
     }
 
@@ -256,7 +256,7 @@ impl Sender {
 /// A refused [`try_send`](Sender::try_send); the frame comes back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum TrySendError<T = Frame> {
+pub enum TrySendFrameError<T = Frame> {
     /// The outbound queue is at its capacity; retry later or use
     /// [`send`](Sender::send), which waits.
     #[error("outbound queue full")]
@@ -269,7 +269,7 @@ pub enum TrySendError<T = Frame> {
     TooLarge(FrameError),
 }
 
-impl<T> TrySendError<T> {
+impl<T> TrySendFrameError<T> {
     /// The frame handed back, if the error carries it.
     pub fn into_inner(self) -> Option<T> {
         match self {
@@ -282,7 +282,7 @@ impl<T> TrySendError<T> {
 /// A refused [`send`](Sender::send).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SendError {
+pub enum SendFrameError {
     /// The connection is closed.
     #[error("connection closed")]
     Closed,

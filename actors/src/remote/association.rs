@@ -16,7 +16,7 @@ use std::{
 
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
-use transport::{CloseReason, ConnStats, Connection, FrameKind, TrySendError};
+use transport::{CloseReason, ConnStats, Connection, FrameKind, TrySendFrameError};
 
 use super::{
     compression::OutboundIds,
@@ -645,7 +645,7 @@ impl Association {
         match &mut *st {
             LinkState::Up(link) => match link.sender.try_send(system_frame(body)) {
                 Ok(()) => {}
-                Err(TrySendError::Full(f)) => {
+                Err(TrySendFrameError::Full(f)) => {
                     // Never dropped: wait for room off this thread.
                     let sender = link.sender.clone();
                     tokio::spawn(async move {

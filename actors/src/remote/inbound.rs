@@ -9,7 +9,7 @@ use std::{
 };
 
 use bytes::{BufMut, Bytes, BytesMut};
-use transport::{CloseReason, Frame, FrameKind, Handler, Sender, TrySendError};
+use transport::{CloseReason, Frame, FrameKind, Handler, Sender, TrySendFrameError};
 
 use super::{
     compression::InboundIds,
@@ -453,7 +453,7 @@ impl Dispatch {
     fn ack_large(&self, msg: u32, received: u32) {
         let Some(sender) = &self.sender else { return };
         let frame = SysWire::LargeAck { msg, received }.frame();
-        if let Err(TrySendError::Full(f)) = sender.try_send(frame) {
+        if let Err(TrySendFrameError::Full(f)) = sender.try_send(frame) {
             let sender = sender.clone();
             tokio::spawn(async move {
                 let _ = sender.send(f).await;
@@ -596,5 +596,245 @@ impl Handler for Dispatch {
             );
         }
         self.peer.on_close(self.generation, reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        any::Any,
+        future::Future,
+        pin::Pin,
+        sync::{Mutex, PoisonError},
+    };
+
+    use super::*;
+    use crate::remote::envelope::{put_compact_header, put_header};
+
+    /// The association side, recording what the dispatcher reports.
+    #[derive(Default)]
+    struct FakePeer {
+        sys_in: Mutex<SysIn>,
+        events: Mutex<Vec<String>>,
+    }
+
+    impl FakePeer {
+        fn record(&self, e: String) {
+            self.events
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(e);
+        }
+
+        fn events(&self) -> Vec<String> {
+            self.events
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        }
+    }
+
+    impl RemoteWatcher for FakePeer {
+        fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated) {
+            self.record(format!("terminated {watch_id} {}", t.reason));
+        }
+    }
+
+    impl Peer for FakePeer {
+        fn node(&self) -> &Arc<str> {
+            static NODE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+            NODE.get_or_init(|| "peer@127.0.0.1:1".into())
+        }
+        fn sys_in(&self) -> MutexGuard<'_, SysIn> {
+            self.sys_in.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+        fn on_ack(&self, epoch: u64, seq: u64) {
+            self.record(format!("ack {epoch} {seq}"));
+        }
+        fn on_shutdown(&self, uid: u64) {
+            self.record(format!("shutdown {uid}"));
+        }
+        fn on_large_ack(&self, msg: u32, received: u32) {
+            self.record(format!("large ack {msg} {received}"));
+        }
+        fn on_heartbeat_ack(&self, seq: u64) {
+            self.record(format!("heartbeat ack {seq}"));
+        }
+        fn on_identity(&self, id: u64, manifest: Option<(u32, String)>) {
+            self.record(format!("identity {id} {manifest:?}"));
+        }
+        fn on_terminated(&self, watch_id: u64, reason: StopReason) {
+            self.record(format!("their actor {watch_id} {reason}"));
+        }
+        fn reply(self: Arc<Self>, msg: &SysWire) {
+            self.record(format!("reply {msg:?}"));
+        }
+        fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher> {
+            self
+        }
+        fn on_close(&self, generation: u32, reason: &CloseReason) {
+            self.record(format!("closed {generation} {reason}"));
+        }
+    }
+
+    /// A local actor taking manifest 7, recording the batches it gets.
+    #[derive(Default)]
+    struct FakeTarget {
+        batches: Mutex<Vec<(usize, Bytes)>>,
+    }
+
+    impl Target for FakeTarget {
+        fn manifest(&self) -> u32 {
+            7
+        }
+        fn manifest_name(&self) -> &'static str {
+            "test.Seven"
+        }
+        fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
+            self.batches
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((n, batch.clone()));
+            Ok(())
+        }
+        fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(std::future::ready(()))
+        }
+        fn add_watcher(&self, sink: WatchSink) {
+            sink.deliver(Terminated {
+                path: seven_path(),
+                reason: StopReason::Stopped,
+            });
+        }
+        fn stop(&self) {}
+        fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+            self
+        }
+    }
+
+    fn seven_path() -> crate::path::ActorPath {
+        crate::path::ActorPath::parse("tcp://me@127.0.0.1:2/user/seven").expect("valid")
+    }
+
+    fn setup() -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
+        let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
+        let target = Arc::new(FakeTarget::default());
+        registry.register("/user/seven", target.clone());
+        let peer = Arc::new(FakePeer::default());
+        let mut config = SystemConfig::default();
+        config.set_max_malformed_per_second(1_000);
+        let d = Dispatch::new(registry.clone(), &config, peer.clone(), 3, 42);
+        (d, peer, target, registry)
+    }
+
+    fn envelope(id: u32, define: Option<&str>, manifest: u32, payload: &[u8]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        match define {
+            Some(_) => put_header(&mut b, id, define, manifest, None),
+            None => put_compact_header(&mut b, id, manifest),
+        }
+        b.extend_from_slice(payload);
+        b.to_vec()
+    }
+
+    #[tokio::test]
+    async fn one_batch_per_recipient_per_read() {
+        let (mut d, _, target, registry) = setup();
+        d.on_read(1 << 16);
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(1, Some("/user/seven"), 7, b"a"),
+        );
+        d.on_frame_ref(FrameKind::Message, &envelope(1, None, 7, b"bc"));
+        d.on_frame_ref(FrameKind::Message, &envelope(1, None, 7, b""));
+        assert!(
+            target.batches.lock().unwrap().is_empty(),
+            "held until the read ends"
+        );
+        d.on_batch_end().await;
+        let batches = target.batches.lock().unwrap().clone();
+        assert_eq!(batches.len(), 1);
+        let (n, batch) = &batches[0];
+        assert_eq!(*n, 3);
+        assert_eq!(&batch[..], b"\x01\0\0\0a\x02\0\0\0bc\0\0\0\0");
+        assert_eq!(registry.dead_letter_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn unknown_ids_wrong_types_and_garbage_are_dead_letters() {
+        let (mut d, _, target, registry) = setup();
+        // Used before it was defined: malformed.
+        d.on_frame_ref(FrameKind::Message, &envelope(9, None, 7, b"x"));
+        // Defined for an actor that takes another manifest.
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(2, Some("/user/seven"), 8, b"x"),
+        );
+        // No actor at that path.
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(3, Some("/user/none"), 7, b"x"),
+        );
+        // Not an envelope at all, and an id beyond the table's bound.
+        d.on_frame_ref(FrameKind::Message, &[1, 2]);
+        let far = crate::remote::compression::MAX_COMPRESSION_IDS as u32;
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(far, Some("/user/seven"), 7, b"x"),
+        );
+        d.on_batch_end().await;
+        assert!(target.batches.lock().unwrap().is_empty());
+        assert_eq!(registry.dead_letter_count(), 5);
+    }
+
+    #[tokio::test]
+    async fn system_messages_reach_the_peer() {
+        let (mut d, peer, _, _) = setup();
+        for msg in [
+            SysWire::Shutdown,
+            SysWire::Ack { epoch: 1, seq: 4 },
+            SysWire::LargeAck {
+                msg: 2,
+                received: 10,
+            },
+            SysWire::Identify {
+                id: 5,
+                path: "/user/seven".into(),
+            },
+            SysWire::Identity {
+                id: 6,
+                manifest: None,
+            },
+        ] {
+            d.on_frame_ref(FrameKind::System, &msg.encode());
+        }
+        // A watch arrives in the reliable stream; the fake target has
+        // terminated, so the watcher hears it at once.
+        let watch = SysWire::Watch {
+            path: "/user/seven".into(),
+            watch_id: 11,
+        };
+        let reliable = SysWire::Reliable {
+            epoch: 1,
+            seq: 1,
+            body: watch.encode().to_vec(),
+        };
+        d.on_frame_ref(FrameKind::System, &reliable.encode());
+        d.on_heartbeat_ack(&7u64.to_le_bytes());
+        d.on_close(&CloseReason::Local("done".into()));
+        let events = peer.events();
+        assert_eq!(
+            events,
+            [
+                "shutdown 42",
+                "ack 1 4",
+                "large ack 2 10",
+                "reply Identity { id: 5, manifest: Some((7, \"test.Seven\")) }",
+                "identity 6 None",
+                "terminated 11 stopped",
+                "heartbeat ack 7",
+                "closed 3 closed locally: done",
+            ],
+        );
     }
 }

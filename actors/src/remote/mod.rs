@@ -42,7 +42,7 @@ use std::{
 
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
-use transport::{ConnStats, Connection, Endpoint, TransportConfig, TransportError};
+use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
 pub(crate) use association::Association;
 pub use events::RemoteEvent;
@@ -89,7 +89,7 @@ impl Remoting {
         let transport: TransportConfig = config.transport.clone();
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {
-            let tls = transport::Tls::new(tls).map_err(TransportError::from)?;
+            let tls = transport::Tls::new(tls).map_err(transport::TransportError::from)?;
             let endpoint = Endpoint::bind_secure(bind, transport, tls, advertise).await?;
             return Ok(Bound(Box::new(endpoint)));
         }

@@ -26,7 +26,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-use transport::{FrameKind, Pushed, TrySendError};
+use transport::{FrameKind, Pushed, TrySendFrameError};
 
 use super::{
     association::Association,
@@ -143,8 +143,8 @@ impl Association {
                 });
                 match res {
                     Ok(()) => return Ok(false),
-                    Err(TrySendError::Full(_)) => return Err(TellError::Full),
-                    Err(TrySendError::TooLarge(e)) => {
+                    Err(TrySendFrameError::Full(_)) => return Err(TellError::Full),
+                    Err(TrySendFrameError::TooLarge(e)) => {
                         return Err(TellError::Serialization(SerializationError::Encode(
                             e.to_string(),
                         )));
@@ -199,8 +199,8 @@ impl Association {
         match res {
             Ok(Pushed::Queued { yield_now }) => Some(Ok(yield_now)),
             Ok(Pushed::Abandoned) => failed.map(|e| Err(TellError::Serialization(e))),
-            Err(TrySendError::Full(_)) => Some(Err(TellError::Full)),
-            Err(TrySendError::TooLarge(e)) => Some(Err(TellError::Serialization(
+            Err(TrySendFrameError::Full(_)) => Some(Err(TellError::Full)),
+            Err(TrySendFrameError::TooLarge(e)) => Some(Err(TellError::Serialization(
                 SerializationError::Encode(e.to_string()),
             ))),
             // The link just died: the general path reconnects.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use integration_tests::{connect, endpoint, raw_handshake, within};
 use tokio::{io::AsyncReadExt, net::TcpSocket};
-use transport::{Frame, FrameError, FrameKind, SendError, TransportConfig, TrySendError};
+use transport::{Frame, FrameError, FrameKind, SendFrameError, TransportConfig, TrySendFrameError};
 
 /// How long a send must stay pending to count as blocked. A stalled
 /// writer never frees room, so any value works; short keeps the test fast.
@@ -47,7 +47,7 @@ async fn stalled_peer_fills_the_queue_then_send_blocks() {
         assert!(pushed < BUDGET, "queue never filled after {pushed} bytes");
         match sender.try_send(Frame::message(body.clone())) {
             Ok(()) => pushed += frame_len,
-            Err(TrySendError::Full(_)) => {
+            Err(TrySendFrameError::Full(_)) => {
                 match tokio::time::timeout(BLOCKED, sender.send(Frame::message(body.clone()))).await
                 {
                     Ok(r) => {
@@ -68,7 +68,7 @@ async fn stalled_peer_fills_the_queue_then_send_blocks() {
         body: Bytes::from_static(b"returned"),
     };
     match sender.try_send(frame.clone()) {
-        Err(TrySendError::Full(back)) => assert_eq!(back, frame),
+        Err(TrySendFrameError::Full(back)) => assert_eq!(back, frame),
         other => panic!("expected Full, got {other:?}"),
     }
     let queued = sender.queued_bytes();
@@ -110,7 +110,7 @@ async fn oversized_send_is_refused_and_connection_survives() {
     let big = Frame::message(vec![1u8; MAX + 1]);
 
     match c.try_send(big.clone()) {
-        Err(TrySendError::TooLarge(e)) => {
+        Err(TrySendFrameError::TooLarge(e)) => {
             assert_eq!(
                 e,
                 FrameError::TooLarge {
@@ -123,7 +123,7 @@ async fn oversized_send_is_refused_and_connection_survives() {
         other => panic!("expected TooLarge, got {other:?}"),
     }
     match c.send(big).await {
-        Err(SendError::TooLarge(e)) => {
+        Err(SendFrameError::TooLarge(e)) => {
             assert_eq!(e.to_string(), "frame length 1025 exceeds limit 1024");
         }
         other => panic!("expected TooLarge, got {other:?}"),
@@ -137,7 +137,7 @@ async fn oversized_send_is_refused_and_connection_survives() {
         .unwrap_err();
     assert!(matches!(
         err,
-        SendError::TooLarge(FrameError::TooLarge {
+        SendFrameError::TooLarge(FrameError::TooLarge {
             len: 4000,
             max: MAX
         })
