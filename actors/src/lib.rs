@@ -68,7 +68,7 @@
 //! - `remote`: associations and everything on the wire, in units:
 //!   `envelope`, `compression`, `system_msg`, `reliable`, `liveness`,
 //!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound`, `net`,
-//!   `context`, `association`, `outbound`.
+//!   `context`, `requests`, `association`, `outbound`.
 //! - `node`: this node's registry and remoting, what decoded refs resolve
 //!   against.
 //! - `cell`: a local actor's runtime side and an ask's reply slot.

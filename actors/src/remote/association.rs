@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use transport::{CloseReason, ConnStats, Connection, FrameKind, TrySendFrameError};
 
@@ -26,7 +26,8 @@ use super::{
     large::{LaneHost, LargeLane},
     link::{Link, LinkState, Pending, Recipient, in_encoder, lock, write_envelope},
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
-    reliable::{SysIn, SysOut},
+    reliable::SysIn,
+    requests::{IdentifyFailed, Requests},
     system_msg::{SysWire, reliable_frame, system_frame},
 };
 use crate::{
@@ -43,17 +44,6 @@ const FLUSH_CHUNK: usize = 1024;
 /// The reason a connection that lost a simultaneous connect is closed with.
 pub(super) const DUPLICATE: &str = "duplicate connection";
 
-pub(super) type IdentifyReply = Result<Option<(u32, String)>, IdentifyFailed>;
-
-/// Why an identify got no answer.
-pub(super) enum IdentifyFailed {
-    /// The node is unreachable (connecting failed, or the link closed).
-    Unreachable(String),
-    /// The link it went on lost a simultaneous connect and was closed by
-    /// the peer; the link that won is coming: ask again.
-    Replaced,
-}
-
 /// The link to one remote node.
 ///
 /// Method groups: link state and transitions; system messages
@@ -64,11 +54,12 @@ pub(super) enum IdentifyFailed {
 /// # Lock order
 /// A thread holding one of these locks takes only locks further right:
 ///
-/// `sys_in` → `sys_out` → `state` → `quarantined` → the transport's queue
-/// lock → a message's encoder (user code) → the registry's lock.
+/// `requests.inbound` → `requests.out` → `state` → `quarantined` → the
+/// transport's queue lock → a message's encoder (user code) → the
+/// registry's lock.
 ///
-/// `life`, `conns`, `watches`, `identifies`, `large.queue` and
-/// `large.acked` are leaves: nothing else of the association is taken while
+/// `life`, `conns`, `requests.watches`, `requests.identifies`,
+/// `large.queue` and `large.acked` are leaves: nothing else of the association is taken while
 /// one is held (`life` is held while the transport's control lane queues a
 /// heartbeat). Delivering a `Terminated` or failing a waiter happens after
 /// the lock it was taken from is released.
@@ -89,11 +80,8 @@ pub(crate) struct Association {
     life: Mutex<Liveness>,
     /// A connect attempt is in flight.
     connecting: AtomicBool,
-    watches: Mutex<HashMap<u64, (ActorPath, WatchSink)>>,
-    identifies: Mutex<HashMap<u64, oneshot::Sender<IdentifyReply>>>,
-    next_req: AtomicU64,
-    sys_out: Mutex<SysOut>,
-    sys_in: Mutex<SysIn>,
+    /// Watches, identifies, the reliable system-message streams.
+    requests: Requests,
     pub(super) large: LargeLane,
     /// `SystemConfig::set_pending_capacity`.
     pub(super) pending_capacity: usize,
@@ -122,11 +110,7 @@ impl Association {
                 Instant::now(),
             )),
             connecting: AtomicBool::new(false),
-            watches: Mutex::new(HashMap::new()),
-            identifies: Mutex::new(HashMap::new()),
-            next_req: AtomicU64::new(1),
-            sys_out: Mutex::new(SysOut::new(config.system_buffer)),
-            sys_in: Mutex::new(SysIn::default()),
+            requests: Requests::new(config.system_buffer),
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
             max_message,
@@ -195,8 +179,7 @@ impl Association {
     /// again.
     fn tick(self: &Arc<Self>, now: Instant) -> Instant {
         let link = self.link().map(|l| l.sender);
-        let needs_link = !lock(&self.watches).is_empty()
-            || lock(&self.sys_out).len() > 0
+        let needs_link = self.requests.needs_link()
             || matches!(*lock(&self.state), LinkState::Connecting { .. });
         let tick = {
             let mut life = lock(&self.life);
@@ -239,7 +222,7 @@ impl Association {
     }
 
     fn reset_sys_out(&self, why: &str) {
-        let dropped = lock(&self.sys_out).reset();
+        let dropped = self.requests.reset_stream();
         if dropped > 0 {
             tracing::warn!(node = %self.node, dropped, reason = why, "unacknowledged system messages dropped");
         }
@@ -281,15 +264,13 @@ impl Association {
     ) -> Result<Option<(u32, String)>, ResolveError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let id = self.next_req.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = oneshot::channel();
-            lock(&self.identifies).insert(id, tx);
+            let (id, rx) = self.requests.new_identify();
             self.send_system(&SysWire::Identify {
                 id,
                 path: path.elements().to_owned(),
             });
             let res = tokio::time::timeout_at(deadline, rx).await;
-            lock(&self.identifies).remove(&id);
+            self.requests.forget_identify(id);
             return match res {
                 Ok(Ok(Ok(m))) => Ok(m),
                 // Asked again on the link that replaces it.
@@ -544,20 +525,12 @@ impl Association {
     }
 
     fn fail_identifies(&self, reason: &str) {
-        for (_, tx) in lock(&self.identifies).drain() {
-            let _ = tx.send(Err(IdentifyFailed::Unreachable(reason.to_owned())));
-        }
+        self.requests
+            .fail_identifies(IdentifyFailed::Unreachable(reason.to_owned()));
     }
 
     fn fail_waiters(&self, reason: &str) {
-        self.fail_identifies(reason);
-        let watches: Vec<_> = lock(&self.watches).drain().collect();
-        for (_, (path, sink)) in watches {
-            sink.deliver(Terminated {
-                path,
-                reason: StopReason::NodeUnreachable(reason.to_owned()),
-            });
-        }
+        self.requests.fail_waiters(reason);
     }
 
     /// A connection of this association ended.
@@ -599,9 +572,7 @@ impl Association {
                 // The peer kept the link it dialed, which is coming (or
                 // here already): an identify that went on this one may
                 // have been dropped with it, so it is asked again.
-                for (_, tx) in lock(&self.identifies).drain() {
-                    let _ = tx.send(Err(IdentifyFailed::Replaced));
-                }
+                self.requests.fail_identifies(IdentifyFailed::Replaced);
             } else {
                 self.fail_identifies(&reason.to_string());
             }
@@ -702,10 +673,7 @@ impl Association {
                 )),
             });
         }
-        let watch_id = self
-            .next_req
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&self.watches).insert(watch_id, (r.path.clone(), sink));
+        let watch_id = self.requests.add_watch(r.path.clone(), sink);
         self.arm_detector();
         self.send_reliable(&SysWire::Watch {
             path: r.path.elements().to_owned(),
@@ -720,10 +688,9 @@ impl Association {
         if in_encoder() {
             return self.defer(msg, Self::send_reliable);
         }
-        let body = msg.encode();
-        let mut out = lock(&self.sys_out);
-        let seq = match out.push(body.clone()) {
-            Ok(seq) => seq,
+        let mut out = self.requests.out();
+        let frame = match Requests::push_reliable(&mut out, msg.encode()) {
+            Ok(frame) => frame,
             Err(overflow) => {
                 drop(out);
                 let uid = self.peer_uid();
@@ -738,7 +705,6 @@ impl Association {
                 return;
             }
         };
-        let frame = reliable_frame(out.epoch(), seq, &body);
         let up = match &*self.state() {
             LinkState::Up(link) => {
                 // Full: the resend timer sends it later, in order.
@@ -755,7 +721,7 @@ impl Association {
 
     /// Resends every unacknowledged system message on the current link.
     pub(super) fn resend_unacked(&self) {
-        let out = lock(&self.sys_out);
+        let out = self.requests.out();
         if out.len() == 0 {
             return;
         }
@@ -788,11 +754,11 @@ impl Peer for Association {
     }
 
     fn sys_in(&self) -> MutexGuard<'_, SysIn> {
-        lock(&self.sys_in)
+        self.requests.inbound()
     }
 
     fn on_ack(&self, epoch: u64, seq: u64) {
-        lock(&self.sys_out).handle_ack(epoch, seq);
+        self.requests.out().handle_ack(epoch, seq);
     }
 
     fn on_shutdown(&self, uid: u64) {
@@ -808,16 +774,11 @@ impl Peer for Association {
     }
 
     fn on_identity(&self, id: u64, manifest: Option<(u32, String)>) {
-        if let Some(tx) = lock(&self.identifies).remove(&id) {
-            let _ = tx.send(Ok(manifest));
-        }
+        self.requests.answer_identify(id, manifest);
     }
 
     fn on_terminated(&self, watch_id: u64, reason: StopReason) {
-        let watch = lock(&self.watches).remove(&watch_id);
-        if let Some((path, sink)) = watch {
-            sink.deliver(Terminated { path, reason });
-        }
+        self.requests.terminated(watch_id, reason);
     }
 
     fn reply(self: Arc<Self>, msg: &SysWire) {

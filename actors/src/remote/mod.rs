@@ -14,8 +14,10 @@
 //!   reports to its association through the `Peer` trait.
 //! - `net`: the transport endpoint with its security erased.
 //! - `context`: what every association of a node shares.
-//! - `association`: one remote node's link state, transitions and system
-//!   messages.
+//! - `requests`: an association's system-message bookkeeping (watches,
+//!   identifies, the reliable streams).
+//! - `association`: one remote node's link state and transitions, and the
+//!   system messages it puts on the link.
 //! - `outbound`: sending user messages on an association.
 //! - this file: [`Remoting`], the set of associations of one node.
 
@@ -31,6 +33,7 @@ mod liveness;
 mod net;
 mod outbound;
 mod reliable;
+mod requests;
 mod system_msg;
 
 use std::{
