@@ -163,8 +163,11 @@ impl<M: Send + 'static> ActorRef<M> {
                 .unwrap_or_else(|| Self::dead(path, Arc::downgrade(&node.registry))));
         }
         let remoting = node.remoting.as_ref().ok_or(ResolveError::NoRemoting)?;
-        let (assoc, recipient) = remoting.recipient(path);
-        Ok(Self::remote_unchecked(assoc, recipient))
+        Ok(match remoting.recipient(path.clone()) {
+            Some((assoc, recipient)) => Self::remote_unchecked(assoc, recipient),
+            // At the association limit: a dead end, logged by remoting.
+            None => Self::dead(path, Arc::downgrade(&node.registry)),
+        })
     }
 
     /// A ref to a remote recipient, assumed to take `M`.

@@ -3,6 +3,7 @@
 
 use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
+use ipnet::IpNet;
 use transport::{Backoff, HeartbeatConfig, TransportConfig};
 
 /// Default mailbox capacity: 65,536 messages, a dozen 5,000-message bursts.
@@ -26,6 +27,16 @@ pub const DEFAULT_SYSTEM_MESSAGE_BUFFER: usize = 20_000;
 /// large-message lane; see `SystemConfig::set_max_message_size`.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 << 20;
 
+/// Default most remote nodes a system keeps an association with: 1,024.
+/// Each costs a few kilobytes and a share of one heartbeat timer; refs that
+/// arrive inside messages can name any node, so this bounds what peers'
+/// messages can make a node set up.
+pub const DEFAULT_MAX_ASSOCIATIONS: usize = 1024;
+/// Default most connection attempts in flight at once: 16. Beyond that a
+/// connect waits for one to finish, so refs naming many unreachable nodes
+/// cannot make the node open sockets without bound.
+pub const DEFAULT_MAX_CONCURRENT_DIALS: usize = 16;
+
 /// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
@@ -42,6 +53,11 @@ pub struct SystemConfig {
     pub(crate) max_message_size: usize,
     /// Addresses to dial instead of the one in a node's name.
     pub(crate) routes: HashMap<String, SocketAddr>,
+    pub(crate) untrusted_mode: bool,
+    pub(crate) lookup_paths: Vec<String>,
+    pub(crate) max_associations: usize,
+    pub(crate) max_concurrent_dials: usize,
+    pub(crate) dial_allow_list: Option<Vec<IpNet>>,
 }
 
 impl Default for SystemConfig {
@@ -59,6 +75,11 @@ impl Default for SystemConfig {
             system_buffer: DEFAULT_SYSTEM_MESSAGE_BUFFER,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             routes: HashMap::new(),
+            untrusted_mode: false,
+            lookup_paths: Vec::new(),
+            max_associations: DEFAULT_MAX_ASSOCIATIONS,
+            max_concurrent_dials: DEFAULT_MAX_CONCURRENT_DIALS,
+            dial_allow_list: None,
         }
     }
 }
@@ -165,6 +186,63 @@ impl SystemConfig {
     /// its own address.
     pub fn set_route(&mut self, node: &str, addr: SocketAddr) -> &mut Self {
         self.routes.insert(node.to_owned(), addr);
+        self
+    }
+
+    /// Untrusted mode (Akka's `untrusted-mode`), for a node that peers it
+    /// does not control can reach: a remote `stop` of its actors is refused
+    /// (and counted as a dead letter), and `resolve` from other nodes finds
+    /// only the paths on [`set_lookup_paths`](Self::set_lookup_paths)
+    /// (others look absent). Peers can still message and watch the actors
+    /// whose refs they were given. Default off: every peer that
+    /// authenticates may stop and look up any actor. Ask reply slots
+    /// (`/temp/...`) are never looked up, in either mode. Cost: none per
+    /// message.
+    pub fn set_untrusted_mode(&mut self, on: bool) -> &mut Self {
+        self.untrusted_mode = on;
+        self
+    }
+
+    /// The paths other nodes may `resolve` in untrusted mode: exact
+    /// (`/user/api`), or a subtree when the entry ends with `/`
+    /// (`/user/workers/`). Default none. Ignored when untrusted mode is
+    /// off.
+    pub fn set_lookup_paths<I, S>(&mut self, paths: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.lookup_paths = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The most remote nodes this system keeps an association with
+    /// (outbound or inbound). Default 1,024 ([`DEFAULT_MAX_ASSOCIATIONS`]).
+    /// At the limit, a ref to a further node that arrives inside a message
+    /// is a dead end (its messages are dead letters), `resolve` of one
+    /// fails with `ResolveError::Unreachable`, and an inbound connection
+    /// from one is closed; each is logged (sampled). Cost: a few kilobytes
+    /// per association.
+    pub fn set_max_associations(&mut self, n: usize) -> &mut Self {
+        self.max_associations = n.max(1);
+        self
+    }
+
+    /// The most connection attempts in flight at once; further ones wait
+    /// for a slot. Default 16 ([`DEFAULT_MAX_CONCURRENT_DIALS`]).
+    pub fn set_max_concurrent_dials(&mut self, n: usize) -> &mut Self {
+        self.max_concurrent_dials = n.max(1);
+        self
+    }
+
+    /// The networks this system may dial at all (`10.0.0.0/8`,
+    /// `127.0.0.1/32`, ...); `None`, the default, allows any. Checked on
+    /// the address a node's name resolves to (or its route), before the
+    /// socket is opened; a refused dial fails like an unreachable node,
+    /// with a reason that names the address. Inbound connections are not
+    /// affected.
+    pub fn set_dial_allow_list(&mut self, networks: Option<Vec<IpNet>>) -> &mut Self {
+        self.dial_allow_list = networks;
         self
     }
 

@@ -104,9 +104,12 @@ impl Registry {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A fresh reply-slot path (`/temp/$N`).
+    /// A fresh reply-slot path, `/temp/$` and 64 random bits in hex: only
+    /// a node that was handed the reply ref can address it (sequential ids
+    /// let a third party answer someone else's ask). From the OS's random
+    /// source, once per ask.
     pub(crate) fn temp_path(&self) -> ActorPath {
-        self.path(&format!("/temp/${}", self.next_id()))
+        self.path(&format!("/temp/${:016x}", transport::random_uid()))
     }
 
     /// The targets, locked. No other lock is taken while it is held.

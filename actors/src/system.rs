@@ -209,7 +209,13 @@ impl ActorSystem {
         match manifest {
             None => Err(ResolveError::NotFound(path.to_string())),
             Some((id, _)) if id == manifest_id(M::MANIFEST) => {
-                let (assoc, recipient) = remoting.recipient(path);
+                let (assoc, recipient) =
+                    remoting
+                        .recipient(path.clone())
+                        .ok_or_else(|| ResolveError::Unreachable {
+                            addr: path.node().to_owned(),
+                            reason: "association limit reached".into(),
+                        })?;
                 Ok(ActorRef::remote_unchecked(assoc, recipient))
             }
             Some((_, name)) => Err(ResolveError::WrongType {

@@ -19,4 +19,5 @@ mod it {
     mod ordering;
     mod push;
     mod tls;
+    mod trust;
 }

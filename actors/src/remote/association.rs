@@ -328,6 +328,9 @@ impl Association {
 
     async fn connect(self: &Arc<Self>) -> Result<(), String> {
         let ctx = self.ctx.upgrade().ok_or("system shut down")?;
+        // At most `max_concurrent_dials` attempts at once, resolving
+        // included; the permit is held until the handshake is done.
+        let _permit = ctx.dials.acquire().await.map_err(|_| "system shut down")?;
         let addr = match ctx.config.routes.get(&*self.node) {
             // SystemConfig::set_route: dialed elsewhere, identity unchanged.
             Some(addr) => *addr,
@@ -344,6 +347,13 @@ impl Association {
                     .ok_or_else(|| format!("{hostport} resolves to no address"))?
             }
         };
+        if let Some(allowed) = &ctx.config.dial_allow_list
+            && !allowed.iter().any(|net| net.contains(&addr.ip()))
+        {
+            return Err(format!(
+                "{addr} is not on the dial allow-list (SystemConfig::set_dial_allow_list)"
+            ));
+        }
         let est = ctx
             .endpoint
             .connect(addr)

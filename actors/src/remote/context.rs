@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::{events::RemoteEvent, net::Net};
@@ -17,4 +17,6 @@ pub(crate) struct Context {
     pub(super) endpoint: Box<dyn Net>,
     /// Stops the associations' heartbeat tasks and large-message lanes.
     pub(super) cancel: CancellationToken,
+    /// Connection attempts in flight (`SystemConfig::set_max_concurrent_dials`).
+    pub(super) dials: Semaphore,
 }

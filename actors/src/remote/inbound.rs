@@ -12,6 +12,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use transport::{CloseReason, Frame, FrameKind, Handler, Sender, TrySendFrameError};
 
 use super::{
+    access::Access,
     compression::InboundIds,
     envelope::{self, Fragment},
     large::{Reassembly, Step},
@@ -74,6 +75,8 @@ pub(crate) struct Dispatch {
     max_malformed: usize,
     /// `SystemConfig::set_max_message_size`.
     max_message: usize,
+    /// Which system requests of the peer are honoured.
+    access: Access,
     generation: u32,
     /// The incarnation at the other end of this connection.
     peer_uid: u64,
@@ -155,6 +158,7 @@ impl Dispatch {
             peer,
             max_malformed: config.max_malformed_per_second,
             max_message: config.max_message_size,
+            access: Access::new(config),
             generation,
             peer_uid,
             sender: None,
@@ -414,9 +418,12 @@ impl Dispatch {
     fn on_system_msg(&mut self, msg: SysWire) {
         match msg {
             SysWire::Identify { id, path } => {
+                // A path the peer may not look up is absent to it.
                 let manifest = self
-                    .registry()
-                    .lookup(&path)
+                    .access
+                    .may_identify(&path)
+                    .then(|| self.registry().lookup(&path))
+                    .flatten()
                     .map(|t| (t.manifest(), t.manifest_name().to_owned()));
                 self.peer.clone().reply(&SysWire::Identity { id, manifest });
             }
@@ -436,6 +443,10 @@ impl Dispatch {
             }
             SysWire::Terminated { watch_id, reason } => self.peer.on_terminated(watch_id, reason),
             SysWire::Stop { path } => {
+                if !self.access.may_stop() {
+                    let to = self.registry().path(&path);
+                    return self.dead("(remote stop)", &to, "refused: untrusted mode");
+                }
                 if let Some(t) = self.registry().lookup(&path) {
                     t.stop();
                 }

@@ -7,6 +7,8 @@
 //!   messages on the wire), `reliable` (their exactly-once delivery),
 //!   `liveness` (heartbeat verdicts, reconnect timing, incarnation and
 //!   tie-break decisions, time passed in), `events` ([`RemoteEvent`]).
+//! - `access`: which peer requests are honoured (untrusted mode, reply
+//!   slots never looked up); pure.
 //! - `link`: what a link is made of (recipient, link, link state, what
 //!   waits while connecting, the encoder guard).
 //! - `large`: the large-message lane and reassembly.
@@ -21,6 +23,7 @@
 //! - `outbound`: sending user messages on an association.
 //! - this file: [`Remoting`], the set of associations of one node.
 
+mod access;
 mod association;
 mod compression;
 mod context;
@@ -39,7 +42,10 @@ mod system_msg;
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    sync::{Arc, Mutex, Weak},
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -68,6 +74,8 @@ pub(crate) struct Remoting {
     /// One [`Recipient`] per remote path and incarnation, shared by every
     /// ref to it so that its compressed id is assigned once per link.
     refs: Mutex<HashMap<String, Weak<Recipient>>>,
+    /// Associations refused at `SystemConfig::set_max_associations`.
+    refused: AtomicU64,
 }
 
 /// A bound endpoint, before the node it serves exists.
@@ -111,13 +119,15 @@ impl Remoting {
         let remoting = Arc::new(Self {
             shared: Arc::new(Context {
                 registry,
-                config,
+                config: config.clone(),
                 events,
                 endpoint: bound.0,
                 cancel: CancellationToken::new(),
+                dials: tokio::sync::Semaphore::new(config.max_concurrent_dials),
             }),
             associations: Mutex::new(HashMap::new()),
             refs: Mutex::new(HashMap::new()),
+            refused: AtomicU64::new(0),
         });
         remoting.clone().start_accepting();
         remoting
@@ -127,22 +137,29 @@ impl Remoting {
         self.shared.endpoint.local_addr()
     }
 
-    fn association(&self, node: &str) -> Arc<Association> {
+    /// The association with `node`, made if there is none, unless the
+    /// system keeps `SystemConfig::set_max_associations` already.
+    fn association(&self, node: &str) -> Option<Arc<Association>> {
         let mut assocs = lock(&self.associations);
         if let Some(a) = assocs.get(node) {
-            return a.clone();
+            return Some(a.clone());
         }
-        assocs
-            .entry(node.into())
-            .or_insert_with(|| {
-                let assoc = Arc::new(Association::new(node.into(), &self.shared));
-                tokio::spawn(association::keep(
-                    Arc::downgrade(&assoc),
-                    self.shared.cancel.clone(),
-                ));
-                assoc
-            })
-            .clone()
+        let limit = self.shared.config.max_associations;
+        if assocs.len() >= limit {
+            drop(assocs);
+            let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+            if n <= 10 || n.is_power_of_two() {
+                tracing::warn!(node = %truncated(node), limit, refused = n, "association limit reached; a ref to this node is a dead end");
+            }
+            return None;
+        }
+        let assoc = Arc::new(Association::new(node.into(), &self.shared));
+        tokio::spawn(association::keep(
+            Arc::downgrade(&assoc),
+            self.shared.cancel.clone(),
+        ));
+        assocs.insert(node.into(), assoc.clone());
+        Some(assoc)
     }
 
     /// Accepts inbound connections until `shutdown` closes the endpoint.
@@ -159,7 +176,10 @@ impl Remoting {
                             tracing::warn!(peer = %est.peer().socket_addr, advertised = %node, "inbound node advertises an invalid address; closing");
                             continue;
                         }
-                        let assoc = self.association(&node);
+                        let Some(assoc) = self.association(&node) else {
+                            // Dropped unstarted: the connection closes.
+                            continue;
+                        };
                         let generation = assoc.next_generation();
                         let uid = est.peer().uid;
                         let conn = est.start(assoc.dispatch(&self.shared, generation, uid));
@@ -171,21 +191,21 @@ impl Remoting {
     }
 
     /// The sending side's handle on a remote actor: its node's
-    /// association, and the recipient. A recipient belongs to the
-    /// incarnation of its node known when it was made: after a restart,
-    /// old refs are dead ends, new ones work.
-    pub(crate) fn recipient(&self, path: ActorPath) -> (Arc<Association>, Arc<Recipient>) {
-        let assoc = self.association(path.node());
+    /// association, and the recipient; `None` at the association limit. A
+    /// recipient belongs to the incarnation of its node known when it was
+    /// made: after a restart, old refs are dead ends, new ones work.
+    pub(crate) fn recipient(&self, path: ActorPath) -> Option<(Arc<Association>, Arc<Recipient>)> {
+        let assoc = self.association(path.node())?;
         let uid = assoc.peer_uid();
         let key = format!("{path}#{uid:x}");
         let mut refs = lock(&self.refs);
         if let Some(r) = refs.get(&key).and_then(Weak::upgrade) {
-            return (assoc, r);
+            return Some((assoc, r));
         }
         let r = Arc::new(Recipient::new(path, uid));
         refs.retain(|_, w| w.strong_count() > 0);
         refs.insert(key, Arc::downgrade(&r));
-        (assoc, r)
+        Some((assoc, r))
     }
 
     /// Asks `path`'s node whether an actor lives there: its manifest id
@@ -195,7 +215,16 @@ impl Remoting {
         path: &ActorPath,
         timeout: Duration,
     ) -> Result<Option<(u32, String)>, ResolveError> {
-        self.association(path.node()).identify(path, timeout).await
+        let assoc = self
+            .association(path.node())
+            .ok_or_else(|| ResolveError::Unreachable {
+                addr: path.node().to_owned(),
+                reason: format!(
+                    "this system keeps {} associations already (SystemConfig::set_max_associations)",
+                    self.shared.config.max_associations
+                ),
+            })?;
+        assoc.identify(path, timeout).await
     }
 
     pub(crate) fn stats(&self) -> ConnStats {
@@ -230,6 +259,20 @@ impl Remoting {
         while closing.join_next().await.is_some() {}
         self.shared.endpoint.close();
     }
+}
+
+/// A peer-supplied name for a log line: at most 64 characters, escaped.
+fn truncated(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(64)
+        .collect::<String>()
+        .escape_debug()
+        .collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
 }
 
 /// Decodes `bytes` the way a received frame is decoded, for fuzzing: as an
