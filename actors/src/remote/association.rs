@@ -16,9 +16,10 @@ use std::{
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use transport::{CloseReason, ConnStats, Connection, FrameKind, TrySendFrameError};
+use transport::{CloseReason, ConnStats, Connection, FrameKind, PeerInfo, TrySendFrameError};
 
 use super::{
+    claims::{Claim, Claims, Nonce},
     compression::OutboundIds,
     context::Context,
     events::RemoteEvent,
@@ -82,6 +83,9 @@ pub(crate) struct Association {
     connecting: AtomicBool,
     /// Watches, identifies, the reliable system-message streams.
     requests: Requests,
+    /// Inbound connections whose claim is not proven yet, and the nonces
+    /// of our dials (see `claims`).
+    claims: Mutex<Claims>,
     pub(super) large: LargeLane,
     /// `SystemConfig::set_pending_capacity`.
     pub(super) pending_capacity: usize,
@@ -111,6 +115,7 @@ impl Association {
             )),
             connecting: AtomicBool::new(false),
             requests: Requests::new(config.system_buffer),
+            claims: Mutex::new(Claims::default()),
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
             max_message,
@@ -321,6 +326,7 @@ impl Association {
             assoc.connecting.store(false, Ordering::Release);
             if let Err(reason) = res {
                 tracing::warn!(node = %assoc.node, %reason, "connect failed");
+                assoc.reject_claims(&reason);
                 assoc.link_failed(&reason);
             }
         });
@@ -388,6 +394,90 @@ impl Association {
             conn.close("your incarnation is quarantined").await;
             return;
         }
+        let proof = transport_proof(conn.peer());
+        if dialed && let Some((ours, _)) = proof.nonces {
+            lock(&self.claims).dialed(generation, ours);
+        }
+        if !dialed && !proof.node {
+            return self.hold_unverified(conn, generation, proof);
+        }
+        self.install_proven(conn, generation, dialed).await;
+    }
+
+    /// An inbound connection that proved the secret but not that it is
+    /// this node: it carries inbound traffic only until the node at the
+    /// claimed address confirms it dialed it (see `claims`).
+    fn hold_unverified(self: &Arc<Self>, conn: Connection, generation: u32, proof: Proof) {
+        let uid = conn.peer().uid;
+        let Some((_, theirs)) = proof.nonces else {
+            // No secret was proved either: nothing to ask about.
+            tracing::warn!(node = %self.node, uid, "closing an inbound connection that proves nothing");
+            tokio::spawn(async move { conn.close("identity not proven").await });
+            return;
+        };
+        tracing::debug!(node = %self.node, uid, generation, "inbound connection holds until the node confirms it dialed it");
+        lock(&self.conns).insert(generation, conn);
+        lock(&self.claims).hold(generation, Claim { uid, nonce: theirs });
+        self.ask_claims();
+    }
+
+    /// Asks the node, on our own link to it, about every unverified
+    /// inbound connection; dials first if there is no link.
+    fn ask_claims(self: &Arc<Self>) {
+        let Some(link) = self.link() else {
+            if lock(&self.claims).any_unverified() {
+                self.ensure_connecting();
+            }
+            return;
+        };
+        let nonces = lock(&self.claims).take_questions();
+        for nonce in nonces {
+            let _ = link.sender.try_send(SysWire::ConfirmDial { nonce }.frame());
+        }
+    }
+
+    /// The node at the claimed address answered about the inbound
+    /// connection with handshake nonce `nonce`.
+    fn dial_confirmed(self: &Arc<Self>, nonce: &Nonce, yes: bool) {
+        let Some((generation, claim)) = lock(&self.claims).answered(nonce) else {
+            return;
+        };
+        let Some(conn) = lock(&self.conns).remove(&generation) else {
+            return;
+        };
+        if yes {
+            tracing::debug!(node = %self.node, uid = claim.uid, generation, "the node confirms it dialed this connection");
+            let assoc = self.clone();
+            tokio::spawn(async move { assoc.install_proven(conn, generation, false).await });
+        } else {
+            tracing::warn!(node = %self.node, uid = claim.uid, peer = %conn.peer().socket_addr, "a connection claimed to be this node, and the node says it did not dial it: closing it");
+            let why = format!(
+                "identity not proven: {} did not dial this connection",
+                self.node
+            );
+            tokio::spawn(async move { conn.close(&why).await });
+        }
+    }
+
+    /// The claimed node cannot be asked (dialing it failed): the
+    /// connections that claim it are closed.
+    fn reject_claims(&self, reason: &str) {
+        let held = lock(&self.claims).drain_unverified();
+        for (generation, claim) in held {
+            if let Some(conn) = lock(&self.conns).remove(&generation) {
+                tracing::warn!(node = %self.node, uid = claim.uid, %reason, "closing an inbound connection whose claim could not be checked");
+                let why = format!(
+                    "identity not proven: dialing {} failed: {reason}",
+                    self.node
+                );
+                tokio::spawn(async move { conn.close(&why).await });
+            }
+        }
+    }
+
+    /// Installs a connection whose identity is proven for this node.
+    async fn install_proven(self: &Arc<Self>, conn: Connection, generation: u32, dialed: bool) {
+        let uid = conn.peer().uid;
         let previous = self.peer_uid.swap(uid, Ordering::AcqRel);
         if let Some(old) = displaced(previous, uid) {
             self.quarantine(old, &format!("restarted as incarnation {uid:#x}"));
@@ -428,22 +518,22 @@ impl Association {
                         };
                         drop(st);
                         self.close_duplicate(loser);
+                        lock(&self.claims).relink();
                         self.resend_unacked();
+                        self.ask_claims();
                         return;
                     }
                     LinkState::Idle => {
                         *st = LinkState::Up(link);
                         drop(st);
-                        self.up.notify_waiters();
-                        self.resend_unacked();
+                        self.link_up();
                         return;
                     }
                     LinkState::Connecting { pending } => {
                         if pending.is_empty() {
                             *st = LinkState::Up(link);
                             drop(st);
-                            self.up.notify_waiters();
-                            self.resend_unacked();
+                            self.link_up();
                             return;
                         }
                         let n = pending.len().min(FLUSH_CHUNK);
@@ -479,6 +569,15 @@ impl Association {
                 }
             }
         }
+    }
+
+    /// A link came up: waiters wake, unacknowledged system messages and
+    /// pending claims go out on it.
+    fn link_up(self: &Arc<Self>) {
+        self.up.notify_waiters();
+        lock(&self.claims).relink();
+        self.resend_unacked();
+        self.ask_claims();
     }
 
     /// An inbound connection from this node.
@@ -555,6 +654,7 @@ impl Association {
                 _ => false,
             }
         };
+        lock(&self.claims).closed(generation);
         // The large-message lane may wait for acks on it.
         self.large.link_closed();
         // Outside the state lock: dropping aborts a live connection. What it
@@ -791,8 +891,16 @@ impl Peer for Association {
         self.requests.terminated(watch_id, reason);
     }
 
-    fn reply(self: Arc<Self>, msg: &SysWire) {
-        self.send_system(msg);
+    fn is_proven(&self, generation: u32) -> bool {
+        !lock(&self.claims).is_unverified(generation)
+    }
+
+    fn dialed_with(&self, nonce: &[u8; 32]) -> bool {
+        lock(&self.claims).did_we_dial(nonce)
+    }
+
+    fn on_dial_confirmed(self: Arc<Self>, nonce: [u8; 32], yes: bool) {
+        self.dial_confirmed(&nonce, yes);
     }
 
     fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher> {
@@ -867,5 +975,26 @@ pub(super) async fn keep(assoc: Weak<Association>, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep_until(next.into()) => {}
         }
+    }
+}
+
+/// What the transport established about a connection's peer.
+#[derive(Debug, Clone, Copy)]
+struct Proof {
+    /// Its identity is proven for the exact node it names (a TLS
+    /// certificate naming the node), or authentication is explicitly off
+    /// (every claim is believed, as the operator chose).
+    node: bool,
+    /// The handshake nonces (ours, the peer's) when a shared secret was
+    /// proved: what a claim is checked with.
+    nonces: Option<(Nonce, Nonce)>,
+}
+
+/// How `peer`'s identity was established.
+fn transport_proof(peer: &PeerInfo) -> Proof {
+    let _ = peer;
+    Proof {
+        node: true,
+        nonces: None,
     }
 }

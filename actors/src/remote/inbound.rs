@@ -39,6 +39,18 @@ pub(super) trait Peer: Send + Sync + 'static {
     fn sys_in(&self) -> MutexGuard<'_, SysIn>;
     /// The peer acknowledged reliable system messages up to `seq`.
     fn on_ack(&self, epoch: u64, seq: u64);
+    /// Whether connection `generation`'s claim to be the node is proven
+    /// (see `claims`). Until it is, it carries user messages and the peer's
+    /// questions, and nothing that changes what this node believes of the
+    /// peer: no shutdown notice, no reliable system message or ack, no
+    /// answer to our questions, no heartbeat ack.
+    fn is_proven(&self, generation: u32) -> bool;
+    /// Whether this node dialed a live connection with handshake nonce
+    /// `nonce` (the peer verifying our claim).
+    fn dialed_with(&self, nonce: &[u8; 32]) -> bool;
+    /// The node at the claimed address answered whether it dialed the
+    /// connection with `nonce`.
+    fn on_dial_confirmed(self: Arc<Self>, nonce: [u8; 32], yes: bool);
     /// The peer's incarnation `uid` is shutting down.
     fn on_shutdown(&self, uid: u64);
     /// The peer read large message `msg` up to `received` bytes.
@@ -48,8 +60,6 @@ pub(super) trait Peer: Send + Sync + 'static {
     fn on_identity(&self, id: u64, manifest: Option<(u32, String)>);
     /// An actor watched under `watch_id` terminated.
     fn on_terminated(&self, watch_id: u64, reason: StopReason);
-    /// Sends a system message to the peer (an answer).
-    fn reply(self: Arc<Self>, msg: &SysWire);
     /// Where `Terminated` notices for the peer's watches go.
     fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher>;
     /// The connection of this generation ended.
@@ -379,6 +389,20 @@ impl Dispatch {
                 return self.malformed("undecodable system message");
             }
         };
+        let changes_belief = matches!(
+            msg,
+            SysWire::Reliable { .. }
+                | SysWire::Ack { .. }
+                | SysWire::Shutdown
+                | SysWire::Identity { .. }
+                | SysWire::DialConfirmed { .. }
+        );
+        if changes_belief && !self.peer.is_proven(self.generation) {
+            // Resent or asked again once the claim is confirmed (reliable
+            // messages are kept until acknowledged).
+            tracing::debug!(node = %self.peer.node(), generation = self.generation, "system message from a connection whose identity is not proven yet dropped");
+            return;
+        }
         match msg {
             SysWire::Reliable { epoch, seq, body } => {
                 // Held while delivering, so two links of one node cannot
@@ -402,16 +426,33 @@ impl Dispatch {
                     Receive::Ignore => None,
                 };
                 drop(sys_in);
-                if let (Some(seq), Some(sender)) = (ack, &self.sender) {
+                if let Some(seq) = ack {
                     // Lost acks are harmless: the message is resent and
                     // acknowledged again.
-                    let _ = sender.try_send(SysWire::Ack { epoch, seq }.frame());
+                    self.answer(&SysWire::Ack { epoch, seq });
                 }
             }
             SysWire::Ack { epoch, seq } => self.peer.on_ack(epoch, seq),
             SysWire::Shutdown => self.peer.on_shutdown(self.peer_uid),
             SysWire::LargeAck { msg, received } => self.peer.on_large_ack(msg, received),
+            SysWire::ConfirmDial { nonce } => {
+                let yes = self.peer.dialed_with(&nonce);
+                self.answer(&SysWire::DialConfirmed { nonce, yes });
+            }
+            SysWire::DialConfirmed { nonce, yes } => {
+                self.peer.clone().on_dial_confirmed(nonce, yes);
+            }
             other => self.on_system_msg(other),
+        }
+    }
+
+    /// Sends a system message back on this connection, where the peer
+    /// asked: an answer never takes another path, so only the connection
+    /// that asked receives it. Dropped if the connection's queue is full
+    /// (the peer asks again, or times out).
+    fn answer(&self, msg: &SysWire) {
+        if let Some(sender) = &self.sender {
+            let _ = sender.try_send(msg.frame());
         }
     }
 
@@ -425,7 +466,7 @@ impl Dispatch {
                     .then(|| self.registry().lookup(&path))
                     .flatten()
                     .map(|t| (t.manifest(), t.manifest_name().to_owned()));
-                self.peer.clone().reply(&SysWire::Identity { id, manifest });
+                self.answer(&SysWire::Identity { id, manifest });
             }
             SysWire::Identity { id, manifest } => self.peer.on_identity(id, manifest),
             SysWire::Watch { path, watch_id } => {
@@ -454,7 +495,9 @@ impl Dispatch {
             SysWire::Reliable { .. }
             | SysWire::Ack { .. }
             | SysWire::Shutdown
-            | SysWire::LargeAck { .. } => {}
+            | SysWire::LargeAck { .. }
+            | SysWire::ConfirmDial { .. }
+            | SysWire::DialConfirmed { .. } => {}
         }
     }
 
@@ -592,6 +635,9 @@ impl Handler for Dispatch {
     }
 
     fn on_heartbeat_ack(&mut self, body: &[u8]) {
+        if !self.peer.is_proven(self.generation) {
+            return;
+        }
         if let Ok(seq) = <[u8; 8]>::try_from(body) {
             self.peer.on_heartbeat_ack(u64::from_le_bytes(seq));
         }
@@ -627,6 +673,8 @@ mod tests {
     struct FakePeer {
         sys_in: Mutex<SysIn>,
         events: Mutex<Vec<String>>,
+        /// The connection's claim is not proven.
+        unproven: bool,
     }
 
     impl FakePeer {
@@ -662,6 +710,15 @@ mod tests {
         fn on_ack(&self, epoch: u64, seq: u64) {
             self.record(format!("ack {epoch} {seq}"));
         }
+        fn is_proven(&self, _: u32) -> bool {
+            !self.unproven
+        }
+        fn dialed_with(&self, nonce: &[u8; 32]) -> bool {
+            nonce[0] == 1
+        }
+        fn on_dial_confirmed(self: Arc<Self>, nonce: [u8; 32], yes: bool) {
+            self.record(format!("confirmed {} {yes}", nonce[0]));
+        }
         fn on_shutdown(&self, uid: u64) {
             self.record(format!("shutdown {uid}"));
         }
@@ -676,9 +733,6 @@ mod tests {
         }
         fn on_terminated(&self, watch_id: u64, reason: StopReason) {
             self.record(format!("their actor {watch_id} {reason}"));
-        }
-        fn reply(self: Arc<Self>, msg: &SysWire) {
-            self.record(format!("reply {msg:?}"));
         }
         fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher> {
             self
@@ -728,10 +782,14 @@ mod tests {
     }
 
     fn setup() -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
+        setup_with(FakePeer::default())
+    }
+
+    fn setup_with(peer: FakePeer) -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
         let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
         let target = Arc::new(FakeTarget::default());
         registry.register("/user/seven", target.clone());
-        let peer = Arc::new(FakePeer::default());
+        let peer = Arc::new(peer);
         let mut config = SystemConfig::default();
         config.set_max_malformed_per_second(1_000);
         let d = Dispatch::new(registry.clone(), &config, peer.clone(), 3, 42);
@@ -808,9 +866,9 @@ mod tests {
                 msg: 2,
                 received: 10,
             },
-            SysWire::Identify {
-                id: 5,
-                path: "/user/seven".into(),
+            SysWire::DialConfirmed {
+                nonce: [4; 32],
+                yes: false,
             },
             SysWire::Identity {
                 id: 6,
@@ -840,12 +898,57 @@ mod tests {
                 "shutdown 42",
                 "ack 1 4",
                 "large ack 2 10",
-                "reply Identity { id: 5, manifest: Some((7, \"test.Seven\")) }",
+                "confirmed 4 false",
                 "identity 6 None",
                 "terminated 11 stopped",
                 "heartbeat ack 7",
                 "closed 3 closed locally: done",
             ],
         );
+    }
+
+    #[tokio::test]
+    async fn an_unproven_connection_changes_no_belief_but_delivers_messages() {
+        let (mut d, peer, target, _) = setup_with(FakePeer {
+            unproven: true,
+            ..FakePeer::default()
+        });
+        for msg in [
+            SysWire::Shutdown,
+            SysWire::Ack { epoch: 1, seq: 4 },
+            SysWire::Identity {
+                id: 6,
+                manifest: None,
+            },
+            SysWire::DialConfirmed {
+                nonce: [4; 32],
+                yes: true,
+            },
+            SysWire::Reliable {
+                epoch: 1,
+                seq: 1,
+                body: SysWire::Stop {
+                    path: "/user/seven".into(),
+                }
+                .encode()
+                .to_vec(),
+            },
+            // Pacing only: honoured from any connection of the node.
+            SysWire::LargeAck {
+                msg: 2,
+                received: 10,
+            },
+        ] {
+            d.on_frame_ref(FrameKind::System, &msg.encode());
+        }
+        d.on_heartbeat_ack(&7u64.to_le_bytes());
+        assert_eq!(peer.events(), ["large ack 2 10"]);
+        // User messages are delivered.
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(1, Some("/user/seven"), 7, b"a"),
+        );
+        d.on_batch_end().await;
+        assert_eq!(target.batches.lock().unwrap().len(), 1);
     }
 }

@@ -16,6 +16,8 @@
 //!   reports to its association through the `Peer` trait.
 //! - `net`: the transport endpoint with its security erased.
 //! - `context`: what every association of a node shares.
+//! - `claims`: inbound connections whose claimed identity is not proven
+//!   yet, and the nonces of our dials that answer for ours (pure).
 //! - `requests`: an association's system-message bookkeeping (watches,
 //!   identifies, the reliable streams).
 //! - `association`: one remote node's link state and transitions, and the
@@ -25,6 +27,7 @@
 
 mod access;
 mod association;
+mod claims;
 mod compression;
 mod context;
 mod envelope;
