@@ -123,6 +123,7 @@ pub mod auth;
 mod backoff;
 mod config;
 mod conn;
+mod cookie;
 mod endpoint;
 mod error;
 pub mod frame;
@@ -149,8 +150,11 @@ pub use config::{
     DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
 };
 pub use conn::{Connection, Established};
+pub use cookie::{COOKIE_ENV, DEFAULT_COOKIE_FILE_NAME, load_cookie_file};
 pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
-pub use error::{AcceptError, ConfigError, FrameError, HandshakeError, TlsError, TransportError};
+pub use error::{
+    AcceptError, ConfigError, FrameError, HandshakeError, SecretSource, TlsError, TransportError,
+};
 pub use frame::{Frame, FrameKind};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use inbound::Inbound;
@@ -158,6 +162,6 @@ pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
 pub use sender::{Pushed, SendFrameError, Sender, TrySendFrameError};
-pub use shared::{CloseReason, ConnStats, PeerInfo};
+pub use shared::{CloseReason, ConnStats, PeerInfo, PeerVerified};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};
