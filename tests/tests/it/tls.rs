@@ -27,11 +27,11 @@ use transport::{
 
 /// Handshake timeout for these tests: short so a hang shows quickly, far
 /// above what a loopback TLS handshake takes in a debug build.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The test nodes' config: the short handshake timeout and the test
 /// suite's shared secret.
-fn config() -> TransportConfig {
+pub(super) fn config() -> TransportConfig {
     let mut c = TransportConfig::default();
     c.set_handshake_timeout(HANDSHAKE_TIMEOUT);
     secured(c)
@@ -39,14 +39,14 @@ fn config() -> TransportConfig {
 
 /// A CA and the certificates it issues, written as PEM files into a
 /// temporary directory that lives as long as this value.
-struct Pki {
+pub(super) struct Pki {
     dir: tempfile::TempDir,
     ca: Issuer<'static, KeyPair>,
     ca_pem: String,
 }
 
 /// What a node certificate should say.
-struct Spec<'a> {
+pub(super) struct Spec<'a> {
     cn: &'a str,
     sans: Vec<String>,
     /// Days from now: (not before, not after).
@@ -55,7 +55,7 @@ struct Spec<'a> {
 
 impl<'a> Spec<'a> {
     /// Valid now for `127.0.0.1` and `localhost` (host-only: no node URI).
-    fn node(cn: &'a str) -> Self {
+    pub(super) fn node(cn: &'a str) -> Self {
         Self {
             cn,
             sans: vec!["localhost".into(), "127.0.0.1".into()],
@@ -65,7 +65,7 @@ impl<'a> Spec<'a> {
 
     /// As [`node`](Self::node), also naming the nodes `uris`
     /// (`tcp://name@host[:port]` URI SANs).
-    fn naming(cn: &'a str, uris: &[&str]) -> Self {
+    pub(super) fn naming(cn: &'a str, uris: &[&str]) -> Self {
         let mut spec = Self::node(cn);
         spec.sans.extend(uris.iter().map(|u| u.to_string()));
         spec
@@ -73,7 +73,7 @@ impl<'a> Spec<'a> {
 }
 
 impl Pki {
-    fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("transport-tls-")
             .tempdir()
@@ -91,13 +91,13 @@ impl Pki {
         }
     }
 
-    fn path(&self, file: &str) -> PathBuf {
+    pub(super) fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
 
     /// Issues a certificate and writes `FILE.pem` (chain) and `FILE.key`.
     /// Returns the certificate's DER.
-    fn issue(&self, file: &str, spec: &Spec<'_>) -> Vec<u8> {
+    pub(super) fn issue(&self, file: &str, spec: &Spec<'_>) -> Vec<u8> {
         let (uris, names): (Vec<String>, Vec<String>) =
             spec.sans.iter().cloned().partition(|s| s.contains("://"));
         let mut p = CertificateParams::new(names).unwrap();
@@ -136,7 +136,7 @@ impl Pki {
     /// TLS settings for the node `file`, trusting `trust`'s CA, accepting
     /// host-only certificates (what [`Spec::node`] issues: these tests are
     /// about the host checks).
-    fn tls(&self, file: &str, trust: &Pki) -> TlsConfig {
+    pub(super) fn tls(&self, file: &str, trust: &Pki) -> TlsConfig {
         let mut tls = self.tls_strict(file, trust);
         tls.set_allow_host_only_certificates(true);
         tls
@@ -144,7 +144,7 @@ impl Pki {
 
     /// As [`tls`](Self::tls), with the default: peer certificates must
     /// name the node.
-    fn tls_strict(&self, file: &str, trust: &Pki) -> TlsConfig {
+    pub(super) fn tls_strict(&self, file: &str, trust: &Pki) -> TlsConfig {
         TlsConfig::from_pem_files(
             self.path(&format!("{file}.pem")),
             self.path(&format!("{file}.key")),
@@ -167,7 +167,10 @@ async fn good_node(pki: &Pki, name: &str) -> Endpoint<Tls> {
 
 /// Connects `client` to `server`, sends one frame each way, closes
 /// gracefully: proves both endpoints work.
-async fn round_trip<A: Security, B: Security>(client: &Endpoint<A>, server: &Endpoint<B>) {
+pub(super) async fn round_trip<A: Security, B: Security>(
+    client: &Endpoint<A>,
+    server: &Endpoint<B>,
+) {
     let (dialed, accepted) = within("connect and accept", async {
         tokio::join!(client.connect(server.local_addr()), server.accept())
     })
@@ -199,7 +202,7 @@ async fn round_trip<A: Security, B: Security>(client: &Endpoint<A>, server: &End
 /// Dials `server` from `client`, expecting both sides to fail: returns the
 /// dialer's error and the listener's accept error, which must come within
 /// the handshake timeout (plus slack) and name the dialer's address.
-async fn both_fail<A: Security, B: Security>(
+pub(super) async fn both_fail<A: Security, B: Security>(
     client: &Endpoint<A>,
     server: &Endpoint<B>,
 ) -> (TransportError, AcceptError) {
