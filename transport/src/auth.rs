@@ -133,7 +133,7 @@ impl SharedSecret {
     }
 
     /// This secret, recorded as coming from `source`.
-    pub(crate) fn from_source(self, source: SecretSource) -> Self {
+    pub(crate) fn with_source(self, source: SecretSource) -> Self {
         Self { source, ..self }
     }
 
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn source_is_kept_through_rotation_and_named() {
         let s = SharedSecret::new(A)
-            .from_source(SecretSource::CookieFile("/h/.actors.cookie".into()))
+            .with_source(SecretSource::CookieFile("/h/.actors.cookie".into()))
             .with_previous(B);
         assert_eq!(
             s.source(),

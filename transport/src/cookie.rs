@@ -107,10 +107,10 @@ pub(crate) fn resolve(plan: Plan) -> Result<Option<SharedSecret>, ConfigError> {
     let secret = match plan {
         Plan::Insecure => return Ok(None),
         Plan::Configured(s) => s,
-        Plan::Environment(v) => SharedSecret::new(v).from_source(SecretSource::Environment),
+        Plan::Environment(v) => SharedSecret::new(v).with_source(SecretSource::Environment),
         Plan::CookieFile(path) => {
             let cookie = load_or_create(&path)?;
-            SharedSecret::new(cookie).from_source(SecretSource::CookieFile(path))
+            SharedSecret::new(cookie).with_source(SecretSource::CookieFile(path))
         }
     };
     secret.validate()?;
@@ -138,7 +138,7 @@ fn cookie_error(path: &Path, what: &str, e: &io::Error) -> ConfigError {
 pub fn load_cookie_file(path: impl AsRef<Path>) -> Result<SharedSecret, ConfigError> {
     let path = path.as_ref();
     let secret = SharedSecret::new(load_or_create(path)?)
-        .from_source(SecretSource::CookieFile(path.to_owned()));
+        .with_source(SecretSource::CookieFile(path.to_owned()));
     secret.validate()?;
     Ok(secret)
 }
