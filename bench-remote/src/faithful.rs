@@ -309,18 +309,23 @@ pub struct Embedded {
 impl Embedded {
     /// Starts both systems and `pairs` receivers; the receiving system and
     /// its actors run on `recv`.
-    pub async fn start(recv: &Handle, pairs: usize, tls: bool) -> Result<Self> {
+    pub async fn start(
+        recv: &Handle,
+        pairs: usize,
+        tls: bool,
+        transport: &transport::TransportConfig,
+    ) -> Result<Self> {
         let any = "127.0.0.1:0".parse().expect("literal address");
-        let (send_cfg, recv_cfg) = if tls {
+        let mut sc = SystemConfig::default();
+        let mut rc = SystemConfig::default();
+        *sc.transport_mut() = transport.clone();
+        *rc.transport_mut() = transport.clone();
+        if tls {
             let (s, r) = crate::tls::generated()?;
-            let mut sc = SystemConfig::default();
             sc.set_tls(s);
-            let mut rc = SystemConfig::default();
             rc.set_tls(r);
-            (sc, rc)
-        } else {
-            (SystemConfig::default(), SystemConfig::default())
-        };
+        }
+        let (send_cfg, recv_cfg) = (sc, rc);
         let receiver_sys = recv
             .spawn(async move {
                 let sys = ActorSystem::with_config("bench-receiver", Some(any), recv_cfg).await?;

@@ -30,7 +30,7 @@ mod tls;
 
 use std::net::SocketAddr;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{
     ArgMatches, Args, Command, CommandFactory, FromArgMatches, Parser, Subcommand,
     builder::StyledStr,
@@ -56,7 +56,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Serve a receiver actor at `tcp://bench@ADDR/user/receiver` until
+    /// Serve a receiver actor at `tcp://receiver@ADDR/user/receiver` until
     /// stopped (Ctrl-C); any number of senders, one after another or at once.
     Receiver {
         /// Address to listen on.
@@ -128,6 +128,12 @@ struct RunOpts {
     /// Folder of PEM files for `--tls` in two-process mode.
     #[arg(long, value_name = "DIR", global = true)]
     tls_dir: Option<std::path::PathBuf>,
+    /// Read the nodes' shared secret from FILE (created with a random
+    /// secret if missing; must not be readable by group or others), instead
+    /// of `ACTORS_COOKIE` or `~/.actors.cookie`. Two processes with
+    /// different secrets refuse each other.
+    #[arg(long, value_name = "FILE", global = true)]
+    secret_file: Option<std::path::PathBuf>,
     /// How the two embedded nodes share the cores: `split` gives each node
     /// its own single-worker tokio runtime (like two processes, the
     /// default); `shared` runs both in one 2-worker runtime.
@@ -139,6 +145,18 @@ struct RunOpts {
 }
 
 impl RunOpts {
+    /// The transport settings of every node: the defaults, with the shared
+    /// secret from `--secret-file` if given.
+    fn transport(&self) -> Result<TransportConfig> {
+        let mut config = TransportConfig::default();
+        if let Some(path) = &self.secret_file {
+            let secret = transport::load_cookie_file(path)
+                .with_context(|| format!("--secret-file {}", path.display()))?;
+            config.set_shared_secret(Some(secret));
+        }
+        Ok(config)
+    }
+
     fn shape(&self) -> Shape {
         Shape {
             messages: self.messages,
@@ -472,7 +490,7 @@ fn main() {
 
 fn real_main() -> Result<()> {
     let cli = parse();
-    let config = TransportConfig::default();
+    let config = cli.run.transport()?;
     cli.run.validate(&config)?;
     let (rt, recv_rt) = match (cli.run.layout, &cli.cmd) {
         (Layout::Split, None) => (one_worker("bench-send")?, Some(one_worker("bench-recv")?)),

@@ -1,12 +1,14 @@
 //! `--tls`: certificates for the embedded default, generated at start with
-//! rcgen (a throwaway CA and one certificate per node, IP SAN 127.0.0.1),
-//! or read from files in two-process mode.
+//! rcgen (a throwaway CA and one certificate per node, IP SAN 127.0.0.1 and
+//! a URI SAN `tcp://NODE@127.0.0.1` naming the node, any port), or read
+//! from files in two-process mode.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    SanType,
 };
 use transport::TlsConfig;
 
@@ -22,6 +24,9 @@ pub fn generated() -> Result<(TlsConfig, TlsConfig)> {
     let node = |cn: &str| -> Result<TlsConfig> {
         let mut p = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
         p.distinguished_name.push(DnType::CommonName, cn);
+        // The node itself (system name `cn`, any port: bound to port 0).
+        p.subject_alt_names
+            .push(SanType::URI(format!("tcp://{cn}@127.0.0.1").try_into()?));
         p.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,

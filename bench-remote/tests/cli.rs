@@ -14,9 +14,26 @@ const BIN: &str = env!("CARGO_BIN_EXE_bench-remote");
 /// Generous: the test profile is a debug build on a shared 2-core machine.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// A home folder of this test process's own, so that no run reads or
+/// creates the real `~/.actors.cookie`: every child gets it as `HOME`
+/// (and no `ACTORS_COOKIE`), so the nodes of one test share the cookie
+/// file that the first of them creates there.
+fn test_home() -> std::path::PathBuf {
+    let home = std::env::temp_dir().join(format!("bench-remote-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&home).expect("create the test home");
+    home
+}
+
+/// The binary, with [`test_home`] as its home.
+fn bench() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("HOME", test_home()).env_remove("ACTORS_COOKIE");
+    c
+}
+
 /// Runs the binary to completion within [`TIMEOUT`].
 fn run(args: &[&str]) -> (bool, String, String) {
-    let mut child = Command::new(BIN)
+    let mut child = bench()
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -447,8 +464,13 @@ impl Drop for Receiver {
 }
 
 fn start_receiver() -> Receiver {
-    let mut child = Command::new(BIN)
+    start_receiver_with(&[])
+}
+
+fn start_receiver_with(extra: &[&str]) -> Receiver {
+    let mut child = bench()
         .args(["receiver", "--bind", "127.0.0.1:0"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -464,7 +486,7 @@ fn start_receiver() -> Receiver {
     let line = rx
         .recv_timeout(TIMEOUT)
         .expect("the receiver announces its address");
-    let addr = Regex::new(r"tcp://bench@([\d.]+:\d+)/user/receiver")
+    let addr = Regex::new(r"tcp://receiver@([\d.]+:\d+)/user/receiver")
         .unwrap()
         .captures(&line)
         .unwrap_or_else(|| panic!("unexpected first line {line}"))[1]
@@ -488,6 +510,47 @@ fn two_process_mode_serves_senders_one_after_another() {
         assert!(ok, "stderr: {err}");
         check_reference_lines(&out, 10000, 1000, 100);
     }
+}
+
+/// `--secret-file` gives both processes the secret in a file (created on
+/// first use); a sender with another secret is refused, and the error says
+/// it is the secret, naming the file.
+#[test]
+fn secret_file_sets_the_secret_and_another_secret_is_refused() {
+    let dir = test_home().join("secrets");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ours = dir.join("ours.secret");
+    let theirs = dir.join("theirs.secret");
+    let ours = ours.to_str().unwrap();
+    let r = start_receiver_with(&["--secret-file", ours]);
+    let (ok, out, err) = run(&[
+        "sender",
+        "--connect",
+        &r.addr,
+        "--messages",
+        "2000",
+        "--burst",
+        "500",
+        "--secret-file",
+        ours,
+    ]);
+    assert!(ok, "stderr: {err}");
+    check_reference_lines(&out, 2000, 500, 100);
+    let theirs = theirs.to_str().unwrap();
+    let (ok, _, err) = run(&[
+        "sender",
+        "--connect",
+        &r.addr,
+        "--messages",
+        "1000",
+        "--stall-timeout",
+        "5",
+        "--secret-file",
+        theirs,
+    ]);
+    assert!(!ok);
+    assert!(err.contains("shared secret mismatch"), "{err}");
+    assert!(err.contains(theirs), "names our secret's file: {err}");
 }
 
 #[test]

@@ -77,6 +77,10 @@ echo "building the peer binary"
 cargo build -q -p integration-tests --bin peer
 PEER="${CARGO_TARGET_DIR:-target}/debug/peer"
 [ -x "$PEER" ] || { echo "FAIL: no peer binary at $PEER"; exit 1; }
+# Both nodes prove one shared secret, fresh for this run, instead of
+# reading (or creating) the invoking user's ~/.actors.cookie.
+ACTORS_COOKIE=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export ACTORS_COOKIE
 
 # Fast detection so that each phase is short: heartbeat 100 ms, acceptable
 # pause 1 s; reconnects back off to at most 1 s.

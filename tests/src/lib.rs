@@ -5,9 +5,13 @@
 //! # Layout
 //! - [`TIMEOUT`], [`within`], [`eventually`]: every wait is bounded and
 //!   fails with a message that says what was awaited.
+//! - [`TEST_SECRET`], [`secured`]: every node a test starts proves this
+//!   shared secret (so no test reads or creates the real
+//!   `~/.actors.cookie`), unless the test configures authentication itself.
 //! - [`endpoint`], [`pair`], [`connect`]: endpoints and started connections.
-//! - [`raw_connect`], [`client_preface`]: a raw `TcpStream` peer that
-//!   speaks bytes by hand.
+//! - [`raw_connect`], [`client_preface`], [`raw_handshake`]: a raw
+//!   `TcpStream` peer that speaks bytes by hand (the authenticated
+//!   handshake, with [`TEST_SECRET`]).
 //! - [`actor_system`], [`actor_system_with`], [`actor_path`]: actor systems
 //!   on loopback and the paths of their actors.
 //! - [`raw_actor_peer`], [`envelope`], [`frame_bytes`], [`wait_closed`]: a
@@ -25,9 +29,60 @@ use tokio::{
     net::TcpStream,
 };
 use transport::{
-    Connection, Endpoint, Established, Inbound, TransportConfig,
+    Connection, Endpoint, Established, Inbound, SharedSecret, TransportConfig,
+    auth::{NONCE_LEN, Role},
     handshake::{Handshake, Hello},
 };
+
+/// The shared secret test nodes and raw test clients prove (see
+/// [`secured`]).
+pub const TEST_SECRET: &[u8] = b"integration-tests-shared-secret-0123456789";
+
+/// [`TEST_SECRET`] as a [`SharedSecret`].
+pub fn test_secret() -> SharedSecret {
+    SharedSecret::new(TEST_SECRET)
+}
+
+/// `config` with [`TEST_SECRET`] as its shared secret, unless it already
+/// says how to authenticate (an explicit secret, a cookie file, or the
+/// insecure opt-in): test nodes never fall back to the user's real cookie
+/// file, and raw test clients know their secret.
+pub fn secured(mut config: TransportConfig) -> TransportConfig {
+    if config.shared_secret().is_none()
+        && config.cookie_file().is_none()
+        && !config.insecure_no_authentication()
+    {
+        config.set_shared_secret(Some(test_secret()));
+    }
+    config
+}
+
+/// A fresh random nonce for a raw client's handshake.
+fn nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    for chunk in n.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&transport::random_uid().to_le_bytes());
+    }
+    n
+}
+
+/// A raw client's side of the authenticated handshake as `hello`, proving
+/// [`TEST_SECRET`].
+pub fn raw_client_handshake(hello: Hello) -> Handshake {
+    raw_side_handshake(hello, Role::Dialer)
+}
+
+/// As [`raw_client_handshake`], for either end of the connection.
+pub fn raw_side_handshake(hello: Hello, role: Role) -> Handshake {
+    Handshake::with_secret(
+        hello,
+        std::time::Instant::now(),
+        TIMEOUT,
+        role,
+        test_secret(),
+        nonce(),
+    )
+}
 
 /// The longest any single awaited event may take before a test fails. Far
 /// above what any event needs on a loaded CI machine, so a failure means a
@@ -68,12 +123,12 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) -> impl Future<Out
     })
 }
 
-/// An endpoint bound to `127.0.0.1:0` with `config`.
+/// An endpoint bound to `127.0.0.1:0` with `config`, [`secured`].
 ///
 /// # Panics
 /// If binding fails.
 pub async fn endpoint(config: TransportConfig) -> Endpoint {
-    Endpoint::bind(loopback(), config)
+    Endpoint::bind(loopback(), secured(config))
         .await
         .expect("binding 127.0.0.1:0 succeeds")
 }
@@ -151,51 +206,77 @@ pub async fn raw_connect(addr: SocketAddr) -> TcpStream {
         .expect("raw connect succeeds")
 }
 
-/// The bytes a well-behaved node sends first: preface and hello frame,
-/// built by the transport's own sans-IO handshake.
+/// The bytes a well-behaved node sends first: preface (with the
+/// authentication flag), hello frame and challenge, built by the
+/// transport's own sans-IO handshake.
 pub fn client_preface(uid: u64, addr: &str) -> BytesMut {
     let hello = Hello {
         uid,
         addr: addr.to_owned(),
     };
-    let mut hs = Handshake::new(hello, std::time::Instant::now(), TIMEOUT);
     let mut out = BytesMut::new();
-    assert!(hs.poll_transmit(&mut out));
+    assert!(raw_client_handshake(hello).poll_transmit(&mut out));
     out
 }
 
-/// Completes a handshake by hand on a raw stream: sends our preface and
-/// hello, reads the endpoint's and checks it is `expected_uid`'s. Returns
-/// any bytes the endpoint sent after its hello.
+/// Runs `hs` to completion on a raw stream: sends what it has to send
+/// (first flight, then the proof), reads the peer's until its hello is
+/// proven. Returns the peer's hello and any bytes sent after the
+/// handshake.
+///
+/// # Panics
+/// If the peer's handshake is invalid or does not arrive in time.
+pub async fn run_raw_handshake(stream: &mut TcpStream, mut hs: Handshake) -> (Hello, BytesMut) {
+    let mut buf = BytesMut::new();
+    let mut out = BytesMut::new();
+    within("the peer's handshake", async {
+        loop {
+            let step = hs.handle_input(&mut buf);
+            out.clear();
+            if hs.poll_transmit(&mut out) {
+                stream.write_all(&out).await.expect("write handshake");
+            }
+            if let Some(peer) = step.expect("valid peer handshake") {
+                return (peer, buf);
+            }
+            let n = stream.read_buf(&mut buf).await.expect("read handshake");
+            assert_ne!(n, 0, "the peer closed during the handshake");
+        }
+    })
+    .await
+}
+
+/// Completes a handshake by hand on a raw stream (proving
+/// [`TEST_SECRET`]): sends our preface, hello and proof, reads the
+/// endpoint's and checks it is `expected_uid`'s. Returns any bytes the
+/// endpoint sent after its handshake.
 ///
 /// # Panics
 /// If the endpoint's handshake is invalid or does not arrive in time.
 pub async fn raw_handshake(stream: &mut TcpStream, expected_uid: u64) -> BytesMut {
-    stream
-        .write_all(&client_preface(0x5eed, "raw-peer:1"))
-        .await
-        .expect("write hello");
-    let mut hs = Handshake::new(
+    raw_handshake_as(stream, expected_uid, Role::Dialer).await
+}
+
+/// As [`raw_handshake`], as the `role` end of the connection (a raw
+/// socket that accepted a node's connection is the listener).
+pub async fn raw_handshake_as(stream: &mut TcpStream, expected_uid: u64, role: Role) -> BytesMut {
+    let hs = raw_side_handshake(
         Hello {
             uid: 0x5eed,
             addr: "raw-peer:1".into(),
         },
-        std::time::Instant::now(),
-        TIMEOUT,
+        role,
     );
-    let mut buf = BytesMut::new();
-    within("endpoint's hello", async {
-        loop {
-            if let Some(peer) = hs.handle_input(&mut buf).expect("valid endpoint hello") {
-                assert_eq!(peer.uid, expected_uid);
-                return;
-            }
-            let n = stream.read_buf(&mut buf).await.expect("read hello");
-            assert_ne!(n, 0, "endpoint closed during the handshake");
-        }
-    })
-    .await;
+    let (peer, buf) = run_raw_handshake(stream, hs).await;
+    assert_eq!(peer.uid, expected_uid);
     buf
+}
+
+/// `config` with its transport config [`secured`].
+pub fn secured_system(mut config: actors::SystemConfig) -> actors::SystemConfig {
+    let transport = secured(config.transport_mut().clone());
+    *config.transport_mut() = transport;
+    config
 }
 
 /// An actor system with remoting on `127.0.0.1:0`.
@@ -206,12 +287,13 @@ pub async fn actor_system(name: &str) -> actors::ActorSystem {
     actor_system_with(name, actors::SystemConfig::default()).await
 }
 
-/// An actor system with remoting on `127.0.0.1:0` and `config`.
+/// An actor system with remoting on `127.0.0.1:0` and `config`, its
+/// transport config [`secured`].
 ///
 /// # Panics
 /// If the system cannot bind.
 pub async fn actor_system_with(name: &str, config: actors::SystemConfig) -> actors::ActorSystem {
-    actors::ActorSystem::with_config(name, Some(loopback()), config)
+    actors::ActorSystem::with_config(name, Some(loopback()), secured_system(config))
         .await
         .expect("an actor system binds 127.0.0.1:0")
 }
@@ -233,25 +315,11 @@ pub const RAW_NODE: &str = "raw@127.0.0.1:9";
 pub async fn raw_actor_peer(system: &actors::ActorSystem) -> (TcpStream, BytesMut) {
     let addr = system.local_addr().expect("a system with remoting");
     let mut stream = raw_connect(addr).await;
-    let hello = Hello {
+    let hs = raw_client_handshake(Hello {
         uid: 0x0bad_5eed,
         addr: RAW_NODE.into(),
-    };
-    let mut hs = Handshake::new(hello, std::time::Instant::now(), TIMEOUT);
-    let mut out = BytesMut::new();
-    assert!(hs.poll_transmit(&mut out));
-    stream.write_all(&out).await.expect("write hello");
-    let mut buf = BytesMut::new();
-    within("the system's hello", async {
-        loop {
-            if hs.handle_input(&mut buf).expect("valid hello").is_some() {
-                return;
-            }
-            let n = stream.read_buf(&mut buf).await.expect("read hello");
-            assert_ne!(n, 0, "the system closed during the handshake");
-        }
-    })
-    .await;
+    });
+    let (_, buf) = run_raw_handshake(&mut stream, hs).await;
     (stream, buf)
 }
 
@@ -298,8 +366,9 @@ pub fn wait_closed(stream: &mut TcpStream) -> impl Future<Output = ()> + '_ {
 }
 
 /// Starts the `peer` binary (`tests/src/bin/peer.rs`; pass
-/// `env!("CARGO_BIN_EXE_peer")`) as node `name` bound to `bind`, and waits
-/// for its `ready <node>` line. Returns the child and the node it
+/// `env!("CARGO_BIN_EXE_peer")`) as node `name` bound to `bind`, with
+/// [`TEST_SECRET`] as its `ACTORS_COOKIE` (set on the child only), and
+/// waits for its `ready <node>` line. Returns the child and the node it
 /// advertises (`name@host:port`).
 pub async fn spawn_peer(bin: &str, name: &str, bind: &str) -> (std::process::Child, String) {
     use std::{
@@ -308,6 +377,10 @@ pub async fn spawn_peer(bin: &str, name: &str, bind: &str) -> (std::process::Chi
     };
     let mut child = Command::new(bin)
         .args([name, bind])
+        .env(
+            transport::COOKIE_ENV,
+            std::str::from_utf8(TEST_SECRET).expect("the test secret is ascii"),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

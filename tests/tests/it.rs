@@ -10,12 +10,14 @@ mod it {
     mod bad_input;
     mod close;
     mod control;
+    mod cookie;
     mod faults;
     mod faults_net;
     mod hostile;
     mod large;
     mod layers;
     mod limits;
+    mod node_identity;
     mod ordering;
     mod push;
     mod tls;

@@ -12,14 +12,24 @@
 //! so a proof is only good for the one connection whose two nonces it
 //! names (no replay), only in the direction it was made (the role byte stops
 //! reflection), and only for the two identities that were introduced.
-//! Pure code: no IO, no clock, no randomness (nonces are passed in).
+//!
+//! Over TLS the proof is also bound to the TLS session (channel binding):
+//! the label becomes `"ACTR auth v1 tls-exporter"` and the 32 bytes of
+//! keying material both ends export from their TLS session
+//! ([`EXPORTER_LABEL`]) follow the addresses. A relay that terminates TLS
+//! towards both nodes sits in two sessions with two different exporter
+//! values, so a proof it forwards from one session does not verify in the
+//! other.
+//!
+//! Pure code: no IO, no clock, no randomness (nonces and exporter values
+//! are passed in).
 
 use std::{fmt, sync::Arc};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, SecretSource};
 
 /// Bytes of a handshake nonce: 256 bits, so two connections never share one.
 pub const NONCE_LEN: usize = 32;
@@ -35,6 +45,18 @@ pub const MIN_SECRET_LEN: usize = 16;
 
 /// Domain separation: a proof for this protocol can be nothing else.
 const LABEL: &[u8] = b"ACTR auth v1";
+/// Domain separation for a proof bound to a TLS session: it can never be
+/// taken for an unbound one.
+const LABEL_BOUND: &[u8] = b"ACTR auth v1 tls-exporter";
+/// The TLS exporter label (RFC 5705 / RFC 8446 section 7.5) both ends use
+/// to derive the channel binding a proof covers, with an empty context.
+pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-ACTR-auth";
+/// Bytes of exported keying material a proof is bound to.
+pub const EXPORTER_LEN: usize = 32;
+
+/// What a proof is bound to besides the handshake transcript: the TLS
+/// session's exported keying material, when the connection runs TLS.
+pub type ChannelBinding = [u8; EXPORTER_LEN];
 
 /// Which end of the TCP connection a side is. Bound into every proof so a
 /// proof made as dialer cannot be reflected back as a listener's.
@@ -73,6 +95,7 @@ impl Role {
 #[derive(Clone)]
 pub struct SharedSecret {
     keys: Arc<[Vec<u8>]>,
+    source: SecretSource,
 }
 
 impl fmt::Debug for SharedSecret {
@@ -89,6 +112,7 @@ impl SharedSecret {
     pub fn new(current: impl Into<Vec<u8>>) -> Self {
         Self {
             keys: Arc::from(vec![current.into()]),
+            source: SecretSource::Configured,
         }
     }
 
@@ -98,7 +122,19 @@ impl SharedSecret {
         let current = self.keys[0].clone();
         Self {
             keys: Arc::from(vec![current, previous.into()]),
+            source: self.source,
         }
+    }
+
+    /// Where this secret came from: [`SecretSource::Configured`] for one
+    /// made with [`new`](Self::new).
+    pub fn source(&self) -> &SecretSource {
+        &self.source
+    }
+
+    /// This secret, recorded as coming from `source`.
+    pub(crate) fn with_source(self, source: SecretSource) -> Self {
+        Self { source, ..self }
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
@@ -113,21 +149,38 @@ impl SharedSecret {
         Ok(())
     }
 
-    /// The proofs this node sends: one per secret, current first.
-    pub(crate) fn prove(&self, author: &Party<'_>, reader: &Party<'_>) -> Vec<[u8; MAC_LEN]> {
+    /// The proofs this node sends: one per secret, current first, bound to
+    /// `binding` when the connection has one (TLS).
+    pub(crate) fn prove(
+        &self,
+        author: &Party<'_>,
+        reader: &Party<'_>,
+        binding: Option<&ChannelBinding>,
+    ) -> Vec<[u8; MAC_LEN]> {
         self.keys
             .iter()
-            .map(|k| mac(k, author, reader).finalize().into_bytes().into())
+            .map(|k| {
+                mac(k, author, reader, binding)
+                    .finalize()
+                    .into_bytes()
+                    .into()
+            })
             .collect()
     }
 
-    /// True if any of `proofs` was made by `author` for `reader` with any of
-    /// our secrets. Each comparison is constant-time.
-    pub(crate) fn verify(&self, proofs: &[u8], author: &Party<'_>, reader: &Party<'_>) -> bool {
+    /// True if any of `proofs` was made by `author` for `reader`, bound to
+    /// `binding`, with any of our secrets. Each comparison is constant-time.
+    pub(crate) fn verify(
+        &self,
+        proofs: &[u8],
+        author: &Party<'_>,
+        reader: &Party<'_>,
+        binding: Option<&ChannelBinding>,
+    ) -> bool {
         proofs.chunks_exact(MAC_LEN).any(|tag| {
             self.keys
                 .iter()
-                .any(|k| mac(k, author, reader).verify_slice(tag).is_ok())
+                .any(|k| mac(k, author, reader, binding).verify_slice(tag).is_ok())
         })
     }
 }
@@ -141,10 +194,19 @@ pub(crate) struct Party<'a> {
     pub(crate) addr: &'a str,
 }
 
-fn mac(key: &[u8], author: &Party<'_>, reader: &Party<'_>) -> Hmac<Sha256> {
+fn mac(
+    key: &[u8],
+    author: &Party<'_>,
+    reader: &Party<'_>,
+    binding: Option<&ChannelBinding>,
+) -> Hmac<Sha256> {
     // HMAC accepts keys of any length; the `expect` cannot fire.
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("hmac takes any key length");
-    m.update(LABEL);
+    m.update(if binding.is_some() {
+        LABEL_BOUND
+    } else {
+        LABEL
+    });
     m.update(&[author.role as u8]);
     m.update(author.nonce);
     m.update(reader.nonce);
@@ -154,6 +216,9 @@ fn mac(key: &[u8], author: &Party<'_>, reader: &Party<'_>) -> Hmac<Sha256> {
         // Length-prefixed so the two addresses cannot be re-split.
         m.update(&(addr.len() as u16).to_be_bytes());
         m.update(addr.as_bytes());
+    }
+    if let Some(b) = binding {
+        m.update(b);
     }
     m
 }
@@ -186,9 +251,9 @@ mod tests {
     fn proof_verifies_with_the_same_secret_only() {
         let (d, l) = parties(&[1; 32], &[2; 32]);
         let s = SharedSecret::new(A);
-        let p = s.prove(&d, &l).concat();
-        assert!(s.verify(&p, &d, &l));
-        assert!(!SharedSecret::new(B).verify(&p, &d, &l));
+        let p = s.prove(&d, &l, None).concat();
+        assert!(s.verify(&p, &d, &l, None));
+        assert!(!SharedSecret::new(B).verify(&p, &d, &l, None));
     }
 
     #[test]
@@ -198,33 +263,64 @@ mod tests {
         let both = SharedSecret::new(A).with_previous(B);
         let new = SharedSecret::new(A);
         // Old node ↔ rotating node, rotating node ↔ new node.
-        assert!(old.verify(&both.prove(&d, &l).concat(), &d, &l));
-        assert!(both.verify(&old.prove(&d, &l).concat(), &d, &l));
-        assert!(new.verify(&both.prove(&d, &l).concat(), &d, &l));
-        assert!(both.verify(&new.prove(&d, &l).concat(), &d, &l));
+        assert!(old.verify(&both.prove(&d, &l, None).concat(), &d, &l, None));
+        assert!(both.verify(&old.prove(&d, &l, None).concat(), &d, &l, None));
+        assert!(new.verify(&both.prove(&d, &l, None).concat(), &d, &l, None));
+        assert!(both.verify(&new.prove(&d, &l, None).concat(), &d, &l, None));
         // But old and new alone cannot talk.
-        assert!(!new.verify(&old.prove(&d, &l).concat(), &d, &l));
+        assert!(!new.verify(&old.prove(&d, &l, None).concat(), &d, &l, None));
     }
 
     #[test]
     fn proof_binds_nonces_roles_uids_and_addrs() {
         let s = SharedSecret::new(A);
         let (d, l) = parties(&[1; 32], &[2; 32]);
-        let p = s.prove(&d, &l).concat();
+        let p = s.prove(&d, &l, None).concat();
         // Another connection's nonce (replay).
         let (d2, l2) = parties(&[1; 32], &[3; 32]);
-        assert!(!s.verify(&p, &d2, &l2));
+        assert!(!s.verify(&p, &d2, &l2, None));
         // Reflected: the same transcript read as the other direction.
-        assert!(!s.verify(&p, &l, &d));
+        assert!(!s.verify(&p, &l, &d, None));
         let mut d3 = d;
         d3.role = Role::Listener;
-        assert!(!s.verify(&p, &d3, &l));
+        assert!(!s.verify(&p, &d3, &l, None));
         let mut d4 = d;
         d4.uid = 9;
-        assert!(!s.verify(&p, &d4, &l));
+        assert!(!s.verify(&p, &d4, &l, None));
         let mut l5 = l;
         l5.addr = "b:3";
-        assert!(!s.verify(&p, &d, &l5));
+        assert!(!s.verify(&p, &d, &l5, None));
+    }
+
+    #[test]
+    fn proof_bound_to_one_tls_session_does_not_verify_in_another() {
+        let s = SharedSecret::new(A);
+        let (d, l) = parties(&[1; 32], &[2; 32]);
+        let (x, y) = ([7u8; EXPORTER_LEN], [8u8; EXPORTER_LEN]);
+        let p = s.prove(&d, &l, Some(&x)).concat();
+        assert!(s.verify(&p, &d, &l, Some(&x)));
+        // A relay's two sessions export different values.
+        assert!(!s.verify(&p, &d, &l, Some(&y)));
+        // Nor is a bound proof an unbound one, or the reverse.
+        assert!(!s.verify(&p, &d, &l, None));
+        let unbound = s.prove(&d, &l, None).concat();
+        assert!(!s.verify(&unbound, &d, &l, Some(&x)));
+    }
+
+    #[test]
+    fn source_is_kept_through_rotation_and_named() {
+        let s = SharedSecret::new(A)
+            .with_source(SecretSource::CookieFile("/h/.actors.cookie".into()))
+            .with_previous(B);
+        assert_eq!(
+            s.source(),
+            &SecretSource::CookieFile("/h/.actors.cookie".into())
+        );
+        assert_eq!(s.source().to_string(), "cookie file /h/.actors.cookie");
+        assert_eq!(
+            SharedSecret::new(A).source().to_string(),
+            "configured with set_shared_secret"
+        );
     }
 
     #[test]

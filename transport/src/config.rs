@@ -1,9 +1,16 @@
 //! Transport configuration: a plain struct with `Default` and `&mut Self`
 //! setters, validated when an endpoint is bound.
 
-use std::time::Duration;
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
-use crate::{auth::SharedSecret, error::ConfigError};
+use crate::{
+    auth::SharedSecret,
+    cookie::{self, COOKIE_ENV},
+    error::ConfigError,
+};
 
 /// Default largest frame body: 8 MiB. Large enough for big actor messages,
 /// small enough that a hostile prefix cannot make a node reserve much.
@@ -59,6 +66,8 @@ pub struct TransportConfig {
     pub(crate) accept_backlog: u32,
     pub(crate) max_inbound_connections: usize,
     pub(crate) shared_secret: Option<SharedSecret>,
+    pub(crate) cookie_file: Option<PathBuf>,
+    pub(crate) insecure_no_authentication: bool,
 }
 
 impl Default for TransportConfig {
@@ -78,6 +87,8 @@ impl Default for TransportConfig {
             accept_backlog: 1024,
             max_inbound_connections: DEFAULT_MAX_INBOUND_CONNECTIONS,
             shared_secret: None,
+            cookie_file: None,
+            insecure_no_authentication: false,
         }
     }
 }
@@ -195,16 +206,85 @@ impl TransportConfig {
     }
 
     /// Requires every peer to prove it knows `secret` during the handshake
-    /// (HMAC-SHA256 over both sides' fresh nonces; the secret is never
-    /// sent). Default `None`: no proof asked or given. Both nodes must
-    /// agree: a node with a secret refuses one without, and the reverse.
-    /// Cost: one more flight (32-byte challenge, 32- or 64-byte proof) per
-    /// handshake, nothing per frame. It keeps out nodes that lack the
-    /// secret; it does not encrypt or protect against an on-path attacker
-    /// (use TLS for that). See [`SharedSecret`] for rotation.
+    /// (HMAC-SHA256 over both sides' fresh nonces, bound to the TLS session
+    /// over TLS; the secret is never sent). Default `None`: the secret
+    /// comes from `ACTORS_COOKIE` or the cookie file (see
+    /// [`set_cookie_file`](Self::set_cookie_file)), so a shared secret is
+    /// always in force unless
+    /// [`set_insecure_no_authentication`](Self::set_insecure_no_authentication)
+    /// turns it off. An explicit secret wins over all of those. Both nodes
+    /// must agree: a node with a secret refuses one without, and the
+    /// reverse. Cost: one more flight (32-byte challenge, 32- or 64-byte
+    /// proof) per handshake, nothing per frame. It keeps out nodes that
+    /// lack the secret; without TLS it does not encrypt or protect against
+    /// an on-path attacker. See [`SharedSecret`] for rotation.
     pub fn set_shared_secret(&mut self, secret: Option<SharedSecret>) -> &mut Self {
         self.shared_secret = secret;
         self
+    }
+
+    /// The cookie file the shared secret is read from when none is set
+    /// explicitly and `ACTORS_COOKIE` is unset or empty. Default `None`:
+    /// `$HOME/.actors.cookie`. A missing file is created at bind with 32
+    /// random bytes in hex and mode 0600 (atomically: nodes starting at
+    /// once agree on one cookie); an existing one is reused, and refused
+    /// if group or others may read or write it. Cost: a few file system
+    /// calls at bind, nothing per connection.
+    pub fn set_cookie_file(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.cookie_file = Some(path.into());
+        self
+    }
+
+    /// Turns shared-secret authentication off: no secret is resolved and
+    /// no proof asked or given. Default off. Unless TLS with client
+    /// certificates authenticates peers, **any client that can reach the
+    /// port can join the node** (and send it anything the application
+    /// accepts); a warning says so when the endpoint is bound. An explicit
+    /// [`set_shared_secret`](Self::set_shared_secret) wins over this
+    /// (authentication stays on). For tests of unauthenticated behaviour
+    /// and networks where something else authenticates peers.
+    pub fn set_insecure_no_authentication(&mut self, insecure: bool) -> &mut Self {
+        self.insecure_no_authentication = insecure;
+        self
+    }
+
+    /// The explicitly configured shared secret, if any (not one resolved
+    /// from the environment or a cookie file: see
+    /// [`Endpoint::shared_secret`](crate::Endpoint::shared_secret)).
+    pub fn shared_secret(&self) -> Option<&SharedSecret> {
+        self.shared_secret.as_ref()
+    }
+
+    /// The configured cookie file, if any.
+    pub fn cookie_file(&self) -> Option<&Path> {
+        self.cookie_file.as_deref()
+    }
+
+    /// Whether authentication is explicitly turned off.
+    pub fn insecure_no_authentication(&self) -> bool {
+        self.insecure_no_authentication
+    }
+
+    /// The shared secret in force for this configuration, resolved from
+    /// (in this order) [`set_shared_secret`](Self::set_shared_secret),
+    /// [`set_insecure_no_authentication`](Self::set_insecure_no_authentication)
+    /// (→ `None`), the `ACTORS_COOKIE` environment variable, and the cookie
+    /// file (created if missing). Endpoints call this once, when bound.
+    ///
+    /// # Errors
+    /// A secret shorter than [`MIN_SECRET_LEN`](crate::MIN_SECRET_LEN), a
+    /// cookie file that cannot be read or created or that others may
+    /// access, or no source at all (no `HOME`).
+    pub fn resolve_shared_secret(&self) -> Result<Option<SharedSecret>, ConfigError> {
+        let env = std::env::var_os(COOKIE_ENV);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        cookie::resolve(cookie::plan(
+            self.shared_secret.as_ref(),
+            self.insecure_no_authentication,
+            env.as_deref(),
+            self.cookie_file.as_deref(),
+            home.as_deref(),
+        )?)
     }
 
     /// The maximum frame body size.

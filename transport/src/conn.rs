@@ -291,6 +291,7 @@ mod tests {
                 addr: "peer".into(),
                 uid: 1,
                 socket_addr: "127.0.0.1:1".parse().expect("literal"),
+                verified: crate::shared::PeerVerified::Secret,
             },
             config: config.clone(),
             permit: None,

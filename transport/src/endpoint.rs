@@ -17,7 +17,7 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    auth::{NONCE_LEN, Role},
+    auth::{ChannelBinding, NONCE_LEN, Role, SharedSecret},
     config::TransportConfig,
     conn::Established,
     error::{AcceptError, ConfigError, HandshakeError, TlsError, TransportError},
@@ -25,7 +25,7 @@ use crate::{
     handshake::{Handshake, Hello, MAX_ADDR_LEN},
     pool::BufferPool,
     security::{Plain, Security},
-    shared::PeerInfo,
+    shared::{PeerInfo, PeerVerified},
 };
 
 /// Established inbound connections waiting for [`Endpoint::accept`]. When
@@ -66,6 +66,9 @@ type Accepted<S> = Result<Established<<S as Security>::Accepted>, AcceptError>;
 struct Inner<S> {
     security: S,
     config: Arc<TransportConfig>,
+    /// The shared secret in force, resolved once at bind; `None` only with
+    /// the insecure opt-in.
+    secret: Option<SharedSecret>,
     hello: Hello,
     local_addr: SocketAddr,
     pool: BufferPool,
@@ -140,8 +143,16 @@ impl<S: Security> Endpoint<S> {
     /// As [`Endpoint::bind_with`], with every connection secured by
     /// `security` before its handshake.
     ///
+    /// Every bind (of any kind) resolves the shared secret once (see
+    /// [`TransportConfig::resolve_shared_secret`]): the configured one, else
+    /// `ACTORS_COOKIE`, else the cookie file, created on first start. With
+    /// [`TransportConfig::set_insecure_no_authentication`] it logs a warning
+    /// that any TCP client can join.
+    ///
     /// # Errors
-    /// As [`Endpoint::bind_advertised`].
+    /// As [`Endpoint::bind_advertised`], and a shared secret that cannot be
+    /// resolved (an unreadable or group-readable cookie file, a short
+    /// secret).
     pub async fn bind_secure(
         addr: SocketAddr,
         config: TransportConfig,
@@ -149,6 +160,7 @@ impl<S: Security> Endpoint<S> {
         advertise: impl FnOnce(SocketAddr) -> String,
     ) -> Result<Self, TransportError> {
         config.validate()?;
+        let secret = config.resolve_shared_secret()?;
         let socket = new_socket(&addr, &config)?;
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
@@ -162,8 +174,27 @@ impl<S: Security> Endpoint<S> {
             }
             .into());
         }
+        match &secret {
+            None if security.authenticates_dialers() => tracing::warn!(
+                %local_addr,
+                "shared-secret authentication is turned off (set_insecure_no_authentication): peers are authenticated by their TLS certificates only"
+            ),
+            None => tracing::warn!(
+                %local_addr,
+                "INSECURE: authentication is turned off (set_insecure_no_authentication): any TCP client that can reach this port can join this node"
+            ),
+            Some(s) => {
+                if config.insecure_no_authentication {
+                    tracing::warn!(
+                        "set_insecure_no_authentication is ignored: an explicit shared secret is configured and stays in force"
+                    );
+                }
+                tracing::debug!(source = %s.source(), "shared secret in force");
+            }
+        }
         let inner = Arc::new(Inner {
             security,
+            secret,
             pool: BufferPool::new(config.write_buffer_size, MAX_RETAINED_BUFFER),
             config: Arc::new(config),
             hello: Hello {
@@ -201,6 +232,13 @@ impl<S: Security> Endpoint<S> {
     /// The configuration.
     pub fn config(&self) -> &TransportConfig {
         &self.inner.config
+    }
+
+    /// The shared secret every handshake proves, as resolved at bind
+    /// (its [`source`](SharedSecret::source) says where it came from);
+    /// `None` only when authentication is explicitly turned off.
+    pub fn shared_secret(&self) -> Option<&SharedSecret> {
+        self.inner.secret.as_ref()
     }
 
     /// What secures this endpoint's connections.
@@ -266,12 +304,18 @@ impl<S: Security> Inner<S> {
             Ok(s) => s?,
             Err(_) => return Err(TlsError::Timeout { peer, timeout }.into()),
         };
-        let (hello, leftover) = self.handshake(&mut stream, peer, Role::Listener).await?;
-        if let Err(e) = self.security.verify_accepted(&stream, &hello) {
-            refuse(&mut stream, &e).await;
-            return Err(e.into());
-        }
-        Ok(self.established(stream, hello, leftover, peer))
+        let binding = self.security.channel_binding_accepted(&stream);
+        let (hello, leftover) = self
+            .handshake(&mut stream, peer, Role::Listener, binding)
+            .await?;
+        let verified = match self.security.verify_accepted(&stream, &hello) {
+            Ok(v) => v,
+            Err(e) => {
+                refuse(&mut stream, &e).await;
+                return Err(e.into());
+            }
+        };
+        Ok(self.established(stream, hello, leftover, peer, verified))
     }
 
     /// As [`accepted`](Self::accepted), for an outbound stream.
@@ -286,12 +330,18 @@ impl<S: Security> Inner<S> {
             Ok(s) => s?,
             Err(_) => return Err(TlsError::Timeout { peer, timeout }.into()),
         };
-        let (hello, leftover) = self.handshake(&mut stream, peer, Role::Dialer).await?;
-        if let Err(e) = self.security.verify_dialed(&stream, &hello) {
-            refuse(&mut stream, &e).await;
-            return Err(e.into());
-        }
-        Ok(self.established(stream, hello, leftover, peer))
+        let binding = self.security.channel_binding_dialed(&stream);
+        let (hello, leftover) = self
+            .handshake(&mut stream, peer, Role::Dialer, binding)
+            .await?;
+        let verified = match self.security.verify_dialed(&stream, &hello) {
+            Ok(v) => v,
+            Err(e) => {
+                refuse(&mut stream, &e).await;
+                return Err(e.into());
+            }
+        };
+        Ok(self.established(stream, hello, leftover, peer, verified))
     }
 
     fn established<T>(
@@ -300,7 +350,14 @@ impl<S: Security> Inner<S> {
         peer: Hello,
         leftover: BytesMut,
         peer_addr: SocketAddr,
+        by_security: PeerVerified,
     ) -> Established<T> {
+        // The handshake only completes once the peer proved the secret.
+        let by_secret = if self.secret.is_some() {
+            PeerVerified::Secret
+        } else {
+            PeerVerified::Unauthenticated
+        };
         Established {
             stream,
             leftover,
@@ -308,6 +365,7 @@ impl<S: Security> Inner<S> {
                 addr: peer.addr,
                 uid: peer.uid,
                 socket_addr: peer_addr,
+                verified: by_security.max(by_secret),
             },
             config: self.config.clone(),
             pool: self.pool.clone(),
@@ -317,20 +375,26 @@ impl<S: Security> Inner<S> {
 
     /// Runs the handshake over `stream` under the handshake timeout: sends
     /// what the state machine has to send, reads until it has the peer's
-    /// hello (and proof, with a shared secret). Returns the peer's hello and
-    /// any bytes read past the handshake.
+    /// hello (and proof, with a shared secret, bound to `binding` if the
+    /// stream has a TLS session). Returns the peer's hello and any bytes
+    /// read past the handshake.
+    ///
+    /// Until the handshake completes, `buf` holds at most one partial
+    /// handshake frame (each kind's limit is checked from its header before
+    /// anything is buffered) plus one read, and nothing else is parsed.
     async fn handshake<T>(
         &self,
         stream: &mut T,
         peer: SocketAddr,
         role: Role,
+        binding: Option<ChannelBinding>,
     ) -> Result<(Hello, BytesMut), TransportError>
     where
         T: AsyncRead + AsyncWrite + Unpin,
     {
         let timeout = self.config.handshake_timeout;
         let now = tokio::time::Instant::now();
-        let mut hs = match &self.config.shared_secret {
+        let mut hs = match &self.secret {
             None => Handshake::new(self.hello.clone(), now.into_std(), timeout),
             Some(secret) => Handshake::with_secret(
                 self.hello.clone(),
@@ -341,6 +405,9 @@ impl<S: Security> Inner<S> {
                 random_nonce(),
             ),
         };
+        if let Some(b) = binding {
+            hs.set_channel_binding(b);
+        }
         let deadline = tokio::time::Instant::from_std(hs.poll_timeout());
         let mut out = BytesMut::new();
         let mut buf = BytesMut::with_capacity(512);

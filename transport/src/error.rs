@@ -5,7 +5,46 @@
 //! [`Frame`](crate::Frame), and this module stays below the codec that
 //! uses it.
 
-use std::{io, net::SocketAddr, time::Duration};
+use std::{fmt, io, net::SocketAddr, path::PathBuf, time::Duration};
+
+/// Where a node's shared secret came from, named in every error about it
+/// so that an operator knows which secret to compare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SecretSource {
+    /// Set explicitly with
+    /// [`TransportConfig::set_shared_secret`](crate::TransportConfig::set_shared_secret).
+    Configured,
+    /// The [`COOKIE_ENV`](crate::COOKIE_ENV) (`ACTORS_COOKIE`) environment variable.
+    Environment,
+    /// A cookie file (read, or created on first start).
+    CookieFile(PathBuf),
+}
+
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Configured => f.write_str("configured with set_shared_secret"),
+            Self::Environment => f.write_str("the ACTORS_COOKIE environment variable"),
+            Self::CookieFile(p) => write!(f, "cookie file {}", p.display()),
+        }
+    }
+}
+
+impl SecretSource {
+    /// What to do so that two nodes share this secret.
+    pub(crate) fn remedy(&self) -> &'static str {
+        match self {
+            Self::Configured => {
+                "give both nodes the same secret (set_shared_secret, with the old one as previous during a rotation)"
+            }
+            Self::Environment => "give both nodes the same ACTORS_COOKIE value",
+            Self::CookieFile(_) => {
+                "copy this cookie file to the other node's user (or set the same ACTORS_COOKIE on both)"
+            }
+        }
+    }
+}
 
 /// A violation of the framing rules. The stream cannot be resynchronised
 /// after one, so the connection that produced it is closed.
@@ -99,27 +138,40 @@ pub enum HandshakeError {
         received: usize,
     },
     /// This node requires a shared secret and the peer's preface did not
-    /// offer to prove one. Configure the same secret on the peer
-    /// ([`TransportConfig::set_shared_secret`](crate::TransportConfig::set_shared_secret)).
-    #[error("shared secret required: the peer did not offer shared-secret authentication")]
-    PeerUnauthenticated,
-    /// The peer requires a shared secret and this node has none. Configure
-    /// the peer's secret here.
+    /// offer to prove one: the peer runs with authentication explicitly
+    /// turned off
+    /// ([`TransportConfig::set_insecure_no_authentication`](crate::TransportConfig::set_insecure_no_authentication)),
+    /// or is an older build. Turn authentication on there (the default:
+    /// same cookie file, `ACTORS_COOKIE` or `set_shared_secret`).
     #[error(
-        "the peer requires a shared secret and this node has none configured (set_shared_secret)"
+        "shared secret required: the peer did not offer shared-secret authentication (it runs with set_insecure_no_authentication?); give it our secret"
+    )]
+    PeerUnauthenticated,
+    /// The peer requires a shared secret and this node runs without
+    /// authentication (explicitly turned off). Remove
+    /// `set_insecure_no_authentication(true)` and give this node the
+    /// peer's secret.
+    #[error(
+        "the peer requires a shared secret and this node runs with set_insecure_no_authentication; give this node the peer's secret"
     )]
     SecretRequired,
-    /// None of the peer's proofs matches any of our secrets: the nodes are
-    /// configured with different secrets, or the handshake was recorded
-    /// from another connection and replayed. Check both nodes' secrets;
-    /// during a rotation give every node the new secret with the old one as
-    /// previous before removing the old one anywhere.
+    /// None of the peer's proofs matches any of our secrets: the nodes hold
+    /// different secrets (most often: different cookie files, or
+    /// `ACTORS_COOKIE` set on one node only), or the handshake was recorded
+    /// from another connection and replayed, or relayed between two TLS
+    /// sessions. The message names where our secret came from; give both
+    /// nodes the same one. During a rotation give every node the new
+    /// secret with the old one as previous before removing the old one
+    /// anywhere.
     #[error(
-        "shared secret mismatch: none of the peer's {proofs} proof(s) matches a configured secret (wrong secret or replayed handshake)"
+        "shared secret mismatch: the peer holds a different secret than ours (ours is from {ours}; none of the peer's {proofs} proof(s) matches, or the handshake was replayed or relayed); {remedy}",
+        remedy = ours.remedy()
     )]
     SecretMismatch {
         /// Proofs the peer sent (one per secret it holds).
         proofs: usize,
+        /// Where our secret came from.
+        ours: SecretSource,
     },
     /// The peer introduced itself with this node's own uid: our handshake is
     /// being reflected back at us, or the node dialled itself.
@@ -129,8 +181,14 @@ pub enum HandshakeError {
         uid: u64,
     },
     /// The peer's TLS certificate does not prove the identity it advertises
-    /// in its hello. Issue the node a certificate whose DNS or IP SAN is
-    /// the host it advertises, or update the pinned fingerprint.
+    /// in its hello: its `tcp://name@host:port` URI SANs name other nodes,
+    /// or it names no node and host-only certificates are not allowed, or
+    /// it is not valid for the advertised host, or its fingerprint is not
+    /// pinned. Issue the node a certificate with a URI SAN for the node it
+    /// advertises (`transport/examples/gen_certs.rs`), allow host-only
+    /// certificates
+    /// ([`TlsConfig::set_allow_host_only_certificates`](crate::TlsConfig::set_allow_host_only_certificates)),
+    /// or update the pinned fingerprint.
     #[error("peer certificate does not match its advertised address {addr:?}: {reason}")]
     Identity {
         /// The address the peer advertised.
@@ -168,6 +226,37 @@ pub enum ConfigError {
         len: usize,
         /// The minimum.
         min: usize,
+    },
+    /// No shared secret is configured, authentication is not turned off,
+    /// `ACTORS_COOKIE` is unset and there is no home directory for the
+    /// default cookie file. Set one of them.
+    #[error(
+        "no shared secret: set ACTORS_COOKIE, TransportConfig::set_cookie_file or set_shared_secret (HOME is not set, so there is no default cookie file)"
+    )]
+    NoSecret,
+    /// The cookie file could not be read or created, is not a regular
+    /// file, or is empty. Fix the path or its directory's permissions, or
+    /// delete an empty file to have a new cookie generated.
+    #[error("cookie file {}: {reason}", path.display())]
+    CookieFile {
+        /// The cookie file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The cookie file can be read or written by group or others: anyone
+    /// who can read it can join this user's nodes. Restrict it with
+    /// `chmod 600 PATH`.
+    #[error(
+        "cookie file {} is accessible by group or others (mode {mode:03o}); anyone who can read it can join your nodes: run chmod 600 {}",
+        path.display(),
+        path.display()
+    )]
+    CookiePermissions {
+        /// The cookie file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The advertised address is longer than the hello frame allows.
     #[error("advertised address is {len} bytes, limit {limit}")]

@@ -35,14 +35,23 @@
 //!
 //! Our proof is queued as soon as the peer's nonce is known, before the
 //! peer's proof is checked, so a mismatch is reported on both sides rather
-//! than as an EOF on one of them.
+//! than as an EOF on one of them. Over TLS the endpoint passes the
+//! session's exported keying material ([`Handshake::set_channel_binding`])
+//! and both proofs cover it, so a proof cannot be relayed into another TLS
+//! session.
+//!
+//! Until the peer's proof verifies, only the handshake's own frames are
+//! parsed (preface, hello, challenge, proof, each with its own small size
+//! limit checked before buffering); any other frame fails the handshake,
+//! and the peer's hello is not returned, so the application never sees
+//! the connection.
 
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 
 use crate::{
-    auth::{MAC_LEN, MAX_PROOFS, NONCE_LEN, Party, Role, SharedSecret},
+    auth::{ChannelBinding, MAC_LEN, MAX_PROOFS, NONCE_LEN, Party, Role, SharedSecret},
     error::HandshakeError,
     frame::{self, FrameKind},
 };
@@ -124,6 +133,8 @@ struct Auth {
     peer: Option<Hello>,
     /// Our proof, once the peer's nonce is known and until it is sent.
     proof: Option<Vec<[u8; MAC_LEN]>>,
+    /// The TLS session's exported keying material both proofs cover.
+    binding: Option<ChannelBinding>,
 }
 
 /// One side of a handshake. Feed it the bytes read; it leaves in the buffer
@@ -174,8 +185,20 @@ impl Handshake {
             peer_nonce: [0; NONCE_LEN],
             peer: None,
             proof: None,
+            binding: None,
         });
         hs
+    }
+
+    /// Binds the shared-secret proofs to the secure channel the handshake
+    /// runs on: `binding` is keying material both ends export from their
+    /// TLS session ([`EXPORTER_LABEL`](crate::auth::EXPORTER_LABEL)). Both
+    /// ends must bind, to the same session. Does nothing without a secret.
+    /// Call before the first [`handle_input`](Self::handle_input).
+    pub fn set_channel_binding(&mut self, binding: ChannelBinding) {
+        if let Some(auth) = &mut self.auth {
+            auth.binding = Some(binding);
+        }
     }
 
     /// Appends what we have to send and have not sent yet: the preface and
@@ -296,7 +319,7 @@ impl Handshake {
             let peer = auth.peer.as_ref().expect("hello precedes the challenge");
             let proof = {
                 let (me, them) = parties(auth, &self.local, peer);
-                auth.secret.prove(&me, &them)
+                auth.secret.prove(&me, &them, auth.binding.as_ref())
             };
             auth.proof = Some(proof);
             self.state = State::AwaitProof;
@@ -313,9 +336,10 @@ impl Handshake {
             let auth = self.auth.as_mut().expect("AwaitProof only with auth");
             let peer = auth.peer.as_ref().expect("hello precedes the proof");
             let (me, them) = parties(auth, &self.local, peer);
-            if !auth.secret.verify(&body, &them, &me) {
+            if !auth.secret.verify(&body, &them, &me, auth.binding.as_ref()) {
                 return Err(HandshakeError::SecretMismatch {
                     proofs: body.len() / MAC_LEN,
+                    ours: auth.secret.source().clone(),
                 });
             }
             self.state = State::Done;
@@ -377,6 +401,7 @@ fn parties<'a>(auth: &'a Auth, local: &'a Hello, peer: &'a Hello) -> (Party<'a>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::SecretSource;
 
     const T: Duration = Duration::from_secs(5);
 
@@ -572,8 +597,20 @@ mod tests {
         let mut a = with_secret(1, Role::Dialer, &SharedSecret::new(S1), 1);
         let mut b = with_secret(2, Role::Listener, &SharedSecret::new(S2), 2);
         let (ra, rb) = run(&mut a, &mut b);
-        assert_eq!(ra, Err(HandshakeError::SecretMismatch { proofs: 1 }));
-        assert_eq!(rb, Err(HandshakeError::SecretMismatch { proofs: 1 }));
+        assert_eq!(
+            ra,
+            Err(HandshakeError::SecretMismatch {
+                proofs: 1,
+                ours: SecretSource::Configured
+            })
+        );
+        assert_eq!(
+            rb,
+            Err(HandshakeError::SecretMismatch {
+                proofs: 1,
+                ours: SecretSource::Configured
+            })
+        );
     }
 
     #[test]
@@ -611,8 +648,75 @@ mod tests {
         let mut c = with_secret(2, Role::Listener, &s, 3);
         assert_eq!(
             c.handle_input(&mut recorded),
-            Err(HandshakeError::SecretMismatch { proofs: 1 })
+            Err(HandshakeError::SecretMismatch {
+                proofs: 1,
+                ours: SecretSource::Configured
+            })
         );
+    }
+
+    #[test]
+    fn proofs_bound_to_different_tls_sessions_fail_on_both_sides() {
+        let s = SharedSecret::new(S1);
+        // Same session on both ends: completes.
+        let mut a = with_secret(1, Role::Dialer, &s, 1);
+        let mut b = with_secret(2, Role::Listener, &s, 2);
+        a.set_channel_binding([7; 32]);
+        b.set_channel_binding([7; 32]);
+        let (ra, rb) = run(&mut a, &mut b);
+        assert!(ra.unwrap().is_some() && rb.unwrap().is_some());
+        // A relay's two sessions: each end exports a different value.
+        let mut a = with_secret(1, Role::Dialer, &s, 1);
+        let mut b = with_secret(2, Role::Listener, &s, 2);
+        a.set_channel_binding([7; 32]);
+        b.set_channel_binding([8; 32]);
+        let (ra, rb) = run(&mut a, &mut b);
+        let mismatch = HandshakeError::SecretMismatch {
+            proofs: 1,
+            ours: SecretSource::Configured,
+        };
+        assert_eq!(ra, Err(mismatch.clone()));
+        assert_eq!(rb, Err(mismatch));
+    }
+
+    #[test]
+    fn no_other_frame_is_parsed_before_the_proof() {
+        let s = SharedSecret::new(S1);
+        let mut a = with_secret(1, Role::Dialer, &s, 1);
+        let mut b = with_secret(2, Role::Listener, &s, 2);
+        let mut to_b = BytesMut::new();
+        a.poll_transmit(&mut to_b);
+        // A message frame where the proof belongs, and a huge one.
+        for (kind, len) in [(FrameKind::Message, 4usize), (FrameKind::Proof, 1 << 30)] {
+            let mut b2 = with_secret(2, Role::Listener, &s, 2);
+            let mut buf = to_b.clone();
+            frame::encode_header(kind, len, &mut buf);
+            let err = b2.handle_input(&mut buf).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    HandshakeError::UnexpectedFrame { .. }
+                        | HandshakeError::Frame(crate::FrameError::TooLarge { .. })
+                ),
+                "{err:?}"
+            );
+            assert!(!b2.is_done());
+        }
+        // Without a proof the hello is never handed out.
+        assert_eq!(b.handle_input(&mut to_b), Ok(None));
+        assert!(!b.is_done());
+    }
+
+    #[test]
+    fn mismatch_names_where_our_secret_came_from() {
+        let err = HandshakeError::SecretMismatch {
+            proofs: 1,
+            ours: SecretSource::CookieFile("/home/u/.actors.cookie".into()),
+        }
+        .to_string();
+        assert!(err.contains("different secret"), "{err}");
+        assert!(err.contains("cookie file /home/u/.actors.cookie"), "{err}");
+        assert!(err.contains("copy this cookie file"), "{err}");
     }
 
     #[test]

@@ -53,8 +53,11 @@
 //! - `pool`: [`BufferPool`] and adaptive read sizing. → nothing.
 //! - [`auth`]: [`SharedSecret`] and the HMAC proof of the handshake.
 //!   → `error`.
+//! - `cookie`: where the shared secret comes from when none is set
+//!   (`ACTORS_COOKIE`, the cookie file, created atomically);
+//!   [`load_cookie_file`]. → `auth`, `error`.
 //! - `config`: [`TransportConfig`] with documented defaults. → `auth`,
-//!   `error`.
+//!   `cookie`, `error`.
 //! - [`handshake`]: sans-IO hello exchange with magic, version, uid.
 //!   → `auth`, `error`, `frame`.
 //!
@@ -64,7 +67,7 @@
 //!   Open → Closing → Closed state. → `error`, `frame`.
 //! - `shared`: the per-connection state (out queue, counters, close
 //!   reason, cancel tokens, peer); [`CloseReason`], [`PeerInfo`],
-//!   [`ConnStats`]. → `error`, `out_queue`.
+//!   [`PeerVerified`], [`ConnStats`]. → `error`, `out_queue`.
 //! - `sender`: [`Sender`], the producers' handle (encodes into the out
 //!   queue, never touches the socket), [`Pushed`], [`SendFrameError`],
 //!   [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
@@ -86,7 +89,7 @@
 //!   in place. → `reader`.
 //! - `security`: [`Security`], what secures a TCP stream before the
 //!   handshake, and how each stream splits into the tasks' halves;
-//!   [`Plain`] does nothing. → `error`, `handshake`, `reader`, `tls_read`.
+//!   [`Plain`] does nothing. → `auth`, `error`, `handshake`, `reader`, `shared`, `tls_read`.
 //!
 //! Connections and endpoints:
 //! - `conn`: [`Established`] → [`Connection`]: wires the shared state, the
@@ -98,14 +101,21 @@
 //!   `security`, `shared`.
 //! - `tls` (feature `tls`): [`Tls`], [`TlsConfig`]: TLS 1.3 (rustls,
 //!   ring), mutual authentication, certificates bound to advertised
-//!   identities. → `config`, `endpoint`, `error`, `handshake`, `security`.
+//!   identities. → `auth`, `config`, `endpoint`, `error`, `handshake`,
+//!   `security`, `shared`.
 //!
 //! # Security
 //! An [`Endpoint`] is generic over its [`Security`]: `Endpoint` (=
 //! `Endpoint<Plain>`) runs connections on `TcpStream`, `Endpoint<Tls>`
 //! (from [`Endpoint::bind_tls`]) on rustls streams, through the same
-//! reader, writer and codec. Independently, [`TransportConfig::set_shared_secret`]
-//! makes every handshake prove a shared secret.
+//! reader, writer and codec. Independently, every handshake proves a shared
+//! secret (bound to the TLS session under TLS): the configured one
+//! ([`TransportConfig::set_shared_secret`]), else `ACTORS_COOKIE`, else a
+//! per-user cookie file created on first start
+//! ([`TransportConfig::set_cookie_file`]), resolved once at bind. Only
+//! [`TransportConfig::set_insecure_no_authentication`] turns it off.
+//! [`PeerInfo::verified`] says how each peer proved its identity
+//! ([`PeerVerified`]).
 //!
 //! # Crate feature flags
 //! - `tls` (default): [`Tls`], [`TlsConfig`], [`Endpoint::bind_tls`];
@@ -123,6 +133,7 @@ pub mod auth;
 mod backoff;
 mod config;
 mod conn;
+mod cookie;
 mod endpoint;
 mod error;
 pub mod frame;
@@ -149,8 +160,11 @@ pub use config::{
     DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
 };
 pub use conn::{Connection, Established};
+pub use cookie::{COOKIE_ENV, DEFAULT_COOKIE_FILE_NAME, load_cookie_file};
 pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
-pub use error::{AcceptError, ConfigError, FrameError, HandshakeError, TlsError, TransportError};
+pub use error::{
+    AcceptError, ConfigError, FrameError, HandshakeError, SecretSource, TlsError, TransportError,
+};
 pub use frame::{Frame, FrameKind};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use inbound::Inbound;
@@ -158,6 +172,6 @@ pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
 pub use sender::{Pushed, SendFrameError, Sender, TrySendFrameError};
-pub use shared::{CloseReason, ConnStats, PeerInfo};
+pub use shared::{CloseReason, ConnStats, PeerInfo, PeerVerified};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};

@@ -16,8 +16,10 @@ use tokio::{
 };
 
 use crate::{
+    auth::ChannelBinding,
     error::{HandshakeError, TransportError},
     handshake::Hello,
+    shared::PeerVerified,
 };
 
 /// A stream a connection can run on: a TCP stream, or rustls's server or
@@ -51,17 +53,49 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     ) -> impl Future<Output = Result<Self::Dialed, TransportError>> + Send;
 
     /// Checks that what secured `stream` proves the identity `peer`
-    /// advertises in its hello.
+    /// advertises in its hello, and says how strongly:
+    /// [`PeerVerified::Unauthenticated`] when this layer proves nothing
+    /// (the shared secret, checked by the handshake, may still).
     ///
     /// # Errors
     /// [`HandshakeError::Identity`] saying why not.
-    fn verify_accepted(&self, stream: &Self::Accepted, peer: &Hello) -> Result<(), HandshakeError>;
+    fn verify_accepted(
+        &self,
+        stream: &Self::Accepted,
+        peer: &Hello,
+    ) -> Result<PeerVerified, HandshakeError>;
 
     /// As [`verify_accepted`](Self::verify_accepted), for a dialled stream.
     ///
     /// # Errors
     /// [`HandshakeError::Identity`] saying why not.
-    fn verify_dialed(&self, stream: &Self::Dialed, peer: &Hello) -> Result<(), HandshakeError>;
+    fn verify_dialed(
+        &self,
+        stream: &Self::Dialed,
+        peer: &Hello,
+    ) -> Result<PeerVerified, HandshakeError>;
+
+    /// Keying material exported from the secure session of an inbound
+    /// stream, which the shared-secret proof is bound to; `None` for a
+    /// stream with no session (plaintext).
+    fn channel_binding_accepted(&self, stream: &Self::Accepted) -> Option<ChannelBinding> {
+        let _ = stream;
+        None
+    }
+
+    /// As [`channel_binding_accepted`](Self::channel_binding_accepted),
+    /// for a dialled stream.
+    fn channel_binding_dialed(&self, stream: &Self::Dialed) -> Option<ChannelBinding> {
+        let _ = stream;
+        None
+    }
+
+    /// Whether this layer authenticates dialers by itself (mutual TLS that
+    /// checks identities): decides how loud the warning is when shared-
+    /// secret authentication is turned off.
+    fn authenticates_dialers(&self) -> bool {
+        false
+    }
 
     /// The error to report for an IO error on the secured stream during the
     /// protocol handshake (TLS reports a peer's alert this way).
@@ -88,12 +122,12 @@ impl Security for Plain {
         Ok(tcp)
     }
 
-    fn verify_accepted(&self, _: &TcpStream, _: &Hello) -> Result<(), HandshakeError> {
-        Ok(())
+    fn verify_accepted(&self, _: &TcpStream, _: &Hello) -> Result<PeerVerified, HandshakeError> {
+        Ok(PeerVerified::Unauthenticated)
     }
 
-    fn verify_dialed(&self, _: &TcpStream, _: &Hello) -> Result<(), HandshakeError> {
-        Ok(())
+    fn verify_dialed(&self, _: &TcpStream, _: &Hello) -> Result<PeerVerified, HandshakeError> {
+        Ok(PeerVerified::Unauthenticated)
     }
 }
 

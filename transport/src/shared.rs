@@ -37,6 +37,36 @@ pub struct PeerInfo {
     pub uid: u64,
     /// The socket address the connection comes from or goes to.
     pub socket_addr: SocketAddr,
+    /// How the peer proved the identity in `addr` and `uid`: the strongest
+    /// proof that applies (a TLS certificate naming the node beats the
+    /// shared secret).
+    pub verified: PeerVerified,
+}
+
+/// How a connection's peer proved the identity it advertises.
+///
+/// Ordered weakest first, so `max` picks the strongest and
+/// `verified >= PeerVerified::Node` asks "is this exact node proven?".
+///
+/// | security in force                                  | reported          |
+/// |----------------------------------------------------|-------------------|
+/// | `set_insecure_no_authentication`, plaintext        | `Unauthenticated` |
+/// | shared secret (cookie), plaintext                  | `Secret`          |
+/// | TLS, certificate names the host only (opt-in)      | `Host`            |
+/// | TLS, `tcp://name@host:port` URI SAN, or pinned     | `Node`            |
+/// | TLS listener without client auth, for its dialers  | `Secret` or `Unauthenticated` |
+/// | TLS with `PeerIdentity::Unchecked`                 | `Secret` or `Unauthenticated` |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum PeerVerified {
+    /// Nothing: authentication was explicitly turned off.
+    Unauthenticated,
+    /// The peer proved the shared secret (cookie). Any holder of the secret can claim any address.
+    Secret,
+    /// The peer's TLS certificate is valid for the host it advertises only (accepted because configured): any holder of a certificate for that host can claim any node on it.
+    Host,
+    /// The peer's TLS certificate names this exact node (name, host and port), or its fingerprint is pinned for this exact address.
+    Node,
 }
 
 /// Why a connection ended.

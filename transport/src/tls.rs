@@ -13,9 +13,25 @@
 //!  TLS: server cert chains to the trust store,        TLS: client cert chains to the
 //!       is in date, has an IP SAN = the IP dialled         trust store, is in date
 //!       (or the DNS name) ─────────────────────────────── (unless client auth is off)
-//!  protocol handshake (hello, shared secret if set) ◄──► protocol handshake
-//!  identity: listener's cert ⊨ host it advertises       identity: dialer's cert ⊨ host it advertises
+//!  protocol handshake (hello, shared secret proof  ◄──► protocol handshake
+//!       bound to this TLS session's exporter)
+//!  identity: listener's cert ⊨ node it advertises       identity: dialer's cert ⊨ node it advertises
 //! ```
+//!
+//! How a certificate proves the node a peer advertises (`name@host:port`):
+//!
+//! ```text
+//! URI SANs tcp://name@host:port ─ one equals the advertised node ──► PeerVerified::Node
+//!           tcp://name@host      ─ name and host equal, any port  ──► PeerVerified::Node
+//!           (any tcp:// URI SAN, none matching)                   ──► refused, naming both
+//! no tcp:// URI SAN (host-only) ─ allowed and valid for the host  ──► PeerVerified::Host
+//!                               ─ not allowed (the default)       ──► refused
+//! PeerIdentity::Pinned: fingerprint pinned for the exact address  ──► PeerVerified::Node
+//! ```
+//!
+//! A host-only certificate lets any holder of a certificate for that host
+//! claim every node on it (any name, any port): accept them only where
+//! one host runs one node, or all of a host's nodes trust each other.
 //!
 //! Certificates are loaded when [`Tls::new`] runs, and again on
 //! [`Tls::reload`] (or [`Endpoint::reload_tls`]): new connections use the new
@@ -42,10 +58,12 @@ use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
 
 use crate::{
     Endpoint,
+    auth::{ChannelBinding, EXPORTER_LABEL, EXPORTER_LEN},
     config::TransportConfig,
     error::{HandshakeError, TlsError, TransportError},
     handshake::Hello,
     security::{Security, sealed::Sealed},
+    shared::PeerVerified,
 };
 
 /// How long a failed TLS handshake keeps the socket open to let our alert
@@ -96,9 +114,15 @@ fn pem_error(what: &'static str, source: &Source, reason: String) -> TlsError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PeerIdentity {
-    /// The certificate must be valid for the host of the advertised address
-    /// (`sys@10.0.0.5:2552` → IP SAN `10.0.0.5`; `node1.example:2552` → DNS
-    /// SAN `node1.example`). The default.
+    /// The certificate must name the advertised node: one of its
+    /// `tcp://name@host:port` (or `tcp://name@host`, any port) URI SANs
+    /// must equal the advertised `name@host:port`
+    /// ([`PeerVerified::Node`]). A certificate without such URI SANs
+    /// names only a host, and is accepted only with
+    /// [`TlsConfig::set_allow_host_only_certificates`] if it is valid for
+    /// the host of the advertised address (`sys@10.0.0.5:2552` → IP SAN
+    /// `10.0.0.5`; `node1.example:2552` → DNS SAN `node1.example`;
+    /// [`PeerVerified::Host`]). The default.
     #[default]
     AdvertisedHost,
     /// The certificate's SHA-256 ([`fingerprint`]) must be the one pinned
@@ -106,7 +130,9 @@ pub enum PeerIdentity {
     /// refused.
     Pinned(Vec<(String, [u8; 32])>),
     /// Trust any certificate the trust store accepts, whatever the peer
-    /// advertises. Only for tests or a trust store of one node.
+    /// advertises. Only for tests or a trust store of one node. The
+    /// certificate proves nothing about the node: connections report
+    /// [`PeerVerified::Secret`] (or `Unauthenticated` without a secret).
     Unchecked,
 }
 
@@ -132,6 +158,7 @@ pub struct TlsConfig {
     trust: Source,
     client_auth: bool,
     identity: PeerIdentity,
+    allow_host_only: bool,
 }
 
 impl TlsConfig {
@@ -171,7 +198,19 @@ impl TlsConfig {
             trust,
             client_auth: true,
             identity: PeerIdentity::default(),
+            allow_host_only: false,
         }
+    }
+
+    /// Whether a peer certificate that names no node (no `tcp://` URI SAN)
+    /// but is valid for the host the peer advertises is accepted. Default
+    /// off. On, **any holder of a certificate for a host can claim every
+    /// node on that host** (any name, any port); such connections report
+    /// [`PeerVerified::Host`]. For certificates issued before node URIs,
+    /// or one node per host.
+    pub fn set_allow_host_only_certificates(&mut self, allow: bool) -> &mut Self {
+        self.allow_host_only = allow;
+        self
     }
 
     /// Whether a listener requires dialers to present a certificate that
@@ -323,24 +362,48 @@ impl Tls {
     }
 
     /// Checks that the end-entity certificate in `certs` proves the identity
-    /// `peer` advertises.
+    /// `peer` advertises, and says how strongly.
     fn check(
         &self,
         certs: Option<&[CertificateDer<'static>]>,
         peer: &Hello,
-    ) -> Result<(), HandshakeError> {
+    ) -> Result<PeerVerified, HandshakeError> {
         let refuse = |reason: String| HandshakeError::Identity {
             addr: peer.addr.clone(),
             reason,
         };
         if self.config.identity == PeerIdentity::Unchecked {
-            return Ok(());
+            return Ok(PeerVerified::Unauthenticated);
         }
         let Some(cert) = certs.and_then(|c| c.first()) else {
             return Err(refuse("the peer presented no certificate".into()));
         };
         match &self.config.identity {
             PeerIdentity::AdvertisedHost => {
+                let uris = node_uris(cert)
+                    .ok_or_else(|| refuse("certificate extensions do not parse".into()))?;
+                if !uris.is_empty() {
+                    let advertised = NodeName::parse(&peer.addr)
+                        .ok_or_else(|| refuse("the address is not name@host:port".into()))?;
+                    return if uris
+                        .iter()
+                        .filter_map(|u| NodeName::parse(u.strip_prefix(NODE_URI_SCHEME)?))
+                        .any(|n| n.proves(&advertised))
+                    {
+                        Ok(PeerVerified::Node)
+                    } else {
+                        Err(refuse(format!(
+                            "the certificate names node(s) {} (URI SANs), not {}",
+                            uris.join(", "),
+                            peer.addr
+                        )))
+                    };
+                }
+                if !self.config.allow_host_only {
+                    return Err(refuse(
+                        "the certificate names no node (no tcp://name@host:port URI SAN), only hosts, and host-only certificates are not allowed (issue one naming the node, or TlsConfig::set_allow_host_only_certificates)".into(),
+                    ));
+                }
                 let host = advertised_host(&peer.addr)
                     .ok_or_else(|| refuse("the address has no host part".into()))?;
                 let name = ServerName::try_from(host).map_err(|_| {
@@ -349,7 +412,8 @@ impl Tls {
                 let ee = webpki::EndEntityCert::try_from(cert)
                     .map_err(|e| refuse(format!("certificate does not parse: {e}")))?;
                 ee.verify_is_valid_for_subject_name(&name)
-                    .map_err(|e| refuse(format!("certificate is not valid for {host} ({e})")))
+                    .map_err(|e| refuse(format!("certificate is not valid for {host} ({e})")))?;
+                Ok(PeerVerified::Host)
             }
             PeerIdentity::Pinned(pins) => {
                 let got = fingerprint(cert);
@@ -358,7 +422,7 @@ impl Tls {
                     return Err(refuse("no certificate fingerprint is pinned for it".into()));
                 }
                 if pinned.any(|(_, fp)| *fp == got) {
-                    Ok(())
+                    Ok(PeerVerified::Node)
                 } else {
                     Err(refuse(format!(
                         "certificate SHA-256 {} is not the pinned one",
@@ -366,9 +430,136 @@ impl Tls {
                     )))
                 }
             }
-            PeerIdentity::Unchecked => Ok(()),
+            PeerIdentity::Unchecked => Ok(PeerVerified::Unauthenticated),
         }
     }
+}
+
+/// The scheme of a URI SAN that names a node.
+const NODE_URI_SCHEME: &str = "tcp://";
+
+/// A node as named by a certificate URI (`name@host:port`, `name@host`)
+/// or advertised in a hello (`name@host:port`, `host:port`).
+#[derive(Debug, PartialEq, Eq)]
+struct NodeName<'a> {
+    name: Option<&'a str>,
+    host: &'a str,
+    port: Option<u16>,
+}
+
+impl<'a> NodeName<'a> {
+    /// `[name@]host[:port]`, the host possibly a bracketed IPv6 address.
+    fn parse(s: &'a str) -> Option<Self> {
+        let (name, host_port) = match s.rsplit_once('@') {
+            Some((n, h)) => (Some(n), h),
+            None => (None, s),
+        };
+        let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+            let (host, rest) = v6.split_once(']')?;
+            let port = match rest {
+                "" => None,
+                p => Some(p.strip_prefix(':')?.parse().ok()?),
+            };
+            (host, port)
+        } else {
+            match host_port.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p.parse().ok()?)),
+                None => (host_port, None),
+            }
+        };
+        (!host.is_empty() && name.is_none_or(|n| !n.is_empty())).then_some(Self {
+            name,
+            host,
+            port,
+        })
+    }
+
+    /// Whether this certificate-named node covers `advertised`: same name
+    /// and host, and the same port unless this one names none.
+    fn proves(&self, advertised: &NodeName<'_>) -> bool {
+        self.name == advertised.name
+            && self.host.eq_ignore_ascii_case(advertised.host)
+            && (self.port.is_none() || self.port == advertised.port)
+    }
+}
+
+/// The `tcp://` URI SANs of a DER certificate; `None` if its extensions
+/// cannot be parsed. A minimal DER walk over what webpki has already
+/// validated: tbsCertificate → `[3]` extensions → subjectAltName (2.5.29.17)
+/// → `uniformResourceIdentifier` (`[6]` IA5String) names.
+fn node_uris(cert_der: &[u8]) -> Option<Vec<String>> {
+    /// The DER encoding of OID 2.5.29.17, subjectAltName.
+    const SAN_OID: &[u8] = &[0x55, 0x1d, 0x11];
+    let (_, cert, _) = der_tlv(cert_der, 0x30)?;
+    let (_, mut tbs, _) = der_tlv(cert, 0x30)?;
+    let mut uris = Vec::new();
+    while !tbs.is_empty() {
+        let (tag, value, rest) = der_any(tbs)?;
+        tbs = rest;
+        if tag != 0xa3 {
+            continue;
+        }
+        let (_, mut exts, _) = der_tlv(value, 0x30)?;
+        while !exts.is_empty() {
+            let (_, ext, rest) = der_tlv(exts, 0x30)?;
+            exts = rest;
+            let (_, oid, mut ext) = der_tlv(ext, 0x06)?;
+            if oid != SAN_OID {
+                continue;
+            }
+            if ext.first() == Some(&0x01) {
+                ext = der_any(ext)?.2; // the `critical` flag
+            }
+            let (_, octets, _) = der_tlv(ext, 0x04)?;
+            let (_, mut names, _) = der_tlv(octets, 0x30)?;
+            while !names.is_empty() {
+                let (tag, name, rest) = der_any(names)?;
+                names = rest;
+                if tag == 0x86 {
+                    let uri = std::str::from_utf8(name).ok()?;
+                    if uri.starts_with(NODE_URI_SCHEME) {
+                        uris.push(uri.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    Some(uris)
+}
+
+/// One DER element with tag `tag`: `(tag, contents, rest)`.
+fn der_tlv(input: &[u8], tag: u8) -> Option<(u8, &[u8], &[u8])> {
+    der_any(input).filter(|(t, _, _)| *t == tag)
+}
+
+/// One DER element (single-byte tags, definite lengths up to 4 bytes):
+/// `(tag, contents, rest)`; `None` if truncated.
+fn der_any(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let (bytes, after) = rest.split_at(n);
+        rest = after;
+        bytes
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b))
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The keying material a TLS session exports for the shared-secret proof.
+fn export(conn: &rustls::ConnectionCommon<impl Sized>) -> Option<ChannelBinding> {
+    // Only fails before the TLS handshake completes, which it has here;
+    // without a value the proofs are unbound and the peer's (bound) proof
+    // fails to verify, so a failure here can only refuse, never admit.
+    conn.export_keying_material([0u8; EXPORTER_LEN], EXPORTER_LABEL, None)
+        .ok()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -467,17 +658,38 @@ impl Security for Tls {
         }
     }
 
-    fn verify_accepted(&self, stream: &Self::Accepted, peer: &Hello) -> Result<(), HandshakeError> {
+    fn verify_accepted(
+        &self,
+        stream: &Self::Accepted,
+        peer: &Hello,
+    ) -> Result<PeerVerified, HandshakeError> {
         let certs = stream.get_ref().1.peer_certificates();
         if certs.is_none() && !self.config.client_auth {
-            // Nothing to check: this listener does not ask dialers for one.
-            return Ok(());
+            // Nothing to check: this listener does not ask dialers for one,
+            // so TLS proves nothing about them.
+            return Ok(PeerVerified::Unauthenticated);
         }
         self.check(certs, peer)
     }
 
-    fn verify_dialed(&self, stream: &Self::Dialed, peer: &Hello) -> Result<(), HandshakeError> {
+    fn verify_dialed(
+        &self,
+        stream: &Self::Dialed,
+        peer: &Hello,
+    ) -> Result<PeerVerified, HandshakeError> {
         self.check(stream.get_ref().1.peer_certificates(), peer)
+    }
+
+    fn channel_binding_accepted(&self, stream: &Self::Accepted) -> Option<ChannelBinding> {
+        export(stream.get_ref().1)
+    }
+
+    fn channel_binding_dialed(&self, stream: &Self::Dialed) -> Option<ChannelBinding> {
+        export(stream.get_ref().1)
+    }
+
+    fn authenticates_dialers(&self) -> bool {
+        self.config.client_auth && self.config.identity != PeerIdentity::Unchecked
     }
 
     fn handshake_io_error(&self, peer: SocketAddr, error: io::Error) -> TransportError {
@@ -541,6 +753,57 @@ mod tests {
             err.starts_with("certificate chain from /nonexistent/x.pem: "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn node_names_match_name_host_and_port() {
+        let n = |s| NodeName::parse(s).unwrap();
+        let adv = n("a@127.0.0.1:4242");
+        assert!(n("a@127.0.0.1:4242").proves(&adv));
+        assert!(n("a@127.0.0.1").proves(&adv), "no port: any port");
+        assert!(!n("a@127.0.0.1:4243").proves(&adv));
+        assert!(!n("b@127.0.0.1:4242").proves(&adv));
+        assert!(!n("a@127.0.0.2").proves(&adv));
+        assert!(!n("127.0.0.1:4242").proves(&adv), "a name is required");
+        assert!(n("127.0.0.1:4242").proves(&n("127.0.0.1:4242")));
+        assert!(n("a@LOCALHOST").proves(&n("a@localhost:1")));
+        assert_eq!(
+            NodeName::parse("s@[::1]:2552"),
+            Some(NodeName {
+                name: Some("s"),
+                host: "::1",
+                port: Some(2552)
+            })
+        );
+        for bad in ["a@", "@h:1", "a@h:port", "a@[::1", ""] {
+            assert_eq!(NodeName::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn uri_sans_are_read_from_the_certificate() {
+        let mut p = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+        p.subject_alt_names.push(rcgen::SanType::URI(
+            "tcp://a@127.0.0.1:1".try_into().unwrap(),
+        ));
+        p.subject_alt_names
+            .push(rcgen::SanType::URI("https://x".try_into().unwrap()));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = p.self_signed(&key).unwrap();
+        assert_eq!(
+            node_uris(cert.der()),
+            Some(vec!["tcp://a@127.0.0.1:1".to_owned()])
+        );
+        let plain = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        assert_eq!(node_uris(plain.der()), Some(vec![]));
+        // Truncated input never panics.
+        let der = cert.der().to_vec();
+        for cut in 0..der.len() {
+            let _ = node_uris(&der[..cut]);
+        }
     }
 
     #[test]

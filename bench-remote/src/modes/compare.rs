@@ -5,7 +5,6 @@
 
 use anyhow::Result;
 use tokio::runtime::Handle;
-use transport::TransportConfig;
 
 use crate::{RunOpts, ceiling, modes::burst};
 
@@ -29,7 +28,7 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
     let mut tls_ratios = Vec::with_capacity(n);
     for i in 0..n {
         let (rate, per_write) = if opts.raw {
-            let r = crate::raw::run(recv, shape, TransportConfig::default(), false).await?;
+            let r = crate::raw::run(recv, shape, opts.transport()?, false).await?;
             (r.outcome.msgs_per_sec, r.stats.frames_per_write())
         } else {
             let r = burst::measure(recv, opts, false).await?;

@@ -13,7 +13,7 @@ use crate::{RunOpts, faithful, faithful::Embedded, plot};
 pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
     let rate = opts.rate.expect("checked by the caller");
     let shape = opts.shape();
-    let emb = Embedded::start(recv, 1, opts.tls).await?;
+    let emb = Embedded::start(recv, 1, opts.tls, &opts.transport()?).await?;
     let res = faithful::run_rate(
         &emb.sender_sys,
         emb.receivers[0].clone(),

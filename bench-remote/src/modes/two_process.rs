@@ -16,6 +16,7 @@ use crate::{
 /// The system config of a two-process node.
 fn process_config(opts: &RunOpts, node: &str) -> Result<actors::SystemConfig> {
     let mut config = actors::SystemConfig::default();
+    *config.transport_mut() = opts.transport()?;
     config.set_resolve_timeout(Duration::from_secs(opts.stall_timeout.min(10)));
     if opts.tls {
         let dir = opts
@@ -30,7 +31,8 @@ fn process_config(opts: &RunOpts, node: &str) -> Result<actors::SystemConfig> {
 /// `receiver`: serves a receiver actor until Ctrl-C.
 pub async fn serve_receiver(bind: SocketAddr, opts: &RunOpts) -> Result<()> {
     let config = process_config(opts, "receiver")?;
-    let sys = actors::ActorSystem::with_config("bench", Some(bind), config)
+    // Named as its certificate file, which names the node (gen_certs).
+    let sys = actors::ActorSystem::with_config("receiver", Some(bind), config)
         .await
         .with_context(|| format!("cannot listen on {bind}"))?;
     let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -52,8 +54,8 @@ pub async fn run_sender(recv: &Handle, connect: SocketAddr, opts: &RunOpts) -> R
         "[::]:0".parse()?
     };
     let config = process_config(opts, "sender")?;
-    let sys = actors::ActorSystem::with_config("bench-sender", Some(bind), config).await?;
-    let path = faithful::receiver_path(&format!("bench@{connect}"));
+    let sys = actors::ActorSystem::with_config("sender", Some(bind), config).await?;
+    let path = faithful::receiver_path(&format!("receiver@{connect}"));
     let receiver = sys
         .resolve::<ToReceiver>(&path)
         .await

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use integration_tests::{connect, endpoint, raw_handshake, within};
+use integration_tests::{connect, endpoint, raw_handshake_as, within};
 use tokio::{io::AsyncReadExt, net::TcpSocket};
-use transport::{Frame, FrameError, FrameKind, SendFrameError, TransportConfig, TrySendFrameError};
+use transport::{
+    Frame, FrameError, FrameKind, SendFrameError, TransportConfig, TrySendFrameError, auth::Role,
+};
 
 /// How long a send must stay pending to count as blocked. A stalled
 /// writer never frees room, so any value works; short keeps the test fast.
@@ -31,7 +33,7 @@ async fn stalled_peer_fills_the_queue_then_send_blocks() {
     let (dialed, raw) = within("connect to raw peer", async {
         tokio::join!(node.connect(listener.local_addr().unwrap()), async {
             let (mut raw, _) = listener.accept().await.unwrap();
-            raw_handshake(&mut raw, node.uid()).await;
+            raw_handshake_as(&mut raw, node.uid(), Role::Listener).await;
             raw
         })
     })

@@ -11,7 +11,7 @@ use tokio::{io::AsyncWriteExt, net::TcpStream};
 use transport::{
     AcceptError, CloseReason, DEFAULT_MAX_FRAME_SIZE, Endpoint, FrameError, HandshakeError,
     TransportConfig, TransportError,
-    handshake::{MAGIC, VERSION},
+    handshake::{FLAG_AUTH, MAGIC, VERSION},
 };
 
 /// Handshake timeout for these tests: short, so the timeout test is quick;
@@ -46,10 +46,12 @@ async fn refused(server: &Endpoint, bytes: &[u8], eof: bool) -> (AcceptError, Tc
     (err, raw)
 }
 
+/// A preface offering shared-secret authentication, as the nodes under
+/// test (which prove the test secret) require.
 fn preface(version: u16) -> Vec<u8> {
     let mut b = MAGIC.to_vec();
     b.put_u16(version);
-    b.put_u16(0);
+    b.put_u16(FLAG_AUTH);
     b
 }
 

@@ -15,7 +15,7 @@ use actors::{
     SystemConfig, Terminated,
 };
 use integration_tests::{
-    TIMEOUT, actor_path, actor_system_with, proxy::Mode, proxy::Proxy, within,
+    TIMEOUT, actor_path, actor_system_with, proxy::Mode, proxy::Proxy, secured_system, within,
 };
 use tokio::sync::broadcast;
 
@@ -71,7 +71,7 @@ impl Proxied {
             let to_a = Proxy::start(a.local_addr().expect("remoting")).await;
             let mut cb = config.clone();
             cb.set_route(a.node(), to_a.addr());
-            match ActorSystem::with_config("b", Some(b_addr), cb).await {
+            match ActorSystem::with_config("b", Some(b_addr), secured_system(cb)).await {
                 Ok(b) => {
                     assert_eq!(b.node(), b_node);
                     return Proxied { a, b, to_a, to_b };

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use integration_tests::{endpoint, loopback, raw_connect, within};
+use integration_tests::{endpoint, loopback, raw_connect, secured, secured_system, within};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
@@ -27,24 +27,26 @@ use transport::{
 
 /// Handshake timeout for these tests: short so a hang shows quickly, far
 /// above what a loopback TLS handshake takes in a debug build.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
-fn config() -> TransportConfig {
+/// The test nodes' config: the short handshake timeout and the test
+/// suite's shared secret.
+pub(super) fn config() -> TransportConfig {
     let mut c = TransportConfig::default();
     c.set_handshake_timeout(HANDSHAKE_TIMEOUT);
-    c
+    secured(c)
 }
 
 /// A CA and the certificates it issues, written as PEM files into a
 /// temporary directory that lives as long as this value.
-struct Pki {
+pub(super) struct Pki {
     dir: tempfile::TempDir,
     ca: Issuer<'static, KeyPair>,
     ca_pem: String,
 }
 
 /// What a node certificate should say.
-struct Spec<'a> {
+pub(super) struct Spec<'a> {
     cn: &'a str,
     sans: Vec<String>,
     /// Days from now: (not before, not after).
@@ -52,18 +54,26 @@ struct Spec<'a> {
 }
 
 impl<'a> Spec<'a> {
-    /// Valid now for `127.0.0.1` and `localhost`.
-    fn node(cn: &'a str) -> Self {
+    /// Valid now for `127.0.0.1` and `localhost` (host-only: no node URI).
+    pub(super) fn node(cn: &'a str) -> Self {
         Self {
             cn,
             sans: vec!["localhost".into(), "127.0.0.1".into()],
             validity: (-1, 30),
         }
     }
+
+    /// As [`node`](Self::node), also naming the nodes `uris`
+    /// (`tcp://name@host[:port]` URI SANs).
+    pub(super) fn naming(cn: &'a str, uris: &[&str]) -> Self {
+        let mut spec = Self::node(cn);
+        spec.sans.extend(uris.iter().map(|u| u.to_string()));
+        spec
+    }
 }
 
 impl Pki {
-    fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("transport-tls-")
             .tempdir()
@@ -81,14 +91,20 @@ impl Pki {
         }
     }
 
-    fn path(&self, file: &str) -> PathBuf {
+    pub(super) fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
 
     /// Issues a certificate and writes `FILE.pem` (chain) and `FILE.key`.
     /// Returns the certificate's DER.
-    fn issue(&self, file: &str, spec: &Spec<'_>) -> Vec<u8> {
-        let mut p = CertificateParams::new(spec.sans.clone()).unwrap();
+    pub(super) fn issue(&self, file: &str, spec: &Spec<'_>) -> Vec<u8> {
+        let (uris, names): (Vec<String>, Vec<String>) =
+            spec.sans.iter().cloned().partition(|s| s.contains("://"));
+        let mut p = CertificateParams::new(names).unwrap();
+        for uri in uris {
+            p.subject_alt_names
+                .push(rcgen::SanType::URI(uri.try_into().unwrap()));
+        }
         p.distinguished_name.push(DnType::CommonName, spec.cn);
         p.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -117,8 +133,18 @@ impl Pki {
         cert.der().to_vec()
     }
 
-    /// TLS settings for the node `file`, trusting `trust`'s CA.
-    fn tls(&self, file: &str, trust: &Pki) -> TlsConfig {
+    /// TLS settings for the node `file`, trusting `trust`'s CA, accepting
+    /// host-only certificates (what [`Spec::node`] issues: these tests are
+    /// about the host checks).
+    pub(super) fn tls(&self, file: &str, trust: &Pki) -> TlsConfig {
+        let mut tls = self.tls_strict(file, trust);
+        tls.set_allow_host_only_certificates(true);
+        tls
+    }
+
+    /// As [`tls`](Self::tls), with the default: peer certificates must
+    /// name the node.
+    pub(super) fn tls_strict(&self, file: &str, trust: &Pki) -> TlsConfig {
         TlsConfig::from_pem_files(
             self.path(&format!("{file}.pem")),
             self.path(&format!("{file}.key")),
@@ -141,7 +167,10 @@ async fn good_node(pki: &Pki, name: &str) -> Endpoint<Tls> {
 
 /// Connects `client` to `server`, sends one frame each way, closes
 /// gracefully: proves both endpoints work.
-async fn round_trip<A: Security, B: Security>(client: &Endpoint<A>, server: &Endpoint<B>) {
+pub(super) async fn round_trip<A: Security, B: Security>(
+    client: &Endpoint<A>,
+    server: &Endpoint<B>,
+) {
     let (dialed, accepted) = within("connect and accept", async {
         tokio::join!(client.connect(server.local_addr()), server.accept())
     })
@@ -173,7 +202,7 @@ async fn round_trip<A: Security, B: Security>(client: &Endpoint<A>, server: &End
 /// Dials `server` from `client`, expecting both sides to fail: returns the
 /// dialer's error and the listener's accept error, which must come within
 /// the handshake timeout (plus slack) and name the dialer's address.
-async fn both_fail<A: Security, B: Security>(
+pub(super) async fn both_fail<A: Security, B: Security>(
     client: &Endpoint<A>,
     server: &Endpoint<B>,
 ) -> (TransportError, AcceptError) {
@@ -397,7 +426,11 @@ async fn wrong_or_missing_shared_secret_is_named_on_both_sides() {
     for e in [client_err.to_string(), server_err.to_string()] {
         assert!(e.contains("shared secret mismatch"), "{e}");
     }
-    let none = endpoint(config()).await;
+    let mut insecure = TransportConfig::default();
+    insecure
+        .set_handshake_timeout(HANDSHAKE_TIMEOUT)
+        .set_insecure_no_authentication(true);
+    let none = endpoint(insecure).await;
     let (client_err, server_err) = both_fail(&none, &server).await;
     assert!(
         matches!(
@@ -690,20 +723,21 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> std::process
 async fn actor_systems_talk_over_mutual_tls() {
     use super::actors_common::{Count, Counter, total};
     let pki = Pki::new("actors-ca");
-    pki.issue("a", &Spec::node("a"));
-    pki.issue("b", &Spec::node("b"));
+    // Certificates that name the nodes (any port): the default check.
+    pki.issue("a", &Spec::naming("a", &["tcp://a@127.0.0.1"]));
+    pki.issue("b", &Spec::naming("b", &["tcp://b@127.0.0.1"]));
     let system = |tls: TlsConfig, name: &'static str| async move {
         let mut c = actors::SystemConfig::default();
         c.set_tls(tls)
             .set_resolve_timeout(Duration::from_secs(3))
             .transport_mut()
             .set_handshake_timeout(HANDSHAKE_TIMEOUT);
-        actors::ActorSystem::with_config(name, Some(loopback()), c)
+        actors::ActorSystem::with_config(name, Some(loopback()), secured_system(c))
             .await
             .expect("system binds")
     };
-    let a = system(pki.tls("a", &pki), "a").await;
-    let b = system(pki.tls("b", &pki), "b").await;
+    let a = system(pki.tls_strict("a", &pki), "a").await;
+    let b = system(pki.tls_strict("b", &pki), "b").await;
     b.spawn_named("counter", Counter::default()).unwrap();
     let path = format!("tcp://{}/user/counter", b.node());
     let counter = within("resolve over TLS", a.resolve::<Count>(&path))
@@ -713,8 +747,8 @@ async fn actor_systems_talk_over_mutual_tls() {
     assert_eq!(total(&counter).await, 5);
 
     let other = Pki::new("other-ca");
-    other.issue("c", &Spec::node("c"));
-    let c = system(other.tls("c", &other), "c").await;
+    other.issue("c", &Spec::naming("c", &["tcp://c@127.0.0.1"]));
+    let c = system(other.tls_strict("c", &other), "c").await;
     let err = within("resolve with a foreign CA", c.resolve::<Count>(&path))
         .await
         .expect_err("a certificate from another CA is refused");
