@@ -16,10 +16,11 @@ use std::{
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use transport::{CloseReason, ConnStats, Connection, FrameKind, PeerInfo, TrySendFrameError};
+use transport::{
+    CloseReason, ConnStats, Connection, FrameKind, PeerInfo, PeerVerified, TrySendFrameError,
+};
 
 use super::{
-    claims::{Claim, Claims, Nonce},
     compression::OutboundIds,
     context::Context,
     events::RemoteEvent,
@@ -83,9 +84,6 @@ pub(crate) struct Association {
     connecting: AtomicBool,
     /// Watches, identifies, the reliable system-message streams.
     requests: Requests,
-    /// Inbound connections whose claim is not proven yet, and the nonces
-    /// of our dials (see `claims`).
-    claims: Mutex<Claims>,
     pub(super) large: LargeLane,
     /// `SystemConfig::set_pending_capacity`.
     pub(super) pending_capacity: usize,
@@ -115,7 +113,6 @@ impl Association {
             )),
             connecting: AtomicBool::new(false),
             requests: Requests::new(config.system_buffer),
-            claims: Mutex::new(Claims::default()),
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
             max_message,
@@ -326,7 +323,6 @@ impl Association {
             assoc.connecting.store(false, Ordering::Release);
             if let Err(reason) = res {
                 tracing::warn!(node = %assoc.node, %reason, "connect failed");
-                assoc.reject_claims(&reason);
                 assoc.link_failed(&reason);
             }
         });
@@ -373,9 +369,9 @@ impl Association {
             ));
         }
         let generation = self.next_generation();
-        let uid = est.peer().uid;
-        let conn = est.start(self.dispatch(&ctx, generation, uid));
-        self.install(conn, generation, true).await;
+        let dispatch = self.dispatch(&ctx, est.peer(), generation, true);
+        let conn = est.start(dispatch);
+        self.install(conn, generation, true, true).await;
         Ok(())
     }
 
@@ -387,91 +383,48 @@ impl Association {
     /// new incarnation quarantines the old. When both nodes dialed at once,
     /// the connection dialed by the node with the lower address wins on
     /// both sides, and the other is closed (see `liveness::new_link_wins`).
-    async fn install(self: &Arc<Self>, conn: Connection, generation: u32, dialed: bool) {
+    async fn install(
+        self: &Arc<Self>,
+        conn: Connection,
+        generation: u32,
+        dialed: bool,
+        proven: bool,
+    ) {
         let uid = conn.peer().uid;
         if self.is_quarantined(uid) {
             tracing::warn!(node = %self.node, uid, "refusing a connection from a quarantined incarnation");
             conn.close("your incarnation is quarantined").await;
             return;
         }
-        let proof = transport_proof(conn.peer());
-        if dialed && let Some((ours, _)) = proof.nonces {
-            lock(&self.claims).dialed(generation, ours);
-        }
-        if !dialed && !proof.node {
-            return self.hold_unverified(conn, generation, proof);
+        if !proven {
+            return self.receive_only(conn, generation);
         }
         self.install_proven(conn, generation, dialed).await;
     }
 
-    /// An inbound connection that proved the secret but not that it is
-    /// this node: it carries inbound traffic only until the node at the
-    /// claimed address confirms it dialed it (see `claims`).
-    fn hold_unverified(self: &Arc<Self>, conn: Connection, generation: u32, proof: Proof) {
+    /// Whether an inbound connection's identity is proven for this node
+    /// by the transport alone (see `transport_proof`).
+    pub(super) fn admit(&self, peer: &PeerInfo) -> bool {
+        transport_proof(peer)
+    }
+
+    /// An inbound connection whose peer proved the shared secret but not
+    /// that it is this node: any secret holder can claim any node (address
+    /// and uid are in every hello). It carries the peer's messages to this
+    /// node, and nothing that changes what this node believes of the node
+    /// it names (see `inbound`); this node sends to the node only on
+    /// connections it dialed itself, so an impostor receives nothing.
+    ///
+    /// A claim of an incarnation this node has no proven link to is
+    /// evidence worth checking: if no link is up, this node dials the
+    /// address, and what answers there is the node (a restarted one
+    /// displaces its old incarnation then).
+    fn receive_only(self: &Arc<Self>, conn: Connection, generation: u32) {
         let uid = conn.peer().uid;
-        let Some((_, theirs)) = proof.nonces else {
-            // No secret was proved either: nothing to ask about.
-            tracing::warn!(node = %self.node, uid, "closing an inbound connection that proves nothing");
-            tokio::spawn(async move { conn.close("identity not proven").await });
-            return;
-        };
-        tracing::debug!(node = %self.node, uid, generation, "inbound connection holds until the node confirms it dialed it");
+        tracing::debug!(node = %self.node, uid, generation, "inbound connection carries inbound traffic only");
         lock(&self.conns).insert(generation, conn);
-        lock(&self.claims).hold(generation, Claim { uid, nonce: theirs });
-        self.ask_claims();
-    }
-
-    /// Asks the node, on our own link to it, about every unverified
-    /// inbound connection; dials first if there is no link.
-    fn ask_claims(self: &Arc<Self>) {
-        let Some(link) = self.link() else {
-            if lock(&self.claims).any_unverified() {
-                self.ensure_connecting();
-            }
-            return;
-        };
-        let nonces = lock(&self.claims).take_questions();
-        for nonce in nonces {
-            let _ = link.sender.try_send(SysWire::ConfirmDial { nonce }.frame());
-        }
-    }
-
-    /// The node at the claimed address answered about the inbound
-    /// connection with handshake nonce `nonce`.
-    fn dial_confirmed(self: &Arc<Self>, nonce: &Nonce, yes: bool) {
-        let Some((generation, claim)) = lock(&self.claims).answered(nonce) else {
-            return;
-        };
-        let Some(conn) = lock(&self.conns).remove(&generation) else {
-            return;
-        };
-        if yes {
-            tracing::debug!(node = %self.node, uid = claim.uid, generation, "the node confirms it dialed this connection");
-            let assoc = self.clone();
-            tokio::spawn(async move { assoc.install_proven(conn, generation, false).await });
-        } else {
-            tracing::warn!(node = %self.node, uid = claim.uid, peer = %conn.peer().socket_addr, "a connection claimed to be this node, and the node says it did not dial it: closing it");
-            let why = format!(
-                "identity not proven: {} did not dial this connection",
-                self.node
-            );
-            tokio::spawn(async move { conn.close(&why).await });
-        }
-    }
-
-    /// The claimed node cannot be asked (dialing it failed): the
-    /// connections that claim it are closed.
-    fn reject_claims(&self, reason: &str) {
-        let held = lock(&self.claims).drain_unverified();
-        for (generation, claim) in held {
-            if let Some(conn) = lock(&self.conns).remove(&generation) {
-                tracing::warn!(node = %self.node, uid = claim.uid, %reason, "closing an inbound connection whose claim could not be checked");
-                let why = format!(
-                    "identity not proven: dialing {} failed: {reason}",
-                    self.node
-                );
-                tokio::spawn(async move { conn.close(&why).await });
-            }
+        if uid != self.peer_uid() && self.link().is_none() {
+            self.ensure_connecting();
         }
     }
 
@@ -482,6 +435,9 @@ impl Association {
         if let Some(old) = displaced(previous, uid) {
             self.quarantine(old, &format!("restarted as incarnation {uid:#x}"));
         }
+        // A reliable stream an unproven connection of another incarnation
+        // started is not this node's: this one's may start now.
+        self.requests.inbound().forget_other(uid);
         let was_unreachable = lock(&self.life).on_link_up(Instant::now());
         let link = Link {
             sender: conn.sender(),
@@ -518,9 +474,7 @@ impl Association {
                         };
                         drop(st);
                         self.close_duplicate(loser);
-                        lock(&self.claims).relink();
                         self.resend_unacked();
-                        self.ask_claims();
                         return;
                     }
                     LinkState::Idle => {
@@ -571,19 +525,22 @@ impl Association {
         }
     }
 
-    /// A link came up: waiters wake, unacknowledged system messages and
-    /// pending claims go out on it.
-    fn link_up(self: &Arc<Self>) {
+    /// A link came up: waiters wake, unacknowledged system messages go out
+    /// on it.
+    fn link_up(&self) {
         self.up.notify_waiters();
-        lock(&self.claims).relink();
         self.resend_unacked();
-        self.ask_claims();
     }
 
     /// An inbound connection from this node.
-    pub(super) fn install_inbound(self: &Arc<Self>, conn: Connection, generation: u32) {
+    pub(super) fn install_inbound(
+        self: &Arc<Self>,
+        conn: Connection,
+        generation: u32,
+        proven: bool,
+    ) {
         let assoc = self.clone();
-        tokio::spawn(async move { assoc.install(conn, generation, false).await });
+        tokio::spawn(async move { assoc.install(conn, generation, false, proven).await });
     }
 
     /// Closes the connection that lost a simultaneous connect, after what
@@ -654,7 +611,6 @@ impl Association {
                 _ => false,
             }
         };
-        lock(&self.claims).closed(generation);
         // The large-message lane may wait for acks on it.
         self.large.link_closed();
         // Outside the state lock: dropping aborts a live connection. What it
@@ -671,6 +627,15 @@ impl Association {
                 registry.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
             });
         }
+        let duplicate =
+            matches!(reason, CloseReason::Remote(r) | CloseReason::Local(r) if r == DUPLICATE);
+        if duplicate {
+            // One of two simultaneous connections is gone and the other is
+            // the link: an identify asked or answered on this one may have
+            // been dropped with it (answers go back on the connection that
+            // asked), so it is asked again, on the link.
+            self.requests.fail_identifies(IdentifyFailed::Replaced);
+        }
         if was_up {
             tracing::info!(node = %self.node, %reason, "link to node closed");
             self.schedule_reconnect();
@@ -678,12 +643,7 @@ impl Association {
                 node: self.node.to_string(),
                 reason: reason.to_string(),
             });
-            if matches!(reason, CloseReason::Remote(r) if r == DUPLICATE) {
-                // The peer kept the link it dialed, which is coming (or
-                // here already): an identify that went on this one may
-                // have been dropped with it, so it is asked again.
-                self.requests.fail_identifies(IdentifyFailed::Replaced);
-            } else {
+            if !duplicate {
                 self.fail_identifies(&reason.to_string());
             }
         }
@@ -711,9 +671,24 @@ impl Association {
     }
 
     /// The inbound dispatcher for a new connection of this association.
-    pub(super) fn dispatch(self: &Arc<Self>, ctx: &Context, generation: u32, uid: u64) -> Dispatch {
-        let peer: Arc<dyn Peer> = self.clone();
-        Dispatch::new(ctx.registry.clone(), &ctx.config, peer, generation, uid)
+    /// The inbound dispatcher for a new connection of this association;
+    /// `proven` as `admit` said.
+    pub(super) fn dispatch(
+        self: &Arc<Self>,
+        ctx: &Context,
+        peer: &PeerInfo,
+        generation: u32,
+        proven: bool,
+    ) -> Dispatch {
+        let assoc: Arc<dyn Peer> = self.clone();
+        Dispatch::new(
+            ctx.registry.clone(),
+            &ctx.config,
+            assoc,
+            generation,
+            peer.uid,
+            proven,
+        )
     }
 
     /// Queues a system message, connecting if needed.
@@ -891,18 +866,6 @@ impl Peer for Association {
         self.requests.terminated(watch_id, reason);
     }
 
-    fn is_proven(&self, generation: u32) -> bool {
-        !lock(&self.claims).is_unverified(generation)
-    }
-
-    fn dialed_with(&self, nonce: &[u8; 32]) -> bool {
-        lock(&self.claims).did_we_dial(nonce)
-    }
-
-    fn on_dial_confirmed(self: Arc<Self>, nonce: [u8; 32], yes: bool) {
-        self.dial_confirmed(&nonce, yes);
-    }
-
     fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher> {
         self
     }
@@ -978,23 +941,14 @@ pub(super) async fn keep(assoc: Weak<Association>, cancel: CancellationToken) {
     }
 }
 
-/// What the transport established about a connection's peer.
-#[derive(Debug, Clone, Copy)]
-struct Proof {
-    /// Its identity is proven for the exact node it names (a TLS
-    /// certificate naming the node), or authentication is explicitly off
-    /// (every claim is believed, as the operator chose).
-    node: bool,
-    /// The handshake nonces (ours, the peer's) when a shared secret was
-    /// proved: what a claim is checked with.
-    nonces: Option<(Nonce, Nonce)>,
-}
-
-/// How `peer`'s identity was established.
-fn transport_proof(peer: &PeerInfo) -> Proof {
-    let _ = peer;
-    Proof {
-        node: true,
-        nonces: None,
-    }
+/// Whether the transport alone proves `peer` is the node it names: a TLS
+/// certificate naming the node (or pinned for it). When authentication is
+/// explicitly off every claim is believed, as the operator chose. A peer
+/// that proved only the shared secret, or holds a certificate for its host
+/// only, may be any holder of those: not proven (see `receive_only`).
+fn transport_proof(peer: &PeerInfo) -> bool {
+    matches!(
+        peer.verified,
+        PeerVerified::Node | PeerVerified::Unauthenticated
+    )
 }

@@ -39,18 +39,6 @@ pub(super) trait Peer: Send + Sync + 'static {
     fn sys_in(&self) -> MutexGuard<'_, SysIn>;
     /// The peer acknowledged reliable system messages up to `seq`.
     fn on_ack(&self, epoch: u64, seq: u64);
-    /// Whether connection `generation`'s claim to be the node is proven
-    /// (see `claims`). Until it is, it carries user messages and the peer's
-    /// questions, and nothing that changes what this node believes of the
-    /// peer: no shutdown notice, no reliable system message or ack, no
-    /// answer to our questions, no heartbeat ack.
-    fn is_proven(&self, generation: u32) -> bool;
-    /// Whether this node dialed a live connection with handshake nonce
-    /// `nonce` (the peer verifying our claim).
-    fn dialed_with(&self, nonce: &[u8; 32]) -> bool;
-    /// The node at the claimed address answered whether it dialed the
-    /// connection with `nonce`.
-    fn on_dial_confirmed(self: Arc<Self>, nonce: [u8; 32], yes: bool);
     /// The peer's incarnation `uid` is shutting down.
     fn on_shutdown(&self, uid: u64);
     /// The peer read large message `msg` up to `received` bytes.
@@ -87,6 +75,15 @@ pub(crate) struct Dispatch {
     max_message: usize,
     /// Which system requests of the peer are honoured.
     access: Access,
+    /// The connection is proven to be the node it names: this node dialed
+    /// it, or its certificate names the node (see
+    /// `Association::receive_only`). An unproven one delivers user
+    /// messages and the peer's own reliable stream, and its questions are
+    /// answered on it, but nothing on it changes what this node believes of
+    /// the node it names: no shutdown notice, no ack of our stream, no
+    /// answer to our questions, no heartbeat or large-message ack, and it
+    /// cannot take over a reliable stream another incarnation started.
+    proven: bool,
     generation: u32,
     /// The incarnation at the other end of this connection.
     peer_uid: u64,
@@ -162,8 +159,10 @@ impl Dispatch {
         peer: Arc<dyn Peer>,
         generation: u32,
         peer_uid: u64,
+        proven: bool,
     ) -> Self {
         Self {
+            proven,
             registry,
             peer,
             max_malformed: config.max_malformed_per_second,
@@ -382,25 +381,25 @@ impl Dispatch {
     }
 
     fn on_system(&mut self, body: &[u8]) {
-        let msg = match SysWire::decode(body) {
-            Ok(m) => m,
+        match SysWire::decode(body) {
+            Ok(msg) => self.on_system_decoded(msg),
             Err(e) => {
                 tracing::warn!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
-                return self.malformed("undecodable system message");
+                self.malformed("undecodable system message");
             }
-        };
-        let changes_belief = matches!(
+        }
+    }
+
+    fn on_system_decoded(&mut self, msg: SysWire) {
+        let about_the_node = matches!(
             msg,
-            SysWire::Reliable { .. }
+            SysWire::Shutdown
                 | SysWire::Ack { .. }
-                | SysWire::Shutdown
                 | SysWire::Identity { .. }
-                | SysWire::DialConfirmed { .. }
+                | SysWire::LargeAck { .. }
         );
-        if changes_belief && !self.peer.is_proven(self.generation) {
-            // Resent or asked again once the claim is confirmed (reliable
-            // messages are kept until acknowledged).
-            tracing::debug!(node = %self.peer.node(), generation = self.generation, "system message from a connection whose identity is not proven yet dropped");
+        if about_the_node && !self.proven {
+            tracing::debug!(node = %self.peer.node(), generation = self.generation, "a connection whose claim is not proven sent a message only the node may send; dropped");
             return;
         }
         match msg {
@@ -409,7 +408,7 @@ impl Dispatch {
                 // deliver out of order.
                 let peer = self.peer.clone();
                 let mut sys_in = peer.sys_in();
-                let ack = match sys_in.handle(self.peer_uid, epoch, seq) {
+                let ack = match sys_in.handle(self.peer_uid, epoch, seq, self.proven) {
                     Receive::Deliver => {
                         match SysWire::decode(&body) {
                             Ok(inner) if inner.is_reliable_kind() => self.on_system_msg(inner),
@@ -435,13 +434,6 @@ impl Dispatch {
             SysWire::Ack { epoch, seq } => self.peer.on_ack(epoch, seq),
             SysWire::Shutdown => self.peer.on_shutdown(self.peer_uid),
             SysWire::LargeAck { msg, received } => self.peer.on_large_ack(msg, received),
-            SysWire::ConfirmDial { nonce } => {
-                let yes = self.peer.dialed_with(&nonce);
-                self.answer(&SysWire::DialConfirmed { nonce, yes });
-            }
-            SysWire::DialConfirmed { nonce, yes } => {
-                self.peer.clone().on_dial_confirmed(nonce, yes);
-            }
             other => self.on_system_msg(other),
         }
     }
@@ -495,9 +487,7 @@ impl Dispatch {
             SysWire::Reliable { .. }
             | SysWire::Ack { .. }
             | SysWire::Shutdown
-            | SysWire::LargeAck { .. }
-            | SysWire::ConfirmDial { .. }
-            | SysWire::DialConfirmed { .. } => {}
+            | SysWire::LargeAck { .. } => {}
         }
     }
 
@@ -635,7 +625,8 @@ impl Handler for Dispatch {
     }
 
     fn on_heartbeat_ack(&mut self, body: &[u8]) {
-        if !self.peer.is_proven(self.generation) {
+        // Acks answer our heartbeats, which go out on proven links only.
+        if !self.proven {
             return;
         }
         if let Ok(seq) = <[u8; 8]>::try_from(body) {
@@ -673,8 +664,6 @@ mod tests {
     struct FakePeer {
         sys_in: Mutex<SysIn>,
         events: Mutex<Vec<String>>,
-        /// The connection's claim is not proven.
-        unproven: bool,
     }
 
     impl FakePeer {
@@ -710,15 +699,7 @@ mod tests {
         fn on_ack(&self, epoch: u64, seq: u64) {
             self.record(format!("ack {epoch} {seq}"));
         }
-        fn is_proven(&self, _: u32) -> bool {
-            !self.unproven
-        }
-        fn dialed_with(&self, nonce: &[u8; 32]) -> bool {
-            nonce[0] == 1
-        }
-        fn on_dial_confirmed(self: Arc<Self>, nonce: [u8; 32], yes: bool) {
-            self.record(format!("confirmed {} {yes}", nonce[0]));
-        }
+
         fn on_shutdown(&self, uid: u64) {
             self.record(format!("shutdown {uid}"));
         }
@@ -782,17 +763,20 @@ mod tests {
     }
 
     fn setup() -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
-        setup_with(FakePeer::default())
+        setup_with(FakePeer::default(), true)
     }
 
-    fn setup_with(peer: FakePeer) -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
+    fn setup_with(
+        peer: FakePeer,
+        proven: bool,
+    ) -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
         let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
         let target = Arc::new(FakeTarget::default());
         registry.register("/user/seven", target.clone());
         let peer = Arc::new(peer);
         let mut config = SystemConfig::default();
         config.set_max_malformed_per_second(1_000);
-        let d = Dispatch::new(registry.clone(), &config, peer.clone(), 3, 42);
+        let d = Dispatch::new(registry.clone(), &config, peer.clone(), 3, 42, proven);
         (d, peer, target, registry)
     }
 
@@ -866,10 +850,6 @@ mod tests {
                 msg: 2,
                 received: 10,
             },
-            SysWire::DialConfirmed {
-                nonce: [4; 32],
-                yes: false,
-            },
             SysWire::Identity {
                 id: 6,
                 manifest: None,
@@ -898,7 +878,6 @@ mod tests {
                 "shutdown 42",
                 "ack 1 4",
                 "large ack 2 10",
-                "confirmed 4 false",
                 "identity 6 None",
                 "terminated 11 stopped",
                 "heartbeat ack 7",
@@ -908,11 +887,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unproven_connection_changes_no_belief_but_delivers_messages() {
-        let (mut d, peer, target, _) = setup_with(FakePeer {
-            unproven: true,
-            ..FakePeer::default()
-        });
+    async fn an_unproven_connection_delivers_but_changes_no_belief() {
+        let (mut d, peer, target, _) = setup_with(FakePeer::default(), false);
         for msg in [
             SysWire::Shutdown,
             SysWire::Ack { epoch: 1, seq: 4 },
@@ -920,20 +896,6 @@ mod tests {
                 id: 6,
                 manifest: None,
             },
-            SysWire::DialConfirmed {
-                nonce: [4; 32],
-                yes: true,
-            },
-            SysWire::Reliable {
-                epoch: 1,
-                seq: 1,
-                body: SysWire::Stop {
-                    path: "/user/seven".into(),
-                }
-                .encode()
-                .to_vec(),
-            },
-            // Pacing only: honoured from any connection of the node.
             SysWire::LargeAck {
                 msg: 2,
                 received: 10,
@@ -942,13 +904,51 @@ mod tests {
             d.on_frame_ref(FrameKind::System, &msg.encode());
         }
         d.on_heartbeat_ack(&7u64.to_le_bytes());
-        assert_eq!(peer.events(), ["large ack 2 10"]);
-        // User messages are delivered.
+        assert!(peer.events().is_empty(), "{:?}", peer.events());
+        // Its own reliable stream and user messages are delivered.
+        let watch = SysWire::Watch {
+            path: "/user/seven".into(),
+            watch_id: 11,
+        };
+        let reliable = SysWire::Reliable {
+            epoch: 1,
+            seq: 1,
+            body: watch.encode().to_vec(),
+        };
+        d.on_frame_ref(FrameKind::System, &reliable.encode());
         d.on_frame_ref(
             FrameKind::Message,
             &envelope(1, Some("/user/seven"), 7, b"a"),
         );
         d.on_batch_end().await;
+        assert_eq!(peer.events(), ["terminated 11 stopped"]);
         assert_eq!(target.batches.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unproven_connection_cannot_take_over_another_incarnations_stream() {
+        let (mut d, peer, _, _) = setup_with(FakePeer::default(), false);
+        // Another incarnation (uid 41) is delivering its stream.
+        assert_eq!(
+            peer.sys_in().handle(41, 1, 1, true),
+            crate::remote::reliable::Receive::Deliver
+        );
+        let watch = SysWire::Watch {
+            path: "/user/seven".into(),
+            watch_id: 12,
+        };
+        let reliable = SysWire::Reliable {
+            epoch: 1,
+            seq: 1,
+            body: watch.encode().to_vec(),
+        };
+        // This connection claims uid 42: it may not restart the stream.
+        d.on_frame_ref(FrameKind::System, &reliable.encode());
+        assert!(peer.events().is_empty(), "{:?}", peer.events());
+        assert_eq!(
+            peer.sys_in().handle(41, 1, 2, true),
+            crate::remote::reliable::Receive::Deliver,
+            "the stream goes on"
+        );
     }
 }

@@ -16,8 +16,6 @@
 //!   reports to its association through the `Peer` trait.
 //! - `net`: the transport endpoint with its security erased.
 //! - `context`: what every association of a node shares.
-//! - `claims`: inbound connections whose claimed identity is not proven
-//!   yet, and the nonces of our dials that answer for ours (pure).
 //! - `requests`: an association's system-message bookkeeping (watches,
 //!   identifies, the reliable streams).
 //! - `association`: one remote node's link state and transitions, and the
@@ -27,7 +25,6 @@
 
 mod access;
 mod association;
-mod claims;
 mod compression;
 mod context;
 mod envelope;
@@ -184,9 +181,10 @@ impl Remoting {
                             continue;
                         };
                         let generation = assoc.next_generation();
-                        let uid = est.peer().uid;
-                        let conn = est.start(assoc.dispatch(&self.shared, generation, uid));
-                        assoc.install_inbound(conn, generation);
+                        let proven = assoc.admit(est.peer());
+                        let dispatch = assoc.dispatch(&self.shared, est.peer(), generation, proven);
+                        let conn = est.start(dispatch);
+                        assoc.install_inbound(conn, generation, proven);
                     }
                 }
             }

@@ -111,9 +111,22 @@ pub(crate) struct SysIn {
 }
 
 impl SysIn {
-    pub(crate) fn handle(&mut self, uid: u64, epoch: u64, seq: u64) -> Receive {
+    /// Forgets the stream under way unless it is incarnation `uid`'s (the
+    /// node, proven to be `uid` now).
+    pub(crate) fn forget_other(&mut self, uid: u64) {
+        if matches!(self.stream, Some((u, _)) if u != uid) {
+            self.stream = None;
+        }
+    }
+
+    /// One reliable message, number `seq` of stream `epoch` of incarnation
+    /// `uid`. A message that would start a new stream is refused from a
+    /// connection whose claim is not `proven` when another incarnation's
+    /// stream is under way: only a proven connection may end it.
+    pub(crate) fn handle(&mut self, uid: u64, epoch: u64, seq: u64, proven: bool) -> Receive {
         if self.stream != Some((uid, epoch)) {
-            if seq != 1 {
+            let other = matches!(self.stream, Some((u, _)) if u != uid);
+            if seq != 1 || (other && !proven) {
                 return Receive::Ignore;
             }
             self.stream = Some((uid, epoch));
@@ -148,15 +161,15 @@ mod tests {
             out.push(b("t1")).unwrap(),
         );
         // First link: 1 and 2 arrive, the ack of 2 is lost, then it drops.
-        assert_eq!(inn.handle(7, out.epoch(), s1), Receive::Deliver);
-        assert_eq!(inn.handle(7, out.epoch(), s2), Receive::Deliver);
+        assert_eq!(inn.handle(7, out.epoch(), s1, true), Receive::Deliver);
+        assert_eq!(inn.handle(7, out.epoch(), s2, true), Receive::Deliver);
         out.handle_ack(out.epoch(), s1);
         // Second link: everything unacked is resent.
         let resent: Vec<u64> = out.unacked().map(|(s, _)| *s).collect();
         assert_eq!(resent, vec![s2, s3]);
         let mut delivered = Vec::new();
         for s in resent {
-            match inn.handle(7, out.epoch(), s) {
+            match inn.handle(7, out.epoch(), s, true) {
                 Receive::Deliver => delivered.push(s),
                 Receive::Duplicate(acked) => out.handle_ack(out.epoch(), acked),
                 Receive::Ignore => panic!("no gap"),
@@ -170,24 +183,41 @@ mod tests {
     #[test]
     fn a_gap_is_ignored_until_filled() {
         let mut inn = SysIn::default();
-        assert_eq!(inn.handle(1, 1, 1), Receive::Deliver);
-        assert_eq!(inn.handle(1, 1, 3), Receive::Ignore);
-        assert_eq!(inn.handle(1, 1, 2), Receive::Deliver);
-        assert_eq!(inn.handle(1, 1, 3), Receive::Deliver);
+        assert_eq!(inn.handle(1, 1, 1, true), Receive::Deliver);
+        assert_eq!(inn.handle(1, 1, 3, true), Receive::Ignore);
+        assert_eq!(inn.handle(1, 1, 2, true), Receive::Deliver);
+        assert_eq!(inn.handle(1, 1, 3, true), Receive::Deliver);
     }
 
     #[test]
     fn a_new_epoch_or_incarnation_restarts_the_stream() {
         let mut inn = SysIn::default();
-        assert_eq!(inn.handle(1, 1, 1), Receive::Deliver);
-        assert_eq!(inn.handle(1, 1, 2), Receive::Deliver);
+        assert_eq!(inn.handle(1, 1, 1, true), Receive::Deliver);
+        assert_eq!(inn.handle(1, 1, 2, true), Receive::Deliver);
         // The sender reset (new epoch): only seq 1 may start it.
-        assert_eq!(inn.handle(1, 2, 2), Receive::Ignore);
-        assert_eq!(inn.handle(1, 2, 1), Receive::Deliver);
+        assert_eq!(inn.handle(1, 2, 2, true), Receive::Ignore);
+        assert_eq!(inn.handle(1, 2, 1, true), Receive::Deliver);
         // A restarted sender (new uid) starts at 1 again.
-        assert_eq!(inn.handle(9, 1, 1), Receive::Deliver);
+        assert_eq!(inn.handle(9, 1, 1, true), Receive::Deliver);
         // The old stream is over.
-        assert_eq!(inn.handle(1, 2, 2), Receive::Ignore);
+        assert_eq!(inn.handle(1, 2, 2, true), Receive::Ignore);
+        // An unproven claim of another incarnation cannot restart it...
+        assert_eq!(inn.handle(5, 1, 1, false), Receive::Ignore);
+        // ...until the node is proven to be that incarnation.
+        inn.forget_other(9);
+        assert_eq!(inn.handle(5, 1, 1, false), Receive::Ignore, "9 is the node");
+        assert_eq!(
+            inn.handle(9, 1, 2, false),
+            Receive::Deliver,
+            "its own stream"
+        );
+        assert_eq!(
+            inn.handle(9, 2, 1, false),
+            Receive::Deliver,
+            "its own new epoch"
+        );
+        inn.forget_other(5);
+        assert_eq!(inn.handle(5, 1, 1, false), Receive::Deliver);
     }
 
     #[test]

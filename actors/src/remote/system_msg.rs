@@ -40,11 +40,6 @@ pub(crate) enum SysWire {
     /// The receiver has processed large message `msg` up to `received`
     /// bytes (flow control of the large-message lane).
     LargeAck { msg: u32, received: u32 },
-    /// Did you dial the connection on which your handshake nonce was
-    /// `nonce`? (Verifies an inbound connection's claim; see `claims`.)
-    ConfirmDial { nonce: [u8; 32] },
-    /// The answer, on the connection the question came on.
-    DialConfirmed { nonce: [u8; 32], yes: bool },
 }
 
 impl SysWire {

@@ -281,7 +281,13 @@ async fn seen(watcher: &ActorRef<ActorRef<Vec<StopReason>>>) -> Vec<StopReason> 
 async fn system_messages_are_delivered_exactly_once_across_a_reset_and_reconnect() {
     const WATCHED: usize = 10;
     // The detector must not end the watches: only the real stops may.
-    let p = Proxied::new(fast_config(Duration::from_secs(30))).await;
+    // This choreographs one link carrying both directions, which an
+    // inbound connection can be only when its claim needs no proof:
+    // authentication off (with a shared secret each node sends on its own
+    // dial; see `trust`).
+    let mut config = fast_config(Duration::from_secs(30));
+    config.transport_mut().set_insecure_no_authentication(true);
+    let p = Proxied::new(config).await;
     let mut a_events = p.a.subscribe_remote_events();
     let mut b_events = p.b.subscribe_remote_events();
     let mut locals = Vec::new();
@@ -383,7 +389,13 @@ async fn system_messages_are_delivered_exactly_once_across_a_reset_and_reconnect
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simultaneous_connects_resolve_to_one_link() {
-    let p = Proxied::new(fast_config(Duration::from_secs(30))).await;
+    // An inbound connection may become the link only when its claim needs
+    // no proof (here: authentication off; or a certificate naming the
+    // node). With a shared secret alone each node sends on its own dial,
+    // and nothing is closed: `trust::with_a_secret_each_node_sends_on_its_own_dial`.
+    let mut config = fast_config(Duration::from_secs(30));
+    config.transport_mut().set_insecure_no_authentication(true);
+    let p = Proxied::new(config).await;
     let _ca =
         p.a.spawn_named("counter", Counter::default())
             .expect("free");

@@ -11,10 +11,20 @@ use std::{
     time::Duration,
 };
 
-use actors::{Actor, ActorRef, AskError, Ctx, RemoteMessage, ResolveError, SystemConfig};
-use integration_tests::{actor_path, actor_system, actor_system_with, eventually, within};
+use actors::{
+    Actor, ActorRef, AskError, Ctx, RemoteEvent, RemoteMessage, ResolveError, SystemConfig,
+};
+use integration_tests::{
+    actor_path, actor_system, actor_system_with, eventually, frame_bytes, raw_client_handshake,
+    raw_connect, run_raw_handshake, within,
+};
 use serde::{Deserialize, Serialize};
-use tokio::{io::AsyncReadExt, net::TcpListener, sync::mpsc};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+    sync::mpsc,
+};
+use transport::{FrameKind, handshake::Hello};
 
 use super::actors_common::{ASK, Count, Counter, total};
 
@@ -386,4 +396,115 @@ async fn ask_reply_paths_are_random() {
         ids.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 20),
         "{ids:x?}"
     );
+}
+
+/// A raw client that completes the handshake with `system`, proving the
+/// shared secret, and claims to be node `node`, incarnation `uid`.
+async fn impostor(system: &actors::ActorSystem, node: &str, uid: u64) -> tokio::net::TcpStream {
+    let addr = system.local_addr().expect("remoting");
+    let mut stream = raw_connect(addr).await;
+    let hs = raw_client_handshake(Hello {
+        uid,
+        addr: node.into(),
+    });
+    run_raw_handshake(&mut stream, hs).await;
+    stream
+}
+
+/// The incarnation `system` introduces itself with: what any client reads
+/// from its hello.
+async fn uid_of(system: &actors::ActorSystem) -> u64 {
+    let mut stream = raw_connect(system.local_addr().expect("remoting")).await;
+    let hs = raw_client_handshake(Hello {
+        uid: 77,
+        addr: "peek@127.0.0.1:9".into(),
+    });
+    run_raw_handshake(&mut stream, hs).await.0.uid
+}
+
+/// `SysWire::Shutdown` in bincode's format: variant 7.
+const SHUTDOWN_NOTICE: [u8; 1] = [7];
+
+#[tokio::test]
+async fn a_secret_holder_cannot_quarantine_another_node_or_receive_its_traffic() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    a.spawn_named("counter", Counter::default()).expect("free");
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let on_a = within("resolve", b.resolve::<Count>(&actor_path(&a, "counter")))
+        .await
+        .expect("resolves");
+    let on_b = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    let mut events = a.subscribe_remote_events();
+    let real_uid = uid_of(&b).await;
+    let mut expected = (0, 0);
+    // Claiming b's real incarnation (read from its hello), then a new one.
+    for uid in [real_uid, 0x1234_5678] {
+        let mut fake = impostor(&a, b.node(), uid).await;
+        // A shutdown notice, then a malformed envelope a counts: once it
+        // is counted, a has read the notice.
+        let before = a.dead_letters();
+        let mut bytes = frame_bytes(FrameKind::System, &SHUTDOWN_NOTICE);
+        bytes.extend(frame_bytes(FrameKind::Message, &[0xff]));
+        fake.write_all(&bytes).await.expect("written");
+        eventually("a read the impostor's frames", || a.dead_letters() > before).await;
+        // Both nodes still talk, each way.
+        on_b.tell(Count::Add(1)).expect("room");
+        on_a.tell(Count::Add(2)).expect("room");
+        expected = (expected.0 + 1, expected.1 + 2);
+        assert_eq!(total(&on_b).await, expected.0, "a's messages reach b");
+        assert_eq!(total(&on_a).await, expected.1);
+        // And none of a's traffic for b went to the impostor.
+        let mut buf = [0u8; 4096];
+        match fake.try_read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("the impostor received something: {other:?}"),
+        }
+    }
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(
+                e,
+                RemoteEvent::Quarantined { .. } | RemoteEvent::Disconnected { .. }
+            ),
+            "{e:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_a_secret_each_node_sends_on_its_own_dial() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    let (mut a_events, mut b_events) = (a.subscribe_remote_events(), b.subscribe_remote_events());
+    a.spawn_named("counter", Counter::default()).expect("free");
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let (path_b, path_a) = (actor_path(&b, "counter"), actor_path(&a, "counter"));
+    let (on_b, on_a) = within("both resolve", async {
+        tokio::join!(a.resolve::<Count>(&path_b), b.resolve::<Count>(&path_a))
+    })
+    .await;
+    let (on_b, on_a) = (on_b.expect("resolves"), on_a.expect("resolves"));
+    for i in 1..=50 {
+        on_b.tell(Count::Add(1)).expect("room");
+        on_a.tell(Count::Add(1)).expect("room");
+        if i % 25 == 0 {
+            assert_eq!(total(&on_b).await, i);
+            assert_eq!(total(&on_a).await, i);
+        }
+    }
+    // One link each way, each node's own dial: one Connected, nothing
+    // closed as a duplicate.
+    for events in [&mut a_events, &mut b_events] {
+        let mut connected = 0;
+        while let Ok(e) = events.try_recv() {
+            match e {
+                RemoteEvent::Connected { .. } => connected += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(connected, 1);
+    }
 }
