@@ -758,6 +758,36 @@ mod tests {
         }
     }
 
+    /// What only the node itself may tell this node (see `proven`).
+    fn about_the_node() -> [SysWire; 4] {
+        [
+            SysWire::Shutdown,
+            SysWire::Ack { epoch: 1, seq: 4 },
+            SysWire::LargeAck {
+                msg: 2,
+                received: 10,
+            },
+            SysWire::Identity {
+                id: 6,
+                manifest: None,
+            },
+        ]
+    }
+
+    /// Message 1 of a reliable stream: a watch of `/user/seven`.
+    fn reliable_watch(watch_id: u64) -> bytes::Bytes {
+        let watch = SysWire::Watch {
+            path: "/user/seven".into(),
+            watch_id,
+        };
+        SysWire::Reliable {
+            epoch: 1,
+            seq: 1,
+            body: watch.encode().to_vec(),
+        }
+        .encode()
+    }
+
     fn seven_path() -> crate::path::ActorPath {
         crate::path::ActorPath::parse("tcp://me@127.0.0.1:2/user/seven").expect("valid")
     }
@@ -843,32 +873,12 @@ mod tests {
     #[tokio::test]
     async fn system_messages_reach_the_peer() {
         let (mut d, peer, _, _) = setup();
-        for msg in [
-            SysWire::Shutdown,
-            SysWire::Ack { epoch: 1, seq: 4 },
-            SysWire::LargeAck {
-                msg: 2,
-                received: 10,
-            },
-            SysWire::Identity {
-                id: 6,
-                manifest: None,
-            },
-        ] {
+        for msg in about_the_node() {
             d.on_frame_ref(FrameKind::System, &msg.encode());
         }
         // A watch arrives in the reliable stream; the fake target has
         // terminated, so the watcher hears it at once.
-        let watch = SysWire::Watch {
-            path: "/user/seven".into(),
-            watch_id: 11,
-        };
-        let reliable = SysWire::Reliable {
-            epoch: 1,
-            seq: 1,
-            body: watch.encode().to_vec(),
-        };
-        d.on_frame_ref(FrameKind::System, &reliable.encode());
+        d.on_frame_ref(FrameKind::System, &reliable_watch(11));
         d.on_heartbeat_ack(&7u64.to_le_bytes());
         d.on_close(&CloseReason::Local("done".into()));
         let events = peer.events();
@@ -889,33 +899,13 @@ mod tests {
     #[tokio::test]
     async fn an_unproven_connection_delivers_but_changes_no_belief() {
         let (mut d, peer, target, _) = setup_with(FakePeer::default(), false);
-        for msg in [
-            SysWire::Shutdown,
-            SysWire::Ack { epoch: 1, seq: 4 },
-            SysWire::Identity {
-                id: 6,
-                manifest: None,
-            },
-            SysWire::LargeAck {
-                msg: 2,
-                received: 10,
-            },
-        ] {
+        for msg in about_the_node() {
             d.on_frame_ref(FrameKind::System, &msg.encode());
         }
         d.on_heartbeat_ack(&7u64.to_le_bytes());
         assert!(peer.events().is_empty(), "{:?}", peer.events());
         // Its own reliable stream and user messages are delivered.
-        let watch = SysWire::Watch {
-            path: "/user/seven".into(),
-            watch_id: 11,
-        };
-        let reliable = SysWire::Reliable {
-            epoch: 1,
-            seq: 1,
-            body: watch.encode().to_vec(),
-        };
-        d.on_frame_ref(FrameKind::System, &reliable.encode());
+        d.on_frame_ref(FrameKind::System, &reliable_watch(11));
         d.on_frame_ref(
             FrameKind::Message,
             &envelope(1, Some("/user/seven"), 7, b"a"),
@@ -933,17 +923,8 @@ mod tests {
             peer.sys_in().handle(41, 1, 1, true),
             crate::remote::reliable::Receive::Deliver
         );
-        let watch = SysWire::Watch {
-            path: "/user/seven".into(),
-            watch_id: 12,
-        };
-        let reliable = SysWire::Reliable {
-            epoch: 1,
-            seq: 1,
-            body: watch.encode().to_vec(),
-        };
         // This connection claims uid 42: it may not restart the stream.
-        d.on_frame_ref(FrameKind::System, &reliable.encode());
+        d.on_frame_ref(FrameKind::System, &reliable_watch(12));
         assert!(peer.events().is_empty(), "{:?}", peer.events());
         assert_eq!(
             peer.sys_in().handle(41, 1, 2, true),

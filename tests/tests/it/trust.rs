@@ -94,23 +94,30 @@ impl Actor for Holder {
     }
 }
 
+/// A [`Holder`] spawned on `at` as `/user/holder`, resolved from `from`,
+/// and the paths of the reply refs it gets.
+async fn holder(
+    at: &actors::ActorSystem,
+    from: &actors::ActorSystem,
+) -> (ActorRef<Count>, mpsc::UnboundedReceiver<String>) {
+    let (paths, seen) = mpsc::unbounded_channel();
+    let h = Holder {
+        paths,
+        held: Vec::new(),
+    };
+    at.spawn_named("holder", h).expect("free");
+    let holder = within("resolve", from.resolve::<Count>(&actor_path(at, "holder")))
+        .await
+        .expect("resolves");
+    (holder, seen)
+}
+
 #[tokio::test]
 async fn reply_slots_are_never_looked_up() {
     let a = actor_system("a").await;
     let b = actor_system("b").await;
     let c = actor_system("c").await;
-    let (paths, mut seen) = mpsc::unbounded_channel();
-    b.spawn_named(
-        "holder",
-        Holder {
-            paths,
-            held: Vec::new(),
-        },
-    )
-    .expect("free");
-    let holder = within("resolve", a.resolve::<Count>(&actor_path(&b, "holder")))
-        .await
-        .expect("resolves");
+    let (holder, mut seen) = holder(&b, &a).await;
     let pending = tokio::spawn(async move { holder.ask(Count::Get, ASK).await });
     let reply_path = within("the reply path", seen.recv()).await.expect("sent");
     assert!(reply_path.contains("/temp/$"), "{reply_path}");
@@ -367,18 +374,7 @@ async fn the_dial_allow_list_refuses_other_addresses() {
 async fn ask_reply_paths_are_random() {
     let a = actor_system("a").await;
     let b = actor_system("b").await;
-    let (paths, mut seen) = mpsc::unbounded_channel();
-    b.spawn_named(
-        "holder",
-        Holder {
-            paths,
-            held: Vec::new(),
-        },
-    )
-    .expect("free");
-    let holder = within("resolve", a.resolve::<Count>(&actor_path(&b, "holder")))
-        .await
-        .expect("resolves");
+    let (holder, mut seen) = holder(&b, &a).await;
     let mut ids = Vec::new();
     for _ in 0..3 {
         let h = holder.clone();
