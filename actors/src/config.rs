@@ -37,6 +37,11 @@ pub const DEFAULT_MAX_ASSOCIATIONS: usize = 1024;
 /// cannot make the node open sockets without bound.
 pub const DEFAULT_MAX_CONCURRENT_DIALS: usize = 16;
 
+/// Default most recipient ids one link defines: 16,384. About 100 bytes
+/// each on the receiving node (the path and a cached target), so at most
+/// about 1.6 MiB per link.
+pub const DEFAULT_MAX_RECIPIENT_IDS: usize = 16 * 1024;
+
 /// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
@@ -58,6 +63,7 @@ pub struct SystemConfig {
     pub(crate) max_associations: usize,
     pub(crate) max_concurrent_dials: usize,
     pub(crate) dial_allow_list: Option<Vec<IpNet>>,
+    pub(crate) max_recipient_ids: usize,
 }
 
 impl Default for SystemConfig {
@@ -80,6 +86,7 @@ impl Default for SystemConfig {
             max_associations: DEFAULT_MAX_ASSOCIATIONS,
             max_concurrent_dials: DEFAULT_MAX_CONCURRENT_DIALS,
             dial_allow_list: None,
+            max_recipient_ids: DEFAULT_MAX_RECIPIENT_IDS,
         }
     }
 }
@@ -243,6 +250,20 @@ impl SystemConfig {
     /// affected.
     pub fn set_dial_allow_list(&mut self, networks: Option<Vec<IpNet>>) -> &mut Self {
         self.dial_allow_list = networks;
+        self
+    }
+
+    /// The most recipients one link compresses to an id (Artery's
+    /// actor-ref compression): the first message to a recipient defines an
+    /// id with its path, later ones carry the id. Default 16,384
+    /// ([`DEFAULT_MAX_RECIPIENT_IDS`]), about 100 bytes each on the
+    /// receiving node. A sender past the limit sends further recipients
+    /// with their path in every envelope; a receiver refuses a definition
+    /// past it as malformed, so both nodes should use the same value. Ask
+    /// reply slots are never compressed (each is used about once), so a
+    /// link lives forever under any rate of asks.
+    pub fn set_max_recipient_ids(&mut self, n: usize) -> &mut Self {
+        self.max_recipient_ids = n.clamp(1, u32::MAX as usize - 1);
         self
     }
 

@@ -117,13 +117,13 @@ pub use actor::{Actor, Ctx};
 pub use actor_ref::{ActorRef, SendFuture};
 pub use config::{
     DEFAULT_MAILBOX_CAPACITY, DEFAULT_MAX_ASSOCIATIONS, DEFAULT_MAX_CONCURRENT_DIALS,
-    DEFAULT_MAX_MALFORMED_PER_SECOND, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PENDING_CAPACITY,
-    DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
+    DEFAULT_MAX_MALFORMED_PER_SECOND, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_RECIPIENT_IDS,
+    DEFAULT_PENDING_CAPACITY, DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
 };
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};
-pub use path::ActorPath;
+pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};

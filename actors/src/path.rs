@@ -13,6 +13,16 @@ use std::{fmt, sync::Arc};
 
 use crate::error::ResolveError;
 
+/// Longest path accepted, in bytes (`tcp://`, node and elements): paths
+/// arrive from peers inside messages and travel in envelopes, so they are
+/// bounded where they are parsed. A node name is at most 255 bytes (the
+/// transport's advertised-address bound), which leaves 765 for elements.
+pub const MAX_PATH_LEN: usize = 1024;
+/// Most elements in a path (`/user/a/b` has 3).
+pub const MAX_PATH_ELEMENTS: usize = 32;
+/// Longest actor name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
 /// A parsed actor path. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ActorPath {
@@ -44,9 +54,12 @@ impl ActorPath {
     /// [`ResolveError::InvalidPath`] saying what is wrong.
     pub fn parse(s: &str) -> Result<Self, ResolveError> {
         let bad = |reason| ResolveError::InvalidPath {
-            path: s.to_owned(),
+            path: truncate_for_error(s),
             reason,
         };
+        if s.len() > MAX_PATH_LEN {
+            return Err(bad("longer than MAX_PATH_LEN (1024 bytes)"));
+        }
         let (remote, rest) = if let Some(r) = s.strip_prefix("tcp://") {
             (true, r)
         } else if let Some(r) = s.strip_prefix("local://") {
@@ -70,6 +83,9 @@ impl ActorPath {
         }
         if elements.len() < 2 || elements.ends_with('/') || elements.contains("//") {
             return Err(bad("path elements must be /a/b with no empty element"));
+        }
+        if elements.matches('/').count() > MAX_PATH_ELEMENTS {
+            return Err(bad("more than MAX_PATH_ELEMENTS (32) elements"));
         }
         Ok(Self {
             node: node.into(),
@@ -124,15 +140,45 @@ impl fmt::Debug for ActorPath {
 /// True for a name `spawn_named` accepts.
 pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
         && !name.starts_with('$')
         && !name
             .chars()
             .any(|c| matches!(c, '/' | '#' | '@' | ':') || c.is_whitespace())
 }
 
+/// A peer-supplied path for an error message: at most 256 characters,
+/// escaped.
+fn truncate_for_error(s: &str) -> String {
+    let mut out: String = s.chars().take(256).flat_map(char::escape_debug).collect();
+    if s.chars().nth(256).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_paths_are_refused_when_parsed() {
+        let ok = format!("tcp://s@h:1/user/{}", "a".repeat(MAX_PATH_LEN - 17));
+        assert_eq!(ok.len(), MAX_PATH_LEN);
+        assert!(ActorPath::parse(&ok).is_ok());
+        let long = format!("{ok}b");
+        let err = ActorPath::parse(&long).unwrap_err().to_string();
+        assert!(err.contains("longer than MAX_PATH_LEN"), "{err}");
+        assert!(err.len() < 400, "the path in the error is truncated: {err}");
+        let deep = format!("tcp://s@h:1{}", "/a".repeat(MAX_PATH_ELEMENTS + 1));
+        let err = ActorPath::parse(&deep).unwrap_err().to_string();
+        assert!(err.contains("MAX_PATH_ELEMENTS"), "{err}");
+        assert!(
+            ActorPath::parse(&format!("tcp://s@h:1{}", "/a".repeat(MAX_PATH_ELEMENTS))).is_ok()
+        );
+        assert!(!valid_name(&"n".repeat(MAX_NAME_LEN + 1)));
+        assert!(valid_name(&"n".repeat(MAX_NAME_LEN)));
+    }
 
     #[test]
     fn parse_and_print() {

@@ -8,6 +8,7 @@ mod it {
     mod actors_remote;
     mod backpressure;
     mod bad_input;
+    mod bounds;
     mod close;
     mod control;
     mod cookie;

@@ -377,3 +377,64 @@ async fn memory_returns_to_baseline_after_a_killed_peer() {
     .await;
     within("a shuts down", a.shutdown()).await;
 }
+
+/// Asks `echo` `n` times, `in_flight` at once; every one must succeed.
+async fn asks(echo: &ActorRef<Ping>, n: usize, in_flight: usize) {
+    let mut tasks: tokio::task::JoinSet<Result<u64, String>> = tokio::task::JoinSet::new();
+    for i in 0..n {
+        if tasks.len() >= in_flight {
+            let r = tasks.join_next().await.expect("a task");
+            r.expect("no panic").expect("every ask succeeds");
+        }
+        let echo = echo.clone();
+        tasks.spawn(async move {
+            echo.ask(Ping, TIMEOUT)
+                .await
+                .map_err(|e| format!("ask {i}: {e}"))
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("no panic").expect("every ask succeeds");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_never_use_up_a_link_and_memory_stays_flat() {
+    const LIMIT: usize = 1_000;
+    let _serial = SERIAL.lock().await;
+    // Each ask has a fresh reply slot. Compressing them gave every ask a
+    // recipient id on the link for good, until the ids ran out (2^20 then:
+    // here the limit is scaled down to 1,000 so that 20 times past it is
+    // quick).
+    let mut c = config();
+    c.set_max_recipient_ids(LIMIT);
+    let a = actor_system_with("a", c.clone()).await;
+    let b = actor_system_with("b", c).await;
+    b.spawn_named("echo", Echo::default()).expect("free");
+    let echo: ActorRef<Ping> = within("resolve", a.resolve(&actor_path(&b, "echo")))
+        .await
+        .expect("resolves");
+    asks(&echo, 2 * LIMIT, 200).await;
+    let before = heap();
+    // At full speed...
+    asks(&echo, 20 * LIMIT, 200).await;
+    // ...and then one at a time, as a quiet service would.
+    asks(&echo, 50, 1).await;
+    let after = heap();
+    println!(
+        "heap {:.1} MiB before and {:.1} MiB after {} asks",
+        mib(before),
+        mib(after),
+        20 * LIMIT + 50
+    );
+    assert!(
+        after - before < 2 << 20,
+        "memory grew by {:.1} MiB over {} asks",
+        mib(after - before),
+        20 * LIMIT + 50
+    );
+    assert_eq!(a.dead_letters(), 0);
+    assert_eq!(b.dead_letters(), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}

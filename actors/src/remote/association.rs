@@ -89,6 +89,8 @@ pub(crate) struct Association {
     pub(super) pending_capacity: usize,
     /// `SystemConfig::set_max_message_size`.
     pub(super) max_message: usize,
+    /// `SystemConfig::set_max_recipient_ids`.
+    max_recipient_ids: usize,
 }
 
 impl Association {
@@ -116,6 +118,7 @@ impl Association {
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
             max_message,
+            max_recipient_ids: config.max_recipient_ids,
         }
     }
 
@@ -441,7 +444,7 @@ impl Association {
         let was_unreachable = lock(&self.life).on_link_up(Instant::now());
         let link = Link {
             sender: conn.sender(),
-            ids: Arc::new(OutboundIds::new(generation)),
+            ids: Arc::new(OutboundIds::new(generation, self.max_recipient_ids)),
             uid,
             dialed,
         };

@@ -10,27 +10,36 @@
 //!   generation, so an id from an older link is never used on a newer one.
 //! - Receiving side: [`InboundIds`] maps the ids a peer defined on one
 //!   connection to whatever the dispatcher keeps per recipient.
+//!
+//! Both are bounded by `SystemConfig::set_max_recipient_ids` per link: a
+//! sender that has defined that many sends further recipients inline
+//! (path in every envelope, nothing kept), and a receiver refuses a
+//! definition beyond it as malformed. Ask reply slots (`/temp/...`) are
+//! always sent inline: each is used about once, so compressing them would
+//! only fill the tables (one id per ask, never reused).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
-/// Most recipient ids one link may define; a peer defining more is
-/// misbehaving, and its further definitions are refused as malformed.
-pub(crate) const MAX_COMPRESSION_IDS: usize = 1 << 20;
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
 
 /// The ids one link (one connection, `generation`) has handed out.
 #[derive(Debug)]
 pub(crate) struct OutboundIds {
     generation: u32,
     next: AtomicU32,
+    /// Ids are 1..=limit.
+    limit: u32,
 }
 
 impl OutboundIds {
-    /// A fresh table for the link of this generation (ids start at 1; 0
-    /// means "none" in a [`CompressedId`]).
-    pub(crate) fn new(generation: u32) -> Self {
+    /// A fresh table for the link of this generation, handing out at most
+    /// `limit` ids (they start at 1; 0 means "none" in a [`CompressedId`]).
+    pub(crate) fn new(generation: u32, limit: usize) -> Self {
         Self {
             generation,
             next: AtomicU32::new(1),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX - 1),
         }
     }
 
@@ -45,21 +54,26 @@ impl OutboundIds {
         (key >> 32 == u64::from(self.generation) && key as u32 != 0).then_some(key as u32)
     }
 
-    /// The recipient's id on this link: `(id, false)` if it has one, or a
-    /// new one, `(id, true)`, which the caller must define in the envelope
-    /// it writes now. Called under the link's queue lock, which orders the
-    /// definition before every use.
+    /// The recipient's id on this link: `Some((id, false))` if it has one,
+    /// or a new one, `Some((id, true))`, which the caller must define in the
+    /// envelope it writes now; `None` once the link has handed out all its
+    /// ids (the recipient then travels inline). Called under the link's
+    /// queue lock, which orders the definition before every use.
     #[inline]
-    pub(crate) fn lookup_or_define(&self, slot: &CompressedId) -> (u32, bool) {
+    pub(crate) fn lookup_or_define(&self, slot: &CompressedId) -> Option<(u32, bool)> {
         if let Some(id) = self.lookup(slot) {
-            return (id, false);
+            return Some((id, false));
         }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = self.next.load(Ordering::Relaxed);
+        if id > self.limit {
+            return None;
+        }
+        self.next.store(id + 1, Ordering::Relaxed);
         slot.0.store(
             (u64::from(self.generation) << 32) | u64::from(id),
             Ordering::Relaxed,
         );
-        (id, true)
+        Some((id, true))
     }
 }
 
@@ -69,48 +83,50 @@ impl OutboundIds {
 pub(crate) struct CompressedId(AtomicU64);
 
 /// The ids a peer defined on one connection, mapped to what the receiver
-/// keeps for each. Grows to the largest id defined.
+/// keeps for each: memory in proportion to the ids defined, at most
+/// `limit` of them.
 #[derive(Debug)]
 pub(crate) struct InboundIds<T> {
-    entries: Vec<Option<T>>,
-}
-
-impl<T> Default for InboundIds<T> {
-    fn default() -> Self {
-        Self {
-            entries: Vec::new(),
-        }
-    }
-}
-
-impl<T: Clone> InboundIds<T> {
-    /// Defines (or redefines) `id`.
-    ///
-    /// # Errors
-    /// `id` is at or beyond [`MAX_COMPRESSION_IDS`]: the peer is broken
-    /// or hostile, and nothing is stored.
-    pub(crate) fn define(&mut self, id: u32, entry: T) -> Result<(), &'static str> {
-        let idx = id as usize;
-        if idx >= MAX_COMPRESSION_IDS {
-            return Err("recipient id beyond the compression table limit");
-        }
-        if idx >= self.entries.len() {
-            self.entries.resize(idx + 1, None);
-        }
-        self.entries[idx] = Some(entry);
-        Ok(())
-    }
+    entries: HashMap<u32, T>,
+    limit: usize,
 }
 
 impl<T> InboundIds<T> {
+    /// An empty table that holds at most `limit` ids.
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            limit,
+        }
+    }
+
+    /// Defines (or redefines) `id`.
+    ///
+    /// # Errors
+    /// A new id beyond the limit: the peer is broken or hostile (a correct
+    /// one sends further recipients inline), and nothing is stored.
+    pub(crate) fn define(&mut self, id: u32, entry: T) -> Result<(), &'static str> {
+        if self.entries.len() >= self.limit && !self.entries.contains_key(&id) {
+            return Err("more recipient ids than the per-link limit");
+        }
+        self.entries.insert(id, entry);
+        Ok(())
+    }
+
     #[inline]
     pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.entries.get(id as usize).and_then(Option::as_ref)
+        self.entries.get(&id)
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
-        self.entries.get_mut(id as usize).and_then(Option::as_mut)
+        self.entries.get_mut(&id)
+    }
+
+    /// Ids defined.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
     }
 }
 
@@ -120,45 +136,60 @@ mod tests {
 
     #[test]
     fn an_id_is_defined_once_per_link() {
-        let link = OutboundIds::new(3);
+        let link = OutboundIds::new(3, 100);
         let (a, b) = (CompressedId::default(), CompressedId::default());
         assert_eq!(link.lookup(&a), None);
-        assert_eq!(link.lookup_or_define(&a), (1, true));
-        assert_eq!(link.lookup_or_define(&a), (1, false));
-        assert_eq!(link.lookup_or_define(&b), (2, true));
+        assert_eq!(link.lookup_or_define(&a), Some((1, true)));
+        assert_eq!(link.lookup_or_define(&a), Some((1, false)));
+        assert_eq!(link.lookup_or_define(&b), Some((2, true)));
         assert_eq!(link.lookup(&a), Some(1));
         assert_eq!(link.generation(), 3);
     }
 
     #[test]
+    fn a_link_hands_out_at_most_its_limit() {
+        let link = OutboundIds::new(1, 2);
+        let slots: Vec<CompressedId> = (0..3).map(|_| CompressedId::default()).collect();
+        assert!(link.lookup_or_define(&slots[0]).is_some());
+        assert!(link.lookup_or_define(&slots[1]).is_some());
+        assert_eq!(link.lookup_or_define(&slots[2]), None, "inline from now on");
+        assert_eq!(
+            link.lookup_or_define(&slots[0]),
+            Some((1, false)),
+            "known ids stay"
+        );
+    }
+
+    #[test]
     fn a_new_link_does_not_use_the_old_links_ids() {
-        let old = OutboundIds::new(1);
+        let old = OutboundIds::new(1, 100);
         let slot = CompressedId::default();
         old.lookup_or_define(&slot);
-        let new = OutboundIds::new(2);
+        let new = OutboundIds::new(2, 100);
         assert_eq!(new.lookup(&slot), None, "defined on another link");
-        assert_eq!(new.lookup_or_define(&slot), (1, true));
+        assert_eq!(new.lookup_or_define(&slot), Some((1, true)));
         // And the old link no longer claims it.
         assert_eq!(old.lookup(&slot), None);
     }
 
     #[test]
-    fn inbound_ids_are_bounded_and_redefinable() {
-        let mut t = InboundIds::default();
+    fn inbound_ids_cost_what_is_defined_and_are_bounded() {
+        let mut t = InboundIds::new(2);
         assert_eq!(t.get(0), None);
-        t.define(5, "a").unwrap();
-        assert_eq!(t.get(5), Some(&"a"));
-        assert_eq!(t.get(4), None);
+        // A huge id costs one entry, not a table up to it.
+        t.define(u32::MAX - 1, "a").unwrap();
+        assert_eq!(t.get(u32::MAX - 1), Some(&"a"));
+        assert_eq!(t.len(), 1);
         t.define(5, "b").unwrap();
-        assert_eq!(t.get(5), Some(&"b"));
-        *t.get_mut(5).unwrap() = "c";
-        assert_eq!(t.get(5), Some(&"c"));
-        let at_limit = MAX_COMPRESSION_IDS as u32;
+        t.define(5, "c").unwrap();
+        assert_eq!(t.get(5), Some(&"c"), "redefined in place");
+        *t.get_mut(5).unwrap() = "d";
+        assert_eq!(t.get(5), Some(&"d"));
         assert_eq!(
-            t.define(at_limit, "x"),
-            Err("recipient id beyond the compression table limit")
+            t.define(6, "x"),
+            Err("more recipient ids than the per-link limit")
         );
-        assert_eq!(t.get(at_limit), None);
-        t.define(at_limit - 1, "last").unwrap();
+        assert_eq!(t.get(6), None);
+        assert_eq!(t.len(), 2);
     }
 }

@@ -9,9 +9,10 @@
 //! ```
 //!
 //! Flag bit 0 ([`ENV_DEFINE`]): the envelope defines its recipient id with
-//! a path (see `compression`). Flag bit 1 ([`ENV_FRAGMENT`]): the payload
-//! is one fragment of a large message, and a fragment header follows the
-//! manifest:
+//! a path (see `compression`). Flag bit 2 ([`ENV_INLINE`]): the recipient
+//! is the path in this envelope, and nothing is kept (the id is 0 and
+//! ignored). Flag bit 1 ([`ENV_FRAGMENT`]): the payload is one fragment of
+//! a large message, and a fragment header follows the manifest:
 //!
 //! ```text
 //! ... | manifest u32 | msg id u32 LE | total u32 LE | offset u32 LE | piece |
@@ -24,6 +25,9 @@ pub(crate) const ENV_DEFINE: u8 = 1;
 /// Flag: the envelope carries one fragment of a large message; a fragment
 /// header follows the manifest.
 pub(crate) const ENV_FRAGMENT: u8 = 2;
+/// Flag: the recipient is the path in this envelope, used once (ask reply
+/// slots, and recipients past a link's id limit).
+pub(crate) const ENV_INLINE: u8 = 4;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -33,8 +37,11 @@ pub(crate) const ENV_HEADER: usize = 1 + 4 + 4;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Envelope<'a> {
     pub(crate) id: u32,
-    /// The recipient path this envelope defines `id` as, if any.
+    /// The recipient path this envelope defines `id` as, or (`inline`)
+    /// names its recipient with.
     pub(crate) define: Option<&'a str>,
+    /// The path names the recipient for this envelope only.
+    pub(crate) inline: bool,
     pub(crate) manifest: u32,
     /// Set when the payload is one fragment of a large message.
     pub(crate) fragment: Option<Fragment>,
@@ -69,7 +76,8 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
     let flags = b.get_u8();
     let id = b.get_u32_le();
     let mut define = None;
-    if flags & ENV_DEFINE != 0 {
+    let inline = flags & ENV_INLINE != 0;
+    if flags & (ENV_DEFINE | ENV_INLINE) != 0 {
         if b.len() < 2 {
             return Err("truncated recipient path");
         }
@@ -99,6 +107,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
     Ok(Envelope {
         id,
         define,
+        inline,
         manifest,
         fragment,
         payload: b,
@@ -115,20 +124,26 @@ pub(crate) fn put_compact_header(b: &mut BytesMut, id: u32, manifest: u32) {
     b.extend_from_slice(&head);
 }
 
-/// Appends an envelope header in its general form: `define` is the path
-/// that defines `id` on this link (first use), `fragment` the fragment
-/// header of a large message's piece. The payload follows.
-pub(crate) fn put_header(
-    b: &mut BytesMut,
-    id: u32,
-    define: Option<&str>,
-    manifest: u32,
-    fragment: Option<Fragment>,
-) {
-    let mut flags = 0;
-    if define.is_some() {
-        flags |= ENV_DEFINE;
-    }
+/// How an envelope names its recipient.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum To<'a> {
+    /// By an id the link defined before.
+    Id(u32),
+    /// By a new id, defined here with the path.
+    Define(u32, &'a str),
+    /// By its path, for this envelope only.
+    Inline(&'a str),
+}
+
+/// Appends an envelope header in its general form: `to` the recipient,
+/// `fragment` the fragment header of a large message's piece. The payload
+/// follows.
+pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: Option<Fragment>) {
+    let (id, define, mut flags) = match to {
+        To::Id(id) => (id, None, 0),
+        To::Define(id, path) => (id, Some(path), ENV_DEFINE),
+        To::Inline(path) => (0, Some(path), ENV_INLINE),
+    };
     if fragment.is_some() {
         flags |= ENV_FRAGMENT;
     }
@@ -136,10 +151,11 @@ pub(crate) fn put_header(
     b.put_u32_le(id);
     if let Some(path) = define {
         let path = path.as_bytes();
-        // Paths longer than u16::MAX are not bounded yet (see the
-        // bounded-state issue); the length is what the format can carry.
-        b.put_u16_le(path.len() as u16);
-        b.put_slice(path);
+        // Paths are bounded where they are parsed or made (`MAX_PATH_LEN`,
+        // `MAX_NAME_LEN`), well inside what the field carries.
+        debug_assert!(path.len() <= crate::path::MAX_PATH_LEN);
+        b.put_u16_le(u16::try_from(path.len()).unwrap_or(u16::MAX));
+        b.put_slice(&path[..path.len().min(usize::from(u16::MAX))]);
     }
     b.put_u32_le(manifest);
     if let Some(f) = fragment {
@@ -155,7 +171,11 @@ mod tests {
 
     fn encode(id: u32, define: Option<&str>, manifest: u32, f: Option<Fragment>) -> BytesMut {
         let mut b = BytesMut::new();
-        put_header(&mut b, id, define, manifest, f);
+        let to = match define {
+            Some(p) => To::Define(id, p),
+            None => To::Id(id),
+        };
+        put_header(&mut b, to, manifest, f);
         b.extend_from_slice(b"payload");
         b
     }
@@ -180,6 +200,7 @@ mod tests {
                 Envelope {
                     id: 42,
                     define,
+                    inline: false,
                     manifest: 0xdead_beef,
                     fragment,
                     payload: b"payload",
@@ -193,9 +214,21 @@ mod tests {
         let mut compact = BytesMut::new();
         put_compact_header(&mut compact, 9, 0x0102_0304);
         let mut general = BytesMut::new();
-        put_header(&mut general, 9, None, 0x0102_0304, None);
+        put_header(&mut general, To::Id(9), 0x0102_0304, None);
         assert_eq!(compact, general);
         assert_eq!(compact.len(), ENV_HEADER);
+    }
+
+    #[test]
+    fn an_inline_recipient_is_named_by_its_path_alone() {
+        let mut b = BytesMut::new();
+        put_header(&mut b, To::Inline("/temp/$00ab"), 7, None);
+        b.extend_from_slice(b"x");
+        let env = parse(&b).unwrap();
+        assert!(env.inline);
+        assert_eq!(env.define, Some("/temp/$00ab"));
+        assert_eq!((env.id, env.manifest, env.payload), (0, 7, &b"x"[..]));
+        assert_eq!(b.len() - 1, overhead("/temp/$00ab".len()));
     }
 
     #[test]

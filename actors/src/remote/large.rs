@@ -279,9 +279,7 @@ fn write_fragment(
     f: Fragment,
     piece: &[u8],
 ) {
-    let (id, define) = link.ids.lookup_or_define(&r.id);
-    let path = define.then(|| r.path.elements());
-    envelope::put_header(b, id, path, manifest, Some(f));
+    envelope::put_header(b, r.to_on(link), manifest, Some(f));
     b.put_slice(piece);
 }
 

@@ -35,14 +35,32 @@ pub(crate) struct Recipient {
     pub(super) uid: u64,
     /// Its id on the link that last defined it.
     pub(super) id: CompressedId,
+    /// Never compressed: an ask's reply slot, used about once.
+    pub(super) inline: bool,
 }
 
 impl Recipient {
     pub(super) fn new(path: ActorPath, uid: u64) -> Self {
+        let inline = path.elements().starts_with("/temp/");
         Self {
             path,
             uid,
             id: CompressedId::default(),
+            inline,
+        }
+    }
+
+    /// How an envelope on `link` names this recipient, defining an id if
+    /// it needs one. Under the link's queue lock (see `OutboundIds`).
+    #[inline]
+    pub(super) fn to_on<'a>(&'a self, link: &Link) -> envelope::To<'a> {
+        if self.inline {
+            return envelope::To::Inline(self.path.elements());
+        }
+        match link.ids.lookup_or_define(&self.id) {
+            Some((id, false)) => envelope::To::Id(id),
+            Some((id, true)) => envelope::To::Define(id, self.path.elements()),
+            None => envelope::To::Inline(self.path.elements()),
         }
     }
 
@@ -115,12 +133,12 @@ pub(super) fn write_envelope(
     manifest: u32,
     payload: &[u8],
 ) {
-    match link.ids.lookup_or_define(&r.id) {
-        (id, false) => {
+    match r.to_on(link) {
+        envelope::To::Id(id) => {
             b.reserve(ENV_HEADER + payload.len());
             envelope::put_compact_header(b, id, manifest);
         }
-        (id, true) => envelope::put_header(b, id, Some(r.path.elements()), manifest, None),
+        to => envelope::put_header(b, to, manifest, None),
     }
     b.extend_from_slice(payload);
 }

@@ -1,0 +1,88 @@
+//! Per-link state that a peer's traffic creates is bounded: recipient ids
+//! (compression), and the paths that name recipients.
+
+use actors::{ActorRef, SystemConfig};
+use integration_tests::{actor_path, actor_system_with, within};
+use tokio::sync::mpsc;
+
+use super::actors_common::{ASK, Collector, Count, Counter};
+
+/// Bytes `system` handed to sockets so far.
+fn bytes_out(system: &actors::ActorSystem) -> u64 {
+    system.remote_stats().bytes_out
+}
+
+#[tokio::test]
+async fn ask_reply_slots_take_no_recipient_ids() {
+    const LIMIT: usize = 100;
+    let mut config = SystemConfig::default();
+    config.set_max_recipient_ids(LIMIT);
+    let a = actor_system_with("a", config.clone()).await;
+    let b = actor_system_with("b", config).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let counter = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    // Ten times as many asks as the link has ids: each reply slot is new.
+    for _ in 0..10 * LIMIT {
+        within("an ask", counter.ask(Count::Get, ASK))
+            .await
+            .expect("answers");
+    }
+    // b still compresses a recipient it has not sent to before: a's fresh
+    // actor. Its messages carry a 9-byte header, not the path.
+    let (out, mut got) = mpsc::unbounded_channel();
+    let fresh = a
+        .spawn_named("a-fresh-actor-with-a-long-name", Collector::<u64> { out })
+        .expect("free");
+    let on_b: ActorRef<u64> = within("resolve", b.resolve(fresh.path().to_string().as_str()))
+        .await
+        .expect("resolves");
+    on_b.tell(0).expect("room");
+    within("the first", got.recv()).await;
+    const N: u64 = 1_000;
+    let before = bytes_out(&b);
+    for i in 0..N {
+        on_b.tell(i).expect("room");
+    }
+    for _ in 0..N {
+        within("delivery", got.recv()).await;
+    }
+    let per_message = (bytes_out(&b) - before) as f64 / N as f64;
+    // Frame header 5 + envelope 9 + a u64 up to 9: at most 23 bytes; with
+    // the 30-byte path in every envelope it would be over 50.
+    assert!(per_message < 30.0, "{per_message:.1} bytes per message");
+}
+
+#[tokio::test]
+async fn recipients_past_the_id_limit_still_receive() {
+    const LIMIT: usize = 50;
+    let mut config = SystemConfig::default();
+    config.set_max_recipient_ids(LIMIT);
+    let a = actor_system_with("a", config.clone()).await;
+    let b = actor_system_with("b", config).await;
+    let (out, mut got) = mpsc::unbounded_channel();
+    let mut refs = Vec::new();
+    for i in 0..2 * LIMIT {
+        let name = format!("c{i}");
+        b.spawn_named(&name, Collector::<u64> { out: out.clone() })
+            .expect("free");
+        refs.push(
+            within("resolve", a.resolve::<u64>(&actor_path(&b, &name)))
+                .await
+                .expect("resolves"),
+        );
+    }
+    // Twice around: the first 50 get ids, the rest travel with their path.
+    for round in 0..2 {
+        for (i, r) in refs.iter().enumerate() {
+            r.tell((round * refs.len() + i) as u64).expect("room");
+        }
+    }
+    let mut seen = 0;
+    while seen < 4 * LIMIT {
+        within("every message", got.recv()).await.expect("open");
+        seen += 1;
+    }
+    assert_eq!((a.dead_letters(), b.dead_letters()), (0, 0));
+}
