@@ -438,3 +438,85 @@ async fn asks_never_use_up_a_link_and_memory_stays_flat() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_questions_from_a_peer_that_never_reads_costs_a_bounded_outbox() {
+    use integration_tests::{frame_bytes, raw_client_handshake, run_raw_handshake};
+    use tokio::io::AsyncWriteExt;
+    use transport::{FrameKind, handshake::Hello};
+
+    const QUESTIONS: usize = 800_000;
+    const SMALL_QUEUE: usize = 1 << 20;
+    let _serial = SERIAL.lock().await;
+    let mut small = config();
+    small.transport_mut().set_queue_capacity(SMALL_QUEUE);
+    let a = actor_system_with("a", small).await;
+    a.spawn_named("echo", Echo::default()).expect("free");
+    let b = actor_system_with("b", config()).await;
+    let echo: ActorRef<Ping> = within("resolve", b.resolve(&actor_path(&a, "echo")))
+        .await
+        .expect("resolves");
+    within("an ask", echo.ask(Ping, TIMEOUT))
+        .await
+        .expect("answers");
+    let before = heap();
+    // A secret holder with a tiny receive buffer that never reads asks
+    // `Identify` over and over: every answer finds the queue full.
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("sized");
+    let mut stream = socket
+        .connect(a.local_addr().expect("remoting"))
+        .await
+        .expect("connects");
+    let hs = raw_client_handshake(Hello {
+        uid: 5,
+        addr: "flood@127.0.0.1:9".into(),
+    });
+    run_raw_handshake(&mut stream, hs).await;
+    // SysWire::Identify { id: 1, path: "/user/none" } in bincode's format.
+    let mut identify = vec![0u8, 1, 10];
+    identify.extend_from_slice(b"/user/none");
+    let frame = frame_bytes(FrameKind::System, &identify);
+    let chunk: Vec<u8> = frame
+        .iter()
+        .copied()
+        .cycle()
+        .take(frame.len() * 1000)
+        .collect();
+    for _ in 0..QUESTIONS / 1000 {
+        within("the flood is written", stream.write_all(&chunk))
+            .await
+            .expect("written");
+    }
+    // Then a frame the node counts: once counted, the node has read
+    // every question before it (one connection is read in order).
+    let dead = a.dead_letters();
+    within(
+        "the marker is written",
+        stream.write_all(&frame_bytes(FrameKind::Message, &[0xff])),
+    )
+    .await
+    .expect("written");
+    poll_until("the node read the whole flood", || a.dead_letters() > dead).await;
+    within("an ask after the flood", echo.ask(Ping, TIMEOUT))
+        .await
+        .expect("the good peer is served");
+    let after = heap();
+    println!(
+        "heap {:.1} MiB before, {:.1} MiB after {QUESTIONS} unanswerable questions",
+        mib(before),
+        mib(after)
+    );
+    // The connection's queue (1 MiB, and the writer's buffers around it)
+    // plus at most 1,024 parked answers, not a task per answer (about 17
+    // MB of answers were refused room; a task each grew the heap by about
+    // 80 MiB here).
+    assert!(
+        after - before < 14 << 20,
+        "grew by {:.1} MiB",
+        mib(after - before)
+    );
+    drop(stream);
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -26,7 +26,7 @@ use super::{
     events::RemoteEvent,
     inbound::{Dispatch, Peer},
     large::{LaneHost, LargeLane},
-    link::{Link, LinkState, Pending, Recipient, in_encoder, lock, write_envelope},
+    link::{Link, LinkState, Outbox, Pending, Recipient, in_encoder, lock, write_envelope},
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
     reliable::SysIn,
     requests::{IdentifyFailed, Requests},
@@ -84,6 +84,8 @@ pub(crate) struct Association {
     connecting: AtomicBool,
     /// Watches, identifies, the reliable system-message streams.
     requests: Requests,
+    /// System messages that found the link's queue full.
+    outbox: Arc<Outbox>,
     pub(super) large: LargeLane,
     /// `SystemConfig::set_pending_capacity`.
     pub(super) pending_capacity: usize,
@@ -115,6 +117,7 @@ impl Association {
             )),
             connecting: AtomicBool::new(false),
             requests: Requests::new(config.system_buffer),
+            outbox: Arc::default(),
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
             max_message,
@@ -704,12 +707,9 @@ impl Association {
         match &mut *st {
             LinkState::Up(link) => match link.sender.try_send(system_frame(body)) {
                 Ok(()) => {}
+                // Waits for room in the bounded outbox, not a task each.
                 Err(TrySendFrameError::Full(f)) => {
-                    // Never dropped: wait for room off this thread.
-                    let sender = link.sender.clone();
-                    tokio::spawn(async move {
-                        let _ = sender.send(f).await;
-                    });
+                    self.outbox.send(&link.sender, f);
                 }
                 Err(e) => {
                     let body = e.into_inner().map(|f| f.body).unwrap_or_default();

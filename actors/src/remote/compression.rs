@@ -18,10 +18,7 @@
 //! always sent inline: each is used about once, so compressing them would
 //! only fill the tables (one id per ask, never reused).
 
-use std::{
-    collections::HashMap,
-    sync::atomic::{AtomicU32, AtomicU64, Ordering},
-};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The ids one link (one connection, `generation`) has handed out.
 #[derive(Debug)]
@@ -83,19 +80,28 @@ impl OutboundIds {
 pub(crate) struct CompressedId(AtomicU64);
 
 /// The ids a peer defined on one connection, mapped to what the receiver
-/// keeps for each: memory in proportion to the ids defined, at most
-/// `limit` of them.
+/// keeps for each, at most `limit` of them. A correct sender hands out ids
+/// 1 to `limit` in order, so an id is an index: a lookup is one bounds
+/// check and one load, whatever ids a peer picks (a hash map would cost a
+/// hash per message, and a peer could aim its ids at collisions). Memory:
+/// 4 bytes per id up to the largest defined (at most `limit`), plus one
+/// entry per id defined.
 #[derive(Debug)]
 pub(crate) struct InboundIds<T> {
-    entries: HashMap<u32, T>,
+    /// `slots[id]`: the index of `id`'s entry in `entries`, or `EMPTY`.
+    slots: Vec<u32>,
+    entries: Vec<T>,
     limit: usize,
 }
 
+const EMPTY: u32 = u32::MAX;
+
 impl<T> InboundIds<T> {
-    /// An empty table that holds at most `limit` ids.
+    /// An empty table for ids 1 to `limit`.
     pub(crate) fn new(limit: usize) -> Self {
         Self {
-            entries: HashMap::new(),
+            slots: Vec::new(),
+            entries: Vec::new(),
             limit,
         }
     }
@@ -103,24 +109,40 @@ impl<T> InboundIds<T> {
     /// Defines (or redefines) `id`.
     ///
     /// # Errors
-    /// A new id beyond the limit: the peer is broken or hostile (a correct
+    /// An id beyond the limit: the peer is broken or hostile (a correct
     /// one sends further recipients inline), and nothing is stored.
     pub(crate) fn define(&mut self, id: u32, entry: T) -> Result<(), &'static str> {
-        if self.entries.len() >= self.limit && !self.entries.contains_key(&id) {
-            return Err("more recipient ids than the per-link limit");
+        let idx = id as usize;
+        if idx > self.limit {
+            return Err("recipient id beyond the per-link limit");
         }
-        self.entries.insert(id, entry);
+        if idx >= self.slots.len() {
+            self.slots.resize(idx + 1, EMPTY);
+        }
+        match self.slots[idx] {
+            EMPTY => {
+                self.slots[idx] = self.entries.len() as u32;
+                self.entries.push(entry);
+            }
+            i => self.entries[i as usize] = entry,
+        }
         Ok(())
     }
 
     #[inline]
     pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.entries.get(&id)
+        match self.slots.get(id as usize) {
+            Some(&i) if i != EMPTY => self.entries.get(i as usize),
+            _ => None,
+        }
     }
 
     #[inline]
     pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
-        self.entries.get_mut(&id)
+        match self.slots.get(id as usize) {
+            Some(&i) if i != EMPTY => self.entries.get_mut(i as usize),
+            _ => None,
+        }
     }
 
     /// Ids defined.
@@ -173,23 +195,30 @@ mod tests {
     }
 
     #[test]
-    fn inbound_ids_cost_what_is_defined_and_are_bounded() {
-        let mut t = InboundIds::new(2);
+    fn inbound_ids_are_bounded_by_the_limit() {
+        let mut t = InboundIds::new(100);
         assert_eq!(t.get(0), None);
-        // A huge id costs one entry, not a table up to it.
-        t.define(u32::MAX - 1, "a").unwrap();
-        assert_eq!(t.get(u32::MAX - 1), Some(&"a"));
+        assert_eq!(t.get(u32::MAX), None);
+        t.define(100, "a").unwrap();
+        assert_eq!(t.get(100), Some(&"a"));
         assert_eq!(t.len(), 1);
+        assert_eq!(t.slots.len(), 101, "4 bytes per id up to the largest");
         t.define(5, "b").unwrap();
         t.define(5, "c").unwrap();
         assert_eq!(t.get(5), Some(&"c"), "redefined in place");
+        assert_eq!(t.len(), 2);
         *t.get_mut(5).unwrap() = "d";
         assert_eq!(t.get(5), Some(&"d"));
-        assert_eq!(
-            t.define(6, "x"),
-            Err("more recipient ids than the per-link limit")
-        );
         assert_eq!(t.get(6), None);
+        assert_eq!(
+            t.define(101, "x"),
+            Err("recipient id beyond the per-link limit")
+        );
+        assert_eq!(
+            t.define(u32::MAX, "x"),
+            Err("recipient id beyond the per-link limit")
+        );
+        assert_eq!(t.get(101), None);
         assert_eq!(t.len(), 2);
     }
 }

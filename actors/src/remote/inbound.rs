@@ -10,13 +10,14 @@ use std::{
 };
 
 use bytes::{BufMut, Bytes, BytesMut};
-use transport::{CloseReason, Frame, FrameKind, Handler, Sender, TrySendFrameError};
+use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 
 use super::{
     access::Access,
     compression::InboundIds,
     envelope::{self, Fragment},
     large::{Reassembly, Step},
+    link::Outbox,
     reliable::{Receive, SysIn},
     system_msg::SysWire,
 };
@@ -93,6 +94,8 @@ pub(crate) struct Dispatch {
     /// The incarnation at the other end of this connection.
     peer_uid: u64,
     sender: Option<Sender>,
+    /// Answers that found the connection's queue full.
+    outbox: Arc<Outbox>,
     ids: InboundIds<Entry>,
     /// The recipient of the inline envelope being handled (`INLINE_ID`).
     inline: Option<Entry>,
@@ -171,9 +174,9 @@ struct Runs {
     index: HashMap<usize, usize>,
     last: usize,
     /// Bytes reservations may still take ahead of need this read: the
-    /// read's size at its start. Past it, buffers grow as messages arrive
-    /// (doubling), so many recipients in one read cost about what the read
-    /// carried, not a buffer each.
+    /// read's size (and one run buffer) at its start. Past it, buffers
+    /// grow as messages arrive (doubling), so many recipients in one read
+    /// cost about what the read carried, not a buffer each.
     budget: usize,
 }
 
@@ -186,7 +189,7 @@ fn target_key(t: &Arc<dyn Target>) -> usize {
 impl Runs {
     /// A read of `bytes` begins.
     fn new_read(&mut self, bytes: usize) {
-        self.budget = bytes;
+        self.budget = bytes + RUN_BUFFER;
     }
 
     /// Appends one payload for `target` (known by `path`); `left` is what
@@ -207,13 +210,18 @@ impl Runs {
         let run = &mut self.list[i];
         let need = 4 + payload.len();
         if run.buf.capacity() - run.buf.len() < need {
-            // Room for the rest of this read at once, within the read's
-            // budget: growing frame by frame copied every batch again
-            // (perf: 12% of the receiving thread in memmove with reads of
-            // 1 MiB).
-            let ahead = left.max(RUN_BUFFER).min(self.budget);
-            self.budget -= ahead;
-            run.buf.reserve(need.max(ahead));
+            // Room for the rest of this read at once, while the read's
+            // budget lasts: growing frame by frame copied every batch
+            // again (perf: 12% of the receiving thread in memmove with
+            // reads of 1 MiB). Past the budget, only what is needed.
+            let ahead = need.max(RUN_BUFFER).max(left);
+            let want = if ahead <= self.budget {
+                self.budget -= ahead;
+                ahead
+            } else {
+                need
+            };
+            run.buf.reserve(want);
         }
         run.buf.put_u32_le(payload.len() as u32);
         run.buf.put_slice(payload);
@@ -275,6 +283,7 @@ impl Dispatch {
             generation,
             peer_uid,
             sender: None,
+            outbox: Arc::default(),
             ids: InboundIds::new(config.max_recipient_ids),
             inline: None,
             runs: Runs::default(),
@@ -354,31 +363,34 @@ impl Dispatch {
         if let Some(f) = env.fragment {
             return self.on_fragment(id, manifest, f, b);
         }
-        self.refresh_target(id, manifest);
+        // One lookup: the entry, its target refreshed in place if it cannot
+        // take this type (see `refresh_target`).
         let entry = if id == INLINE_ID {
-            self.inline.as_ref()
+            self.inline.as_mut()
         } else {
-            self.ids.get(id)
+            self.ids.get_mut(id)
         };
         let Some(entry) = entry else {
             // Ids are defined in-stream before use: this is a broken peer.
             return self.malformed(&format!("unknown recipient id {id}"));
         };
-        let Some(target) = &entry.target else {
-            let to = self.registry.path(&entry.path);
-            return self.dead(&format!("manifest {manifest:#010x}"), &to, "no such actor");
-        };
         if !entry.takes(manifest) {
-            let to = self.registry.path(&entry.path);
-            return self.dead(
-                &format!("manifest {manifest:#010x}"),
-                &to,
-                &format!(
-                    "actor takes {}, message is another or unregistered type",
-                    target.manifest_name()
-                ),
-            );
+            entry.set_target(self.registry.lookup(&entry.path));
+            if !entry.takes(manifest) {
+                let why = match &entry.target {
+                    None => "no such actor".to_owned(),
+                    Some(t) => format!(
+                        "actor takes {}, message is another or unregistered type",
+                        t.manifest_name()
+                    ),
+                };
+                let to = self.registry.path(&entry.path);
+                return self
+                    .registry
+                    .dead_letter(&format!("manifest {manifest:#010x}"), &to, &why);
+            }
         }
+        let target = entry.target.as_ref().expect("takes() checked it");
         self.runs.push(target, &entry.path, b, self.left_in_read);
     }
 
@@ -531,11 +543,11 @@ impl Dispatch {
 
     /// Sends a system message back on this connection, where the peer
     /// asked: an answer never takes another path, so only the connection
-    /// that asked receives it. Dropped if the connection's queue is full
-    /// (the peer asks again, or times out).
+    /// that asked receives it. Through the connection's bounded outbox
+    /// when its queue is full (see `link::Outbox`).
     fn answer(&self, msg: &SysWire) {
         if let Some(sender) = &self.sender {
-            let _ = sender.try_send(msg.frame());
+            self.outbox.send(sender, msg.frame());
         }
     }
 
@@ -586,14 +598,7 @@ impl Dispatch {
     /// that it sends more. Never dropped: a lost ack would stall its lane.
     #[cold]
     fn ack_large(&self, msg: u32, received: u32) {
-        let Some(sender) = &self.sender else { return };
-        let frame = SysWire::LargeAck { msg, received }.frame();
-        if let Err(TrySendFrameError::Full(f)) = sender.try_send(frame) {
-            let sender = sender.clone();
-            tokio::spawn(async move {
-                let _ = sender.send(f).await;
-            });
-        }
+        self.answer(&SysWire::LargeAck { msg, received });
     }
 
     /// Hands each reassembled large message to its mailbox, waiting for

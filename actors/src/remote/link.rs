@@ -10,7 +10,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
-use transport::Sender;
+use transport::{Frame, Sender, TrySendFrameError};
 
 use super::{
     compression::{CompressedId, OutboundIds},
@@ -141,6 +141,79 @@ pub(super) fn write_envelope(
         to => envelope::put_header(b, to, manifest, None),
     }
     b.extend_from_slice(payload);
+}
+
+/// Frames a connection's outbound queue had no room for, parked here at
+/// most [`OUTBOX_FRAMES`] of them, sent in order by one task as room frees
+/// up: a peer that does not read costs this many small frames, not a task
+/// per reply (a flood of questions from a peer that never read its
+/// answers once grew a node past a gigabyte that way).
+#[derive(Default)]
+pub(super) struct Outbox {
+    inner: Mutex<OutboxInner>,
+}
+
+#[derive(Default)]
+struct OutboxInner {
+    frames: VecDeque<(Sender, Frame)>,
+    draining: bool,
+    dropped: u64,
+}
+
+/// Frames one outbox holds: system messages are tens of bytes, so about
+/// 64 KiB at most.
+pub(super) const OUTBOX_FRAMES: usize = 1024;
+
+impl Outbox {
+    /// Sends `frame` on `sender` now if its queue has room and nothing is
+    /// parked before it, else parks it. Returns false if it was dropped:
+    /// the outbox is full, or the connection closed.
+    pub(super) fn send(self: &Arc<Self>, sender: &Sender, frame: Frame) -> bool {
+        let mut q = lock(&self.inner);
+        if q.frames.is_empty() {
+            match sender.try_send(frame) {
+                Ok(()) => return true,
+                Err(TrySendFrameError::Full(f)) => return self.park(&mut q, sender, f),
+                Err(_) => return false,
+            }
+        }
+        self.park(&mut q, sender, frame)
+    }
+
+    fn park(self: &Arc<Self>, q: &mut OutboxInner, sender: &Sender, frame: Frame) -> bool {
+        if q.frames.len() >= OUTBOX_FRAMES {
+            q.dropped += 1;
+            if q.dropped <= 10 || q.dropped.is_power_of_two() {
+                tracing::warn!(
+                    dropped = q.dropped,
+                    "a peer reads none of its answers: system frame dropped"
+                );
+            }
+            return false;
+        }
+        q.frames.push_back((sender.clone(), frame));
+        if !std::mem::replace(&mut q.draining, true) {
+            tokio::spawn(self.clone().drain());
+        }
+        true
+    }
+
+    async fn drain(self: Arc<Self>) {
+        loop {
+            let (sender, frame) = {
+                let mut q = lock(&self.inner);
+                match q.frames.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        q.draining = false;
+                        return;
+                    }
+                }
+            };
+            // A closed connection drops what it had; the rest still goes.
+            let _ = sender.send(frame).await;
+        }
+    }
 }
 
 thread_local! {
