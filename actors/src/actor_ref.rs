@@ -410,7 +410,10 @@ impl<M: Send + 'static> ActorRef<M> {
 
     pub(crate) fn add_watcher(&self, sink: WatchSink) {
         match &self.inner {
-            Inner::Local(c) => c.watchers.add(&c.path, sink),
+            // Local watchers are not limited.
+            Inner::Local(c) => {
+                let _ = c.watchers.add(&c.path, sink);
+            }
             Inner::Promise(p) => sink.deliver(Terminated {
                 path: p.path.clone(),
                 reason: StopReason::NotFound,

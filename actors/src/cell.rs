@@ -22,7 +22,7 @@ use crate::{
     path::ActorPath,
     registry::{Registry, Target},
     serialization::{RemoteMessage, manifest_id, with_decode_scope},
-    watch::{SystemSink, WatchSink, Watchers},
+    watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
 /// Decodes a remote message on the actor's own task.
@@ -76,8 +76,8 @@ impl<M: RemoteMessage> Target for Cell<M> {
         Box::pin(self.mailbox.wait_space())
     }
 
-    fn add_watcher(&self, sink: WatchSink) {
-        self.watchers.add(&self.path, sink);
+    fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches> {
+        self.watchers.add(&self.path, sink)
     }
 
     fn stop(&self) {
@@ -149,11 +149,12 @@ impl<M: RemoteMessage> Target for Promise<M> {
         Box::pin(std::future::ready(()))
     }
 
-    fn add_watcher(&self, sink: WatchSink) {
+    fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches> {
         sink.deliver(Terminated {
             path: self.path.clone(),
             reason: StopReason::NotFound,
         });
+        Ok(())
     }
 
     fn stop(&self) {

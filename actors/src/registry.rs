@@ -17,7 +17,11 @@ use std::{
 
 use bytes::Bytes;
 
-use crate::{mailbox::Refused, path::ActorPath, watch::WatchSink};
+use crate::{
+    mailbox::Refused,
+    path::ActorPath,
+    watch::{TooManyWatches, WatchSink},
+};
 
 /// Dead letters logged individually before the log is sampled (every
 /// 10,000th). All of them are counted.
@@ -31,7 +35,8 @@ pub(crate) trait Target: Send + Sync + 'static {
     /// worth for this target); refuses when full or closed.
     fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused>;
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
-    fn add_watcher(&self, sink: WatchSink);
+    /// Adds a watcher; a node past its watch limit is refused.
+    fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches>;
     fn stop(&self);
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }

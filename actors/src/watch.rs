@@ -1,6 +1,7 @@
 //! Death watch: who is told when an actor terminates.
 
 use std::{
+    collections::HashMap,
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
@@ -54,12 +55,23 @@ impl WatchSink {
     }
 }
 
+/// Most watches one remote node may hold on one actor: 1,024. Each is a
+/// few dozen bytes here and a `Terminated` to send when the actor stops;
+/// a peer's `Watch` messages cannot grow one actor's list without bound.
+pub(crate) const MAX_REMOTE_WATCHES_PER_NODE: usize = 1024;
+
 /// The watchers of one actor, and whether it has already terminated.
 #[derive(Default)]
 pub(crate) struct WatchList {
     done: Option<StopReason>,
     watchers: Vec<WatchSink>,
+    /// Remote watchers per node (by the address of its association).
+    remote: HashMap<usize, usize>,
 }
+
+/// Why a watch was not added.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TooManyWatches;
 
 /// Shared, lockable [`WatchList`].
 #[derive(Default)]
@@ -67,7 +79,11 @@ pub(crate) struct Watchers(Mutex<WatchList>);
 
 impl Watchers {
     /// Adds a watcher, or tells it at once if the actor is gone.
-    pub(crate) fn add(&self, path: &ActorPath, sink: WatchSink) {
+    ///
+    /// # Errors
+    /// A remote watcher whose node holds [`MAX_REMOTE_WATCHES_PER_NODE`]
+    /// watches on this actor already: not added.
+    pub(crate) fn add(&self, path: &ActorPath, sink: WatchSink) -> Result<(), TooManyWatches> {
         let mut w = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(reason) = &w.done {
             let t = Terminated {
@@ -76,9 +92,18 @@ impl Watchers {
             };
             drop(w);
             sink.deliver(t);
-        } else {
-            w.watchers.push(sink);
+            return Ok(());
         }
+        if let WatchSink::Remote { link, .. } = &sink {
+            let node = Arc::as_ptr(link).cast::<()>() as usize;
+            let held = w.remote.entry(node).or_default();
+            if *held >= MAX_REMOTE_WATCHES_PER_NODE {
+                return Err(TooManyWatches);
+            }
+            *held += 1;
+        }
+        w.watchers.push(sink);
+        Ok(())
     }
 
     /// Marks the actor terminated and tells every watcher.
@@ -121,5 +146,38 @@ impl Future for Watch {
                 reason: StopReason::SystemShutdown,
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Node;
+    impl RemoteWatcher for Node {
+        fn send_terminated(self: Arc<Self>, _: u64, _: &Terminated) {}
+    }
+
+    #[test]
+    fn each_node_holds_a_bounded_number_of_watches_on_an_actor() {
+        let path = ActorPath::parse("tcp://s@h:1/user/a").expect("valid");
+        let w = Watchers::default();
+        let (one, two): (Arc<dyn RemoteWatcher>, Arc<dyn RemoteWatcher>) =
+            (Arc::new(Node), Arc::new(Node));
+        let remote = |link: &Arc<dyn RemoteWatcher>, watch_id| WatchSink::Remote {
+            link: link.clone(),
+            watch_id,
+        };
+        for i in 0..MAX_REMOTE_WATCHES_PER_NODE as u64 {
+            w.add(&path, remote(&one, i)).expect("within the bound");
+        }
+        assert_eq!(w.add(&path, remote(&one, 0)), Err(TooManyWatches));
+        // Another node has its own allowance; local watchers none.
+        w.add(&path, remote(&two, 0)).expect("another node");
+        for _ in 0..10 {
+            let (tx, _rx) = oneshot::channel();
+            w.add(&path, WatchSink::Once(Arc::new(Mutex::new(Some(tx)))))
+                .expect("local");
+        }
     }
 }

@@ -570,7 +570,16 @@ impl Dispatch {
                     watch_id,
                 };
                 match self.registry().lookup(&path) {
-                    Some(t) => t.add_watcher(sink),
+                    Some(t) => {
+                        if t.add_watcher(sink).is_err() {
+                            let to = self.registry().path(&path);
+                            self.dead(
+                                "(remote watch)",
+                                &to,
+                                "refused: this node holds too many watches on the actor",
+                            );
+                        }
+                    }
                     None => sink.deliver(Terminated {
                         path: self.registry().path(&path),
                         reason: StopReason::NotFound,
@@ -830,11 +839,12 @@ mod tests {
         fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
             Box::pin(std::future::ready(()))
         }
-        fn add_watcher(&self, sink: WatchSink) {
+        fn add_watcher(&self, sink: WatchSink) -> Result<(), crate::watch::TooManyWatches> {
             sink.deliver(Terminated {
                 path: seven_path(),
                 reason: StopReason::Stopped,
             });
+            Ok(())
         }
         fn stop(&self) {}
         fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {

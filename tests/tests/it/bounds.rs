@@ -86,3 +86,50 @@ async fn recipients_past_the_id_limit_still_receive() {
     }
     assert_eq!((a.dead_letters(), b.dead_letters()), (0, 0));
 }
+
+/// bincode 2's varint for a `u64` below 2^16.
+fn varint(v: u64, out: &mut Vec<u8>) {
+    if v < 251 {
+        out.push(v as u8);
+    } else {
+        out.push(251);
+        out.extend_from_slice(&(v as u16).to_le_bytes());
+    }
+}
+
+#[tokio::test]
+async fn a_node_cannot_pile_up_watches_on_one_actor() {
+    use integration_tests::{frame_bytes, raw_client_handshake, raw_connect, run_raw_handshake};
+    use tokio::io::AsyncWriteExt;
+    use transport::{FrameKind, handshake::Hello};
+
+    const WATCHES: u64 = 3_000;
+    const LIMIT: u64 = 1_024;
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    a.spawn_named("counter", Counter::default()).expect("free");
+    let mut stream = raw_connect(a.local_addr().expect("remoting")).await;
+    let hs = raw_client_handshake(Hello {
+        uid: 9,
+        addr: "watcher@127.0.0.1:9".into(),
+    });
+    run_raw_handshake(&mut stream, hs).await;
+    let before = a.dead_letters();
+    let mut bytes = Vec::new();
+    for seq in 1..=WATCHES {
+        // SysWire::Watch { path, watch_id } inside SysWire::Reliable.
+        let mut watch = vec![2u8, 13];
+        watch.extend_from_slice(b"/user/counter");
+        varint(seq, &mut watch);
+        let mut reliable = vec![5u8, 1];
+        varint(seq, &mut reliable);
+        varint(watch.len() as u64, &mut reliable);
+        reliable.extend_from_slice(&watch);
+        bytes.extend(frame_bytes(FrameKind::System, &reliable));
+    }
+    stream.write_all(&bytes).await.expect("written");
+    integration_tests::eventually("the watches past the limit are refused", || {
+        a.dead_letters() >= before + WATCHES - LIMIT
+    })
+    .await;
+    assert_eq!(a.dead_letters(), before + WATCHES - LIMIT);
+}
