@@ -421,3 +421,123 @@ pub enum PeerCount {
 impl actors::RemoteMessage for PeerCount {
     const MANIFEST: &'static str = "peer.Count";
 }
+
+/// Starts the `echo_node` binary (`tests/src/bin/echo_node.rs`; pass
+/// `env!("CARGO_BIN_EXE_echo_node")`) with `args`, and waits for its
+/// `ready ADDR` line: a transport endpoint in its own process that echoes
+/// `Message` frames, proving [`TEST_SECRET`]. Returns the child (kill it
+/// when done; it also ends when its stdin closes) and its address.
+pub async fn spawn_echo_node(bin: &str, args: &[&str]) -> (std::process::Child, SocketAddr) {
+    use std::{
+        io::{BufRead, BufReader},
+        process::{Command, Stdio},
+    };
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the echo_node binary starts");
+    let stdout = child.stdout.take().expect("piped");
+    let line = within(
+        "the echo node's ready line",
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout)
+                .read_line(&mut line)
+                .expect("read the echo node's stdout");
+            line
+        }),
+    )
+    .await
+    .expect("the reader does not panic");
+    let addr = line
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected echo_node output {line:?}"));
+    (child, addr)
+}
+
+/// The resident set of process `pid` in bytes, from `/proc/PID/status`
+/// (Linux); 0 if it cannot be read.
+pub fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// A raw TCP connection to `addr` from the local address `from` (any
+/// `127.x.y.z` works on Linux loopback, so one test can play several
+/// hosts), with `SO_RCVBUF` set to `recv_buffer` if given (a peer that
+/// reads little).
+///
+/// # Panics
+/// If the connect fails.
+pub async fn raw_connect_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    recv_buffer: Option<u32>,
+) -> TcpStream {
+    let socket = match from {
+        std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .expect("a socket");
+    if let Some(n) = recv_buffer {
+        socket.set_recv_buffer_size(n).expect("SO_RCVBUF");
+    }
+    socket
+        .bind(SocketAddr::new(from, 0))
+        .expect("bind the source address");
+    within("raw connect", socket.connect(addr))
+        .await
+        .expect("raw connect succeeds")
+}
+
+/// A connection handler that sends every `Message` frame back on the
+/// connection it came on (dropped if the queue is full).
+#[derive(Debug, Default)]
+pub struct Echo(Option<transport::Sender>);
+
+impl transport::Handler for Echo {
+    fn on_start(&mut self, sender: &transport::Sender) {
+        self.0 = Some(sender.clone());
+    }
+
+    fn on_frame(&mut self, frame: transport::Frame) {
+        if frame.kind == transport::FrameKind::Message
+            && let Some(s) = &self.0
+        {
+            let _ = s.try_send(frame);
+        }
+    }
+}
+
+/// Dials the echo node at `addr` from `client`, sends `body` and waits
+/// for its echo: proves a well-behaved peer is served. Closes the
+/// connection after.
+///
+/// # Panics
+/// If the connect fails or the echo does not come back in time.
+pub async fn echo_round_trip(client: &Endpoint, addr: SocketAddr, body: &[u8]) {
+    let est = within("connect to the echo node", client.connect(addr))
+        .await
+        .unwrap_or_else(|e| panic!("a well-behaved peer connects: {e}"));
+    let (conn, mut inbound) = est.start_channel(INBOUND_BATCHES);
+    conn.send(transport::Frame::message(bytes::Bytes::copy_from_slice(
+        body,
+    )))
+    .await
+    .expect("send");
+    let echo = within("the echo", inbound.recv())
+        .await
+        .expect("the echo arrives");
+    assert_eq!(&echo.body[..], body);
+    conn.close("done").await;
+}

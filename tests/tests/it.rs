@@ -15,6 +15,7 @@ mod it {
     mod faults;
     mod faults_net;
     mod hostile;
+    mod hostile_transport;
     mod large;
     mod layers;
     mod limits;

@@ -39,6 +39,25 @@ pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// connection flood can make the node hold (one task and about two
 /// read/write buffers per connection).
 pub const DEFAULT_MAX_INBOUND_CONNECTIONS: usize = 1024;
+/// Default most inbound connections from one IP address, handshaking or
+/// established: 64. Several nodes may share a host (or a NAT), but one
+/// address holding more than a sixteenth of the endpoint's slots is a
+/// flood, not a cluster; the bound keeps one host from taking them all.
+pub const DEFAULT_MAX_INBOUND_CONNECTIONS_PER_IP: usize = 64;
+/// Default idle time after which an inbound connection may be evicted
+/// when every inbound slot is taken: 30 s without an application frame
+/// (`Message` or `System`; heartbeats do not count). Three times the
+/// actors' default acceptable heartbeat pause, so a link that is merely
+/// quiet between bursts is rarely the one chosen, while idle connections
+/// cannot keep a new peer out for longer than this.
+pub const DEFAULT_IDLE_EVICTION_AFTER: Duration = Duration::from_secs(30);
+/// Default time the echo of a peer's heartbeat may wait to be written
+/// while the peer keeps sending heartbeats: 10 s, the actors' default
+/// acceptable heartbeat pause. A peer that sends but does not read is
+/// closed after it, instead of having its echoes buffered; by then its own
+/// failure detector has judged this node unreachable anyway, since the
+/// echoes it needed could not reach it.
+pub const DEFAULT_CONTROL_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings for an [`Endpoint`](crate::Endpoint) and its connections.
 ///
@@ -65,6 +84,9 @@ pub struct TransportConfig {
     pub(crate) close_timeout: Duration,
     pub(crate) accept_backlog: u32,
     pub(crate) max_inbound_connections: usize,
+    pub(crate) max_inbound_connections_per_ip: usize,
+    pub(crate) idle_eviction_after: Option<Duration>,
+    pub(crate) control_stall_timeout: Duration,
     pub(crate) shared_secret: Option<SharedSecret>,
     pub(crate) cookie_file: Option<PathBuf>,
     pub(crate) insecure_no_authentication: bool,
@@ -86,6 +108,9 @@ impl Default for TransportConfig {
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
             accept_backlog: 1024,
             max_inbound_connections: DEFAULT_MAX_INBOUND_CONNECTIONS,
+            max_inbound_connections_per_ip: DEFAULT_MAX_INBOUND_CONNECTIONS_PER_IP,
+            idle_eviction_after: Some(DEFAULT_IDLE_EVICTION_AFTER),
+            control_stall_timeout: DEFAULT_CONTROL_STALL_TIMEOUT,
             shared_secret: None,
             cookie_file: None,
             insecure_no_authentication: false,
@@ -180,6 +205,9 @@ impl TransportConfig {
 
     /// Time a graceful close waits for queued frames to be written. Default
     /// 5 s; after it the connection is dropped with what is left unsent.
+    /// Also how long, after the peer's Close frame, this side waits for
+    /// the peer's end of stream before it drops the connection (a peer
+    /// that closes and never hangs up holds it no longer).
     pub fn set_close_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.close_timeout = timeout;
         self
@@ -198,10 +226,75 @@ impl TransportConfig {
     /// as [`TransportError::TooManyConnections`](crate::TransportError::TooManyConnections);
     /// its slot frees when a connection ends (or its handshake fails or
     /// times out, see [`set_handshake_timeout`](Self::set_handshake_timeout)).
-    /// Outbound connections are not counted. Cost: one semaphore permit per
-    /// connection.
+    /// Outbound connections are not counted.
+    ///
+    /// Memory: an idle established connection holds about 200 KiB (a
+    /// 64 KiB read buffer, two 64 KiB write buffers, two tasks; see
+    /// [`set_read_buffer_size`](Self::set_read_buffer_size) and
+    /// [`set_write_buffer_size`](Self::set_write_buffer_size)), a busy one
+    /// up to its queue capacity more
+    /// ([`set_queue_capacity`](Self::set_queue_capacity)); a handshaking
+    /// one about 1 KiB. So the default bounds idle inbound connections at
+    /// about 200 MiB. When every slot is taken, an idle connection may be
+    /// evicted for a new one (see
+    /// [`set_idle_eviction_after`](Self::set_idle_eviction_after)).
     pub fn set_max_inbound_connections(&mut self, n: usize) -> &mut Self {
         self.max_inbound_connections = n;
+        self
+    }
+
+    /// Most inbound connections held at once from one IP address, counting
+    /// those still in their handshake. Default 64
+    /// ([`DEFAULT_MAX_INBOUND_CONNECTIONS_PER_IP`]). Enforced in the accept
+    /// loop before any byte is read, like
+    /// [`set_max_inbound_connections`](Self::set_max_inbound_connections):
+    /// a connection over it is closed at once, logged (sampled) and
+    /// reported by [`Endpoint::accept`](crate::Endpoint::accept) as
+    /// [`TransportError::TooManyConnectionsFromIp`](crate::TransportError::TooManyConnectionsFromIp).
+    /// Memory: one map entry (about 40 bytes) per address with a
+    /// connection, at most one per inbound connection; each connection
+    /// costs what [`set_max_inbound_connections`](Self::set_max_inbound_connections)
+    /// says. Set it to the global limit to turn it off.
+    pub fn set_max_inbound_connections_per_ip(&mut self, n: usize) -> &mut Self {
+        self.max_inbound_connections_per_ip = n;
+        self
+    }
+
+    /// When every inbound slot is taken, a new inbound connection evicts
+    /// the established inbound connection that has gone longest without an
+    /// application frame (`Message` or `System`; heartbeats do not count),
+    /// provided that is at least this long, instead of being refused.
+    /// Default 30 s ([`DEFAULT_IDLE_EVICTION_AFTER`]); `None` never evicts
+    /// (a full endpoint refuses, as before). The evicted connection is
+    /// sent a `Close` frame with reason `evicted: no application frame for
+    /// 41s and the endpoint is at its limit of 1024 inbound connections`,
+    /// and aborted if it has not closed within 500 ms; the new connection
+    /// waits for that slot (at most the handshake timeout) before its
+    /// handshake starts. Connections still in their handshake are never
+    /// evicted (the handshake timeout bounds them). Cost: one clock read
+    /// and one relaxed store per socket read that delivers application
+    /// frames, on every connection; a scan of the inbound connections only
+    /// when the endpoint is full.
+    pub fn set_idle_eviction_after(&mut self, idle: Option<Duration>) -> &mut Self {
+        self.idle_eviction_after = idle;
+        self
+    }
+
+    /// How long the echo of a peer's heartbeat may wait to be written
+    /// (the peer does not read, so the writer cannot hand anything to the
+    /// socket) before a further heartbeat from that peer closes the
+    /// connection with `peer does not read: ...`; 1024 heartbeats arriving
+    /// while one echo waits close it too, however soon (a peer that does
+    /// not read can still let an echo trickle out every 200 ms, through
+    /// TCP's zero-window probes). Default 10 s
+    /// ([`DEFAULT_CONTROL_STALL_TIMEOUT`]). Meanwhile the echoes coalesce:
+    /// a connection holds at most one pending echo and one heartbeat of
+    /// its own, each at most
+    /// [`MAX_HEARTBEAT_BODY`](crate::MAX_HEARTBEAT_BODY) bytes,
+    /// whatever the peer sends. Cost: one clock read per heartbeat
+    /// received.
+    pub fn set_control_stall_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.control_stall_timeout = timeout;
         self
     }
 
@@ -307,6 +400,22 @@ impl TransportConfig {
         self.max_inbound_connections
     }
 
+    /// The most inbound connections held at once from one IP address.
+    pub fn max_inbound_connections_per_ip(&self) -> usize {
+        self.max_inbound_connections_per_ip
+    }
+
+    /// The idle time after which an inbound connection may be evicted
+    /// when the endpoint is full; `None`: never.
+    pub fn idle_eviction_after(&self) -> Option<Duration> {
+        self.idle_eviction_after
+    }
+
+    /// How long a heartbeat echo may wait to be written.
+    pub fn control_stall_timeout(&self) -> Duration {
+        self.control_stall_timeout
+    }
+
     /// Checks every setting.
     ///
     /// # Errors
@@ -318,6 +427,10 @@ impl TransportConfig {
             ("write_buffer_size", self.write_buffer_size),
             ("read_buffer_size", self.read_buffer_size),
             ("max_inbound_connections", self.max_inbound_connections),
+            (
+                "max_inbound_connections_per_ip",
+                self.max_inbound_connections_per_ip,
+            ),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero { name });
@@ -326,6 +439,7 @@ impl TransportConfig {
         for (name, d) in [
             ("handshake_timeout", self.handshake_timeout),
             ("connect_timeout", self.connect_timeout),
+            ("control_stall_timeout", self.control_stall_timeout),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Zero { name });

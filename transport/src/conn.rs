@@ -24,14 +24,19 @@ use crate::{
     config::TransportConfig,
     frame::Frame,
     inbound::{ChannelHandler, Inbound},
+    log_limit::LogLimit,
     out_queue::OutQueue,
     pool::BufferPool,
     reader::{self, Handler},
     security::Stream,
     sender::{SendFrameError, Sender, TrySendFrameError},
     shared::{CloseReason, ConnStats, PeerInfo, Shared},
+    slots::Slot,
     writer,
 };
+
+/// Write failures (a peer's reset causes them) are logged sampled.
+static WRITE_FAILED: LogLimit = LogLimit::new();
 
 /// A connection whose handshake succeeded, not yet started: inspect
 /// [`peer`](Self::peer), then [`start`](Self::start) it with a handler or
@@ -42,9 +47,9 @@ pub struct Established<T> {
     pub(crate) peer: PeerInfo,
     pub(crate) config: Arc<TransportConfig>,
     pub(crate) pool: BufferPool,
-    /// An inbound connection's slot under the endpoint's
-    /// `max_inbound_connections`; released when the connection ends.
-    pub(crate) permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// An inbound connection's slot under the endpoint's bounds (global
+    /// and per address); released when the connection ends.
+    pub(crate) slot: Option<Slot>,
 }
 
 impl<T> fmt::Debug for Established<T> {
@@ -76,7 +81,7 @@ where
             peer,
             config,
             pool,
-            permit,
+            slot,
         } = self;
         let (rd, wr) = stream.split_io();
         let out = OutQueue::new(
@@ -84,8 +89,13 @@ where
             config.max_frame_size,
             config.queue_capacity,
             config.producer_yield_bytes.unwrap_or(usize::MAX),
+            config.control_stall_timeout,
         );
         let shared = Arc::new(Shared::new(out, peer));
+        if let Some(slot) = &slot {
+            // From now on it may be evicted when idle and slots are short.
+            slot.attach(&shared);
+        }
         let span =
             tracing::debug_span!("conn", peer = %shared.peer.socket_addr, uid = shared.peer.uid);
         let writer =
@@ -103,7 +113,10 @@ where
                     Ok((Ok(()), buf)) => pool.put(buf),
                     Ok((Err(e), buf)) => {
                         pool.put(buf);
-                        tracing::warn!(error = %e, "connection write failed");
+                        // Peers can cause this (resets): sampled.
+                        if let Some(s) = WRITE_FAILED.sample() {
+                            tracing::warn!(error = %e, total = s.total, suppressed = s.suppressed, "connection write failed");
+                        }
                         shared.set_reason(CloseReason::Error(Arc::new(e)));
                     }
                     Err(join) => {
@@ -124,7 +137,7 @@ where
                 }
                 shared.set_reason(CloseReason::Lost);
                 // Free the inbound slot before anyone can see the end.
-                drop(permit);
+                drop(slot);
                 tracing::debug!(reason = %shared.reason().expect("set just above"), "connection closed");
                 shared.cancel.cancel();
                 shared.done.cancel();
@@ -156,7 +169,8 @@ where
 /// - sending: [`sender`](Self::sender), [`send`](Self::send),
 ///   [`try_send`](Self::try_send);
 /// - observing: [`stats`](Self::stats), [`is_closed`](Self::is_closed),
-///   [`closed`](Self::closed), [`close_reason`](Self::close_reason);
+///   [`closed`](Self::closed), [`close_reason`](Self::close_reason),
+///   [`last_application_frame`](Self::last_application_frame);
 /// - ending: [`close`](Self::close), [`abort`](Self::abort).
 #[derive(Debug)]
 pub struct Connection {
@@ -210,6 +224,15 @@ impl Connection {
         self.shared().done.cancelled().await;
         self.close_reason()
             .expect("the supervisor records a reason before signalling done")
+    }
+
+    /// When the last application frame (`Message` or `System`) arrived,
+    /// to the millisecond; `None` if none has. Heartbeats do not count.
+    /// Updated once per socket read that delivered any (what the endpoint's
+    /// idle eviction looks at, see
+    /// [`TransportConfig::set_idle_eviction_after`]).
+    pub fn last_application_frame(&self) -> Option<std::time::Instant> {
+        self.shared().last_application_frame()
     }
 
     /// Why the connection ended, once it has.
@@ -294,7 +317,7 @@ mod tests {
                 verified: crate::shared::PeerVerified::Secret,
             },
             config: config.clone(),
-            permit: None,
+            slot: None,
             pool: BufferPool::new(64 * 1024, 4),
         }
     }

@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{TcpListener, TcpSocket, TcpStream},
-    sync::{Mutex, Semaphore, mpsc},
+    sync::{Mutex, mpsc},
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -23,10 +23,21 @@ use crate::{
     error::{AcceptError, ConfigError, HandshakeError, TlsError, TransportError},
     frame::{self, FrameKind},
     handshake::{Handshake, Hello, MAX_ADDR_LEN},
+    log_limit::LogLimit,
+    peer_text::PeerText,
     pool::BufferPool,
     security::{Plain, Security},
     shared::{PeerInfo, PeerVerified},
+    slots::{self, Admitted, Slots},
 };
+
+/// Log lines a peer can trigger from the accept loop, each sampled (see
+/// `log_limit`): refused connections, evictions, failed handshakes, and
+/// failed accepts (a connection flood causes EMFILE).
+static REFUSED: LogLimit = LogLimit::new();
+static EVICTED: LogLimit = LogLimit::new();
+static HANDSHAKE_FAILED: LogLimit = LogLimit::new();
+static ACCEPT_FAILED: LogLimit = LogLimit::new();
 
 /// Established inbound connections waiting for [`Endpoint::accept`]. When
 /// the application does not accept, handshakes wait here and the listener
@@ -72,6 +83,8 @@ struct Inner<S> {
     hello: Hello,
     local_addr: SocketAddr,
     pool: BufferPool,
+    /// Inbound connection slots: global, per address, idle eviction.
+    slots: Arc<Slots>,
     cancel: CancellationToken,
     tasks: TaskTracker,
 }
@@ -196,6 +209,11 @@ impl<S: Security> Endpoint<S> {
             security,
             secret,
             pool: BufferPool::new(config.write_buffer_size, MAX_RETAINED_BUFFER),
+            slots: Arc::new(Slots::new(
+                config.max_inbound_connections,
+                config.max_inbound_connections_per_ip,
+                config.idle_eviction_after,
+            )),
             config: Arc::new(config),
             hello: Hello {
                 uid: random_uid(),
@@ -369,7 +387,7 @@ impl<S: Security> Inner<S> {
             },
             config: self.config.clone(),
             pool: self.pool.clone(),
-            permit: None,
+            slot: None,
         }
     }
 
@@ -515,8 +533,6 @@ async fn accept_loop<S: Security>(
     inner: Arc<Inner<S>>,
     tx: mpsc::Sender<Accepted<S>>,
 ) {
-    let limit = inner.config.max_inbound_connections;
-    let slots = Arc::new(Semaphore::new(limit));
     loop {
         let (stream, peer) = tokio::select! {
             () = inner.cancel.cancelled() => return,
@@ -524,26 +540,63 @@ async fn accept_loop<S: Security>(
                 Ok(x) => x,
                 Err(e) => {
                     // EMFILE and friends: back off briefly instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(s) = ACCEPT_FAILED.sample() {
+                        tracing::warn!(error = %e, total = s.total, suppressed = s.suppressed, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
             },
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            // Over the limit: close before reading anything, so a flood
-            // costs one accept and one close per connection.
-            drop(stream);
-            tracing::warn!(%peer, limit, "too many inbound connections; connection closed");
-            let error = TransportError::TooManyConnections { limit };
-            let _ = tx.try_send(Err(AcceptError { peer, error }));
-            continue;
+        // Before reading anything: a flood costs one accept and one close
+        // per connection.
+        let admitted = match inner.slots.admit(peer.ip(), Instant::now()) {
+            Ok(a) => a,
+            Err(error) => {
+                drop(stream);
+                if let Some(s) = REFUSED.sample() {
+                    tracing::warn!(%peer, %error, total = s.total, suppressed = s.suppressed, "inbound connection refused");
+                }
+                let _ = tx.try_send(Err(AcceptError { peer, error }));
+                continue;
+            }
         };
         let inner2 = inner.clone();
         let tx = tx.clone();
         inner.tasks.spawn(async move {
-            if let Err(e) = stream.set_nodelay(inner2.config.nodelay) {
-                tracing::warn!(%peer, error = %e, "set_nodelay failed");
+            let slot = match admitted {
+                Admitted::Now(slot) => slot,
+                Admitted::AfterEviction {
+                    mut slot,
+                    victim,
+                    idle,
+                } => {
+                    let limit = inner2.slots.limit();
+                    let reason = format!(
+                        "evicted: no application frame for {:.1}s and the endpoint is at its limit of {limit} inbound connections",
+                        idle.as_secs_f64()
+                    );
+                    if let Some(s) = EVICTED.sample() {
+                        tracing::info!(%peer, victim = %victim.peer.socket_addr, idle_ms = idle.as_millis() as u64, total = s.total, suppressed = s.suppressed, "evicting an idle inbound connection for a new one");
+                    }
+                    let wait = inner2.config.handshake_timeout;
+                    let got = tokio::select! {
+                        () = inner2.cancel.cancelled() => return,
+                        (_, got) = async { tokio::join!(slots::evict(victim, reason), slot.wait_permit(wait)) } => got,
+                    };
+                    if !got {
+                        let error = TransportError::TooManyConnections { limit };
+                        let _ = tx.try_send(Err(AcceptError { peer, error }));
+                        return;
+                    }
+                    slot
+                }
+            };
+            if let Err(e) = stream.set_nodelay(inner2.config.nodelay)
+                && let Some(s) = ACCEPT_FAILED.sample()
+            {
+                // A peer that resets at once causes this: sampled.
+                tracing::warn!(%peer, error = %e, total = s.total, suppressed = s.suppressed, "set_nodelay failed");
             }
             let res = tokio::select! {
                 () = inner2.cancel.cancelled() => return,
@@ -551,12 +604,14 @@ async fn accept_loop<S: Security>(
             };
             match res {
                 Ok(mut est) => {
-                    est.permit = Some(permit);
-                    tracing::debug!(%peer, uid = est.peer.uid, addr = %est.peer.addr, "inbound connection established");
+                    est.slot = Some(slot);
+                    tracing::debug!(%peer, uid = est.peer.uid, addr = %PeerText(&est.peer.addr), "inbound connection established");
                     let _ = tx.send(Ok(est)).await;
                 }
                 Err(error) => {
-                    tracing::warn!(%peer, %error, "inbound handshake failed");
+                    if let Some(s) = HANDSHAKE_FAILED.sample() {
+                        tracing::warn!(%peer, %error, total = s.total, suppressed = s.suppressed, "inbound handshake failed");
+                    }
                     // Reported if someone is accepting; never blocks the task.
                     let _ = tx.try_send(Err(AcceptError { peer, error }));
                 }

@@ -76,6 +76,20 @@ pub enum FrameError {
         /// The kind byte received.
         kind: u8,
     },
+    /// A control frame (a heartbeat or its ack) is longer than the small
+    /// fixed bound of its kind
+    /// ([`MAX_HEARTBEAT_BODY`](crate::MAX_HEARTBEAT_BODY)); refused
+    /// from its header, before its body is buffered. The peer is broken or
+    /// hostile: heartbeats carry a sequence number, not data.
+    #[error("control frame {kind:#04x} body length {len} exceeds its limit {max}")]
+    ControlTooLarge {
+        /// The kind byte.
+        kind: u8,
+        /// The length the frame claims.
+        len: u64,
+        /// The kind's limit.
+        max: usize,
+    },
     /// The stream ended inside a frame; the peer crashed or was cut off.
     #[error("stream ended inside a frame: have {have} bytes, frame needs {need}")]
     Truncated {
@@ -301,6 +315,36 @@ pub enum TransportError {
     TooManyConnections {
         /// The configured maximum.
         limit: usize,
+    },
+    /// An inbound connection arrived from an address that already held its
+    /// maximum of inbound connections (handshaking or established); it was
+    /// closed at once, before any byte was read. Raise
+    /// [`TransportConfig::set_max_inbound_connections_per_ip`](crate::TransportConfig::set_max_inbound_connections_per_ip)
+    /// if that many peers legitimately share one address (a NAT).
+    #[error(
+        "too many inbound connections from {ip} (limit {limit} per address); connection closed"
+    )]
+    TooManyConnectionsFromIp {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// The configured maximum per address.
+        limit: usize,
+    },
+    /// The peer keeps sending heartbeats but does not read: the echo of
+    /// one has waited longer than the stall timeout to be written, or more
+    /// than 1024 further heartbeats arrived meanwhile. The connection is
+    /// closed rather than buffer echoes. See
+    /// [`TransportConfig::set_control_stall_timeout`](crate::TransportConfig::set_control_stall_timeout).
+    #[error(
+        "peer does not read: {heartbeats} heartbeats arrived while the echo of an earlier one waited {waited:?} to be written (limits: 1024 heartbeats, {limit:?})"
+    )]
+    PeerNotReading {
+        /// How long the echo waited.
+        waited: Duration,
+        /// Heartbeats that arrived while it waited.
+        heartbeats: u32,
+        /// The configured stall timeout.
+        limit: Duration,
     },
     /// A connect attempt did not finish within the connect timeout.
     #[error("connect to {addr} timed out after {after:?}")]

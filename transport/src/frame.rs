@@ -23,6 +23,14 @@ use crate::error::FrameError;
 /// Bytes before the body: the 4-byte length and the 1-byte kind.
 pub const HEADER_LEN: usize = 5;
 
+/// Largest body of a [`FrameKind::Heartbeat`] or [`FrameKind::HeartbeatAck`]:
+/// 16 bytes. The actors send an 8-byte sequence number; 16 leaves room for
+/// a timestamp beside it. A fixed small bound is what makes an echo cheap:
+/// a peer cannot make this node hold (and send back) a body it chose the
+/// size of. [`decode_header`] refuses a larger one from its header, before
+/// any byte of the body is buffered.
+pub const MAX_HEARTBEAT_BODY: usize = 16;
+
 /// The kind byte of a frame.
 ///
 /// Kinds below `0x10` are the transport's own control frames and are never
@@ -99,6 +107,29 @@ impl Frame {
     }
 }
 
+/// Checks the body length of a frame of `kind` against the kind's own
+/// limit: [`MAX_HEARTBEAT_BODY`] for heartbeats and their acks, nothing for
+/// the other kinds (their limits are the maximum frame size, or the
+/// handshake's own).
+///
+/// # Errors
+/// [`FrameError::ControlTooLarge`] naming the kind and both sizes.
+#[inline]
+pub fn check_kind_len(kind: FrameKind, body_len: usize) -> Result<(), FrameError> {
+    // The length test first: it is false for the common small frames only
+    // when they are tiny, and then the kind test is one compare.
+    if body_len > MAX_HEARTBEAT_BODY
+        && matches!(kind, FrameKind::Heartbeat | FrameKind::HeartbeatAck)
+    {
+        return Err(FrameError::ControlTooLarge {
+            kind: kind as u8,
+            len: body_len as u64,
+            max: MAX_HEARTBEAT_BODY,
+        });
+    }
+    Ok(())
+}
+
 /// Checks `body_len` against `max_frame_size`.
 ///
 /// # Errors
@@ -143,10 +174,12 @@ pub fn set_body_len(frame: &mut [u8], body_len: usize) {
 /// Appends `frame` to `dst`.
 ///
 /// # Errors
-/// [`FrameError::TooLarge`] if the body exceeds `max_frame_size`; `dst` is
-/// then unchanged.
+/// [`FrameError::TooLarge`] if the body exceeds `max_frame_size`,
+/// [`FrameError::ControlTooLarge`] if it exceeds its kind's own limit
+/// (see [`check_kind_len`]); `dst` is then unchanged.
 pub fn encode(frame: &Frame, dst: &mut BytesMut, max_frame_size: usize) -> Result<(), FrameError> {
     check_len(frame.body.len(), max_frame_size)?;
+    check_kind_len(frame.kind, frame.body.len())?;
     dst.reserve(frame.encoded_len());
     encode_header(frame.kind, frame.body.len(), dst);
     dst.extend_from_slice(&frame.body);
@@ -163,7 +196,9 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut, max_frame_size: usize) -> Resul
 /// # Errors
 /// - [`FrameError::TooLarge`] when the length prefix exceeds
 ///   `max_frame_size` (checked before any allocation);
-/// - [`FrameError::UnknownKind`] for an unassigned kind byte.
+/// - [`FrameError::UnknownKind`] for an unassigned kind byte;
+/// - [`FrameError::ControlTooLarge`] for a heartbeat or heartbeat ack
+///   longer than [`MAX_HEARTBEAT_BODY`] (also before any allocation).
 ///
 /// After an error the stream is out of sync and must be closed.
 #[inline]
@@ -197,6 +232,7 @@ pub fn decode_header(
     };
     check_len(len, max_frame_size)?;
     let kind = FrameKind::from_u8(kind).ok_or(FrameError::UnknownKind { kind })?;
+    check_kind_len(kind, len)?;
     Ok(Some((kind, len)))
 }
 
@@ -248,7 +284,11 @@ mod tests {
             },
             Frame {
                 kind: FrameKind::Heartbeat,
-                body: Bytes::from(vec![7u8; 300]),
+                body: Bytes::from(vec![7u8; MAX_HEARTBEAT_BODY]),
+            },
+            Frame {
+                kind: FrameKind::System,
+                body: Bytes::from(vec![8u8; 300]),
             },
             Frame {
                 kind: FrameKind::Close,
@@ -418,6 +458,54 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_heartbeat_is_refused_from_its_header() {
+        for kind in [FrameKind::Heartbeat, FrameKind::HeartbeatAck] {
+            // 8 MiB claimed, under the maximum frame size: refused after the
+            // 5 header bytes, nothing reserved.
+            let mut buf = BytesMut::new();
+            encode_header(kind, 8 << 20, &mut buf);
+            let cap_before = buf.capacity();
+            let err = decode(&mut buf, 16 << 20).unwrap_err();
+            assert_eq!(
+                err,
+                FrameError::ControlTooLarge {
+                    kind: kind as u8,
+                    len: 8 << 20,
+                    max: MAX_HEARTBEAT_BODY
+                }
+            );
+            assert_eq!(buf.capacity(), cap_before);
+            // At the limit: a frame like any other.
+            let mut buf = BytesMut::new();
+            encode_header(kind, MAX_HEARTBEAT_BODY, &mut buf);
+            buf.put_slice(&[1; MAX_HEARTBEAT_BODY]);
+            assert_eq!(
+                decode(&mut buf, MAX).unwrap().unwrap().body.len(),
+                MAX_HEARTBEAT_BODY
+            );
+        }
+        assert_eq!(
+            decode(&mut BytesMut::from(&[0, 0x80, 0, 0, 0x03][..]), 16 << 20)
+                .unwrap_err()
+                .to_string(),
+            "control frame 0x03 body length 8388608 exceeds its limit 16"
+        );
+        // Other kinds are bounded by the maximum frame size only.
+        assert!(check_kind_len(FrameKind::Close, 1 << 20).is_ok());
+        assert!(
+            encode(
+                &Frame {
+                    kind: FrameKind::Heartbeat,
+                    body: Bytes::from(vec![0; 17])
+                },
+                &mut BytesMut::new(),
+                MAX
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
     fn unknown_kind_is_an_error() {
         let mut buf = BytesMut::from(&[0, 0, 0, 1, 0x7f, 0][..]);
         let err = decode(&mut buf, MAX).unwrap_err();
@@ -478,7 +566,12 @@ mod tests {
         ) {
             let frames: Vec<Frame> = frames
                 .into_iter()
-                .map(|(kind, body)| Frame { kind, body: Bytes::from(body) })
+                .map(|(kind, mut body)| {
+                    if matches!(kind, FrameKind::Heartbeat | FrameKind::HeartbeatAck) {
+                        body.truncate(MAX_HEARTBEAT_BODY);
+                    }
+                    Frame { kind, body: Bytes::from(body) }
+                })
                 .collect();
             let mut wire = BytesMut::new();
             for f in &frames {

@@ -60,6 +60,10 @@
 //!   `cookie`, `error`.
 //! - [`handshake`]: sans-IO hello exchange with magic, version, uid.
 //!   → `auth`, `error`, `frame`.
+//! - `peer_text`: [`PeerText`], a peer's text (close reasons, addresses)
+//!   truncated and escaped for logs and errors. → nothing.
+//! - `log_limit`: rate limits for log lines a peer can trigger (a burst
+//!   per window, then counts). → nothing.
 //!
 //! One connection's state, shared by its handles and tasks (no IO):
 //! - `out_queue`: the outbound queue: user and control lanes under one
@@ -68,6 +72,9 @@
 //! - `shared`: the per-connection state (out queue, counters, close
 //!   reason, cancel tokens, peer); [`CloseReason`], [`PeerInfo`],
 //!   [`PeerVerified`], [`ConnStats`]. → `error`, `out_queue`.
+//! - `slots`: an endpoint's inbound connection slots: the global bound,
+//!   the bound per address, eviction of idle connections when full.
+//!   → `error`, `shared`.
 //! - `sender`: [`Sender`], the producers' handle (encodes into the out
 //!   queue, never touches the socket), [`Pushed`], [`SendFrameError`],
 //!   [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
@@ -140,12 +147,15 @@ pub mod frame;
 pub mod handshake;
 pub mod heartbeat;
 mod inbound;
+mod log_limit;
 mod out_queue;
+mod peer_text;
 mod pool;
 mod reader;
 mod security;
 mod sender;
 mod shared;
+mod slots;
 #[cfg(feature = "tls")]
 mod tls;
 #[cfg(feature = "tls")]
@@ -155,9 +165,11 @@ mod writer;
 pub use auth::{MIN_SECRET_LEN, SharedSecret};
 pub use backoff::{Backoff, DEFAULT_BACKOFF_JITTER, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN};
 pub use config::{
-    DEFAULT_CLOSE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_INBOUND_CONNECTIONS, DEFAULT_PRODUCER_YIELD_BYTES,
-    DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
+    DEFAULT_CLOSE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTROL_STALL_TIMEOUT,
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_EVICTION_AFTER, DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_INBOUND_CONNECTIONS, DEFAULT_MAX_INBOUND_CONNECTIONS_PER_IP,
+    DEFAULT_PRODUCER_YIELD_BYTES, DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE,
+    DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
 };
 pub use conn::{Connection, Established};
 pub use cookie::{COOKIE_ENV, DEFAULT_COOKIE_FILE_NAME, load_cookie_file};
@@ -165,9 +177,10 @@ pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
 pub use error::{
     AcceptError, ConfigError, FrameError, HandshakeError, SecretSource, TlsError, TransportError,
 };
-pub use frame::{Frame, FrameKind};
+pub use frame::{Frame, FrameKind, MAX_HEARTBEAT_BODY};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use inbound::Inbound;
+pub use peer_text::{MAX_PEER_TEXT, PeerText, peer_text_from_bytes};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};

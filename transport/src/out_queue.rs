@@ -5,11 +5,21 @@
 //! ```text
 //!  producers (Sender)                 OutQueue                    writer task
 //!  push ──────────► lock, append to `buf`, unlock ──────────► take: swap `buf` and
-//!  push_control ──► lock, append to `control`     (wake it    `control` with its empty
-//!                   (never refused for room)       if idle)   spares, or mark itself idle
+//!  push_heartbeat ► lock, set the one pending     (wake it    `control` with its empty
+//!  push_ack ──────► heartbeat / ack (a newer one   if idle)   spares, or mark itself idle
+//!                   replaces it; never refused for room)
 //!  begin_close ───► Open → Closing(reason) ────────────────► take: encode Close, → Closed
 //!  ◄── space ─────  notified when the writer takes what a full queue held
 //! ```
+//!
+//! The control lane is bounded by construction: it holds at most one
+//! heartbeat of ours and one ack of the peer's (each at most
+//! [`MAX_HEARTBEAT_BODY`] bytes); a newer one replaces the one the writer
+//! has not taken yet (coalescing: only the newest matters to a failure
+//! detector). An ack that cannot be written for longer than the stall
+//! timeout, or while more than [`MAX_COALESCED_HEARTBEATS`] heartbeats
+//! arrive, means the peer does not read: [`OutQueue::push_ack`] reports it and the reader closes the
+//! connection, instead of buffering echoes.
 //!
 //! Every method holds the lock only for what it says; none does IO or
 //! awaits under it. The state machine of the outbound side:
@@ -25,6 +35,7 @@ use std::{
         Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering::Relaxed},
     },
+    time::{Duration, Instant},
 };
 
 use bytes::{BufMut, BytesMut};
@@ -32,7 +43,7 @@ use tokio::sync::Notify;
 
 use crate::{
     error::FrameError,
-    frame::{self, FrameKind, HEADER_LEN},
+    frame::{self, FrameKind, HEADER_LEN, MAX_HEARTBEAT_BODY},
 };
 
 /// The queue one connection's producers share with its writer.
@@ -54,6 +65,53 @@ pub(crate) struct OutQueue {
     /// Queued bytes at which a sender is asked to yield to a woken writer
     /// (`usize::MAX`: never).
     yield_at: usize,
+    /// How long an ack may wait for the writer before a further heartbeat
+    /// from the peer closes the connection.
+    stall_timeout: Duration,
+}
+
+/// One control frame's body, held inline: the control lane never
+/// allocates.
+#[derive(Debug, Clone, Copy)]
+struct ControlBody {
+    len: u8,
+    bytes: [u8; MAX_HEARTBEAT_BODY],
+}
+
+impl ControlBody {
+    /// `body` if it fits ([`MAX_HEARTBEAT_BODY`]).
+    fn new(body: &[u8]) -> Option<Self> {
+        let mut bytes = [0; MAX_HEARTBEAT_BODY];
+        bytes.get_mut(..body.len())?.copy_from_slice(body);
+        Some(Self {
+            len: body.len() as u8,
+            bytes,
+        })
+    }
+
+    fn encode(&self, kind: FrameKind, dst: &mut BytesMut) {
+        let body = &self.bytes[..usize::from(self.len)];
+        frame::encode_header(kind, body.len(), dst);
+        dst.put_slice(body);
+    }
+}
+
+/// Heartbeats folded into one pending echo before the peer counts as not
+/// reading: 1024. A peer that heartbeats once a second reaches it only
+/// if its echo cannot be written for 17 minutes; one that sends thousands
+/// a second while its echoes trickle out (a zero window opens a few bytes
+/// per probe) reaches it at once.
+pub(crate) const MAX_COALESCED_HEARTBEATS: u32 = 1024;
+
+/// The peer keeps sending heartbeats while the echo of an earlier one
+/// waits to be written, for longer than the stall timeout or for more
+/// than [`MAX_COALESCED_HEARTBEATS`] heartbeats: it does not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stalled {
+    /// How long the pending echo has waited.
+    pub(crate) waited: Duration,
+    /// Heartbeats that arrived while it waited.
+    pub(crate) heartbeats: u32,
 }
 
 /// What the senders share with the writer, under one short lock.
@@ -63,11 +121,12 @@ struct Inner {
     buf: BytesMut,
     /// Frames in `buf`.
     frames: u64,
-    /// The control lane: heartbeats and acks, written before `buf` and,
-    /// when `buf` is large, between two of its frames (see `writer`).
-    control: BytesMut,
-    /// Frames in `control`.
-    control_frames: u64,
+    /// The control lane: our newest heartbeat not yet taken, and the ack
+    /// of the peer's newest heartbeat not yet taken (with when the first
+    /// ack that has been waiting since was queued). Written before `buf`
+    /// and, when `buf` is large, between two of its frames (see `writer`).
+    heartbeat: Option<ControlBody>,
+    ack: Option<PendingAck>,
     /// The writer found the queue empty and waits to be notified.
     writer_idle: bool,
     /// A sender woke the idle writer, which has not taken the queue yet:
@@ -79,6 +138,16 @@ struct Inner {
     /// How many times the writer has taken `buf` (for `wait_taken`).
     takes: u64,
     state: OutState,
+}
+
+/// The echo of the peer's newest heartbeat, waiting for the writer.
+#[derive(Debug, Clone, Copy)]
+struct PendingAck {
+    body: ControlBody,
+    /// When the first echo that has been waiting since was queued.
+    since: Instant,
+    /// Heartbeats folded into it.
+    coalesced: u32,
 }
 
 /// The life of the outbound side.
@@ -170,13 +239,14 @@ impl OutQueue {
         max_frame_size: usize,
         capacity: usize,
         yield_at: usize,
+        stall_timeout: Duration,
     ) -> Self {
         Self {
             inner: Mutex::new(Inner {
                 buf,
                 frames: 0,
-                control: BytesMut::new(),
-                control_frames: 0,
+                heartbeat: None,
+                ack: None,
                 writer_idle: false,
                 // A new writer task has not run yet either.
                 wake_pending: true,
@@ -190,6 +260,7 @@ impl OutQueue {
             max_frame_size,
             capacity,
             yield_at,
+            stall_timeout,
         }
     }
 
@@ -257,24 +328,74 @@ impl OutQueue {
         Ok(yield_now)
     }
 
-    /// Queues a control frame on the control lane, regardless of capacity:
-    /// it is tiny, and it is written before any queued user data. False if
-    /// the queue is closed.
-    pub(crate) fn push_control(&self, kind: FrameKind, body: &[u8]) -> bool {
+    /// Queues our heartbeat on the control lane, regardless of capacity;
+    /// it replaces our heartbeat that the writer has not taken yet (an
+    /// unsent probe is worth nothing once a newer one exists). False if
+    /// the queue is closed or `body` is over [`MAX_HEARTBEAT_BODY`].
+    pub(crate) fn push_heartbeat(&self, body: &[u8]) -> bool {
+        let Some(body) = ControlBody::new(body) else {
+            return false;
+        };
         let mut q = self.lock();
         if q.state == OutState::Closed {
             return false;
         }
-        frame::encode_header(kind, body.len(), &mut q.control);
-        q.control.put_slice(body);
-        q.control_frames += 1;
+        q.heartbeat = Some(body);
+        self.control_queued(q);
+        true
+    }
+
+    /// Queues the ack of the peer's heartbeat with `body` (at most
+    /// [`MAX_HEARTBEAT_BODY`] bytes: the reader refused a longer one from
+    /// its header). It replaces an ack the writer has not taken yet, so the
+    /// lane holds one whatever the peer sends.
+    ///
+    /// # Errors
+    /// [`Stalled`] if the replaced ack had waited longer than the stall
+    /// timeout at `now`, or more than [`MAX_COALESCED_HEARTBEATS`]
+    /// heartbeats were folded into it: the peer does not read, and the
+    /// caller closes the connection.
+    pub(crate) fn push_ack(&self, body: &[u8], now: Instant) -> Result<(), Stalled> {
+        let Some(body) = ControlBody::new(body) else {
+            debug_assert!(false, "the reader refuses heartbeats over the limit");
+            return Ok(());
+        };
+        let mut q = self.lock();
+        if q.state == OutState::Closed {
+            return Ok(());
+        }
+        let (since, coalesced) = match q.ack {
+            Some(p) => {
+                let waited = now.saturating_duration_since(p.since);
+                let coalesced = p.coalesced + 1;
+                if waited > self.stall_timeout || coalesced > MAX_COALESCED_HEARTBEATS {
+                    return Err(Stalled {
+                        waited,
+                        heartbeats: coalesced,
+                    });
+                }
+                (p.since, coalesced)
+            }
+            None => (now, 0),
+        };
+        q.ack = Some(PendingAck {
+            body,
+            since,
+            coalesced,
+        });
+        self.control_queued(q);
+        Ok(())
+    }
+
+    /// Tells the writer that the control lane has a frame, and wakes it if
+    /// idle.
+    fn control_queued(&self, mut q: MutexGuard<'_, Inner>) {
         self.control_pending.store(true, Relaxed);
         let wake = mem::take(&mut q.writer_idle);
         drop(q);
         if wake {
             self.writer_wake.notify_one();
         }
-        true
     }
 
     /// Starts a graceful close: queued frames are flushed, then a Close
@@ -291,6 +412,11 @@ impl OutQueue {
             // Waiting senders must learn that the connection is closing.
             self.space.notify_waiters();
         }
+    }
+
+    /// How long an ack may wait for the writer (see [`push_ack`](Self::push_ack)).
+    pub(crate) fn stall_timeout(&self) -> Duration {
+        self.stall_timeout
     }
 
     /// True until the queue starts closing.
@@ -333,13 +459,12 @@ impl OutQueue {
     pub(crate) fn take(&self, spare: &mut BytesMut, control: &mut BytesMut) -> Taken {
         let mut q = self.lock();
         q.wake_pending = false;
-        if !q.buf.is_empty() || !q.control.is_empty() {
+        if !q.buf.is_empty() || q.heartbeat.is_some() || q.ack.is_some() {
             q.takes = q.takes.wrapping_add(1);
             mem::swap(&mut q.buf, spare);
-            mem::swap(&mut q.control, control);
-            self.control_pending.store(false, Relaxed);
+            let control_frames = self.take_control_locked(&mut q, control);
             Taken::Write {
-                frames: mem::take(&mut q.frames) + mem::take(&mut q.control_frames),
+                frames: mem::take(&mut q.frames) + control_frames,
                 close: false,
                 wake_senders: mem::take(&mut q.space_waiters),
             }
@@ -364,13 +489,26 @@ impl OutQueue {
         }
     }
 
-    /// Takes the control lane alone (swapped with the empty `control`), for
-    /// the writer to send between two frames of a large batch. Returns the
+    /// Takes the control lane alone (encoded into `control`), for the
+    /// writer to send between two frames of a large batch. Returns the
     /// frames taken.
     pub(crate) fn take_control(&self, control: &mut BytesMut) -> u64 {
         let mut q = self.lock();
-        mem::swap(&mut q.control, control);
-        let frames = mem::take(&mut q.control_frames);
+        self.take_control_locked(&mut q, control)
+    }
+
+    /// Encodes the pending heartbeat and ack into `control` and clears
+    /// them; returns how many there were.
+    fn take_control_locked(&self, q: &mut Inner, control: &mut BytesMut) -> u64 {
+        let mut frames = 0;
+        if let Some(hb) = q.heartbeat.take() {
+            hb.encode(FrameKind::Heartbeat, control);
+            frames += 1;
+        }
+        if let Some(ack) = q.ack.take() {
+            ack.body.encode(FrameKind::HeartbeatAck, control);
+            frames += 1;
+        }
         self.control_pending.store(false, Relaxed);
         frames
     }
@@ -395,13 +533,17 @@ impl OutQueue {
 mod tests {
     use bytes::{BufMut, BytesMut};
 
-    use super::{Always, Maybe, OutQueue, Refused, Taken};
-    use crate::frame::{self, FrameKind};
+    use std::time::{Duration, Instant};
+
+    use super::{Always, MAX_COALESCED_HEARTBEATS, Maybe, OutQueue, Refused, Stalled, Taken};
+    use crate::frame::{self, FrameKind, MAX_HEARTBEAT_BODY};
 
     const MAX: usize = 1024;
 
+    const STALL: Duration = Duration::from_secs(10);
+
     fn queue(capacity: usize) -> OutQueue {
-        OutQueue::new(BytesMut::new(), MAX, capacity, usize::MAX)
+        OutQueue::new(BytesMut::new(), MAX, capacity, usize::MAX, STALL)
     }
 
     fn decode_all(mut buf: BytesMut) -> Vec<(FrameKind, Vec<u8>)> {
@@ -424,7 +566,7 @@ mod tests {
             ),
             Ok(false)
         ));
-        assert!(q.push_control(FrameKind::Heartbeat, b"hb"));
+        assert!(q.push_heartbeat(b"hb"));
         let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
         assert_eq!(
             q.take(&mut spare, &mut control),
@@ -443,6 +585,74 @@ mod tests {
         // Nothing left: the writer goes idle.
         let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
         assert_eq!(q.take(&mut spare, &mut control), Taken::Wait);
+    }
+
+    /// However many heartbeats and acks are queued before the writer
+    /// runs, it takes one of each: the newest.
+    #[test]
+    fn the_control_lane_coalesces_to_one_heartbeat_and_one_ack() {
+        let q = queue(1 << 20);
+        let t0 = Instant::now();
+        for i in 0..1_000u64 {
+            assert!(q.push_heartbeat(&i.to_le_bytes()));
+            assert_eq!(q.push_ack(&(i + 1).to_be_bytes(), t0), Ok(()));
+        }
+        let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
+        assert_eq!(
+            q.take(&mut spare, &mut control),
+            Taken::Write {
+                frames: 2,
+                close: false,
+                wake_senders: false
+            }
+        );
+        assert_eq!(
+            decode_all(control),
+            vec![
+                (FrameKind::Heartbeat, 999u64.to_le_bytes().to_vec()),
+                (FrameKind::HeartbeatAck, 1_000u64.to_be_bytes().to_vec()),
+            ]
+        );
+        // A body over the limit is not queued.
+        assert!(!q.push_heartbeat(&[0; MAX_HEARTBEAT_BODY + 1]));
+        let mut control = BytesMut::new();
+        assert_eq!(q.take_control(&mut control), 0);
+    }
+
+    /// An ack the writer has not taken for longer than the stall timeout is
+    /// reported when the next heartbeat's ack arrives; taking it resets the
+    /// clock.
+    #[test]
+    fn an_ack_waiting_longer_than_the_stall_timeout_is_reported() {
+        let q = queue(1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(q.push_ack(b"1", t0), Ok(()));
+        assert_eq!(q.push_ack(b"2", t0 + STALL), Ok(()));
+        let late = t0 + STALL + Duration::from_millis(1);
+        assert_eq!(
+            q.push_ack(b"3", late),
+            Err(Stalled {
+                waited: STALL + Duration::from_millis(1),
+                heartbeats: 2
+            })
+        );
+        // Taken: a fresh ack starts a fresh wait.
+        assert_eq!(q.take_control(&mut BytesMut::new()), 1);
+        assert_eq!(q.push_ack(b"4", late), Ok(()));
+        assert_eq!(q.push_ack(b"5", late + STALL), Ok(()));
+        // However fast: more than MAX_COALESCED_HEARTBEATS folded into one
+        // pending echo is a peer that does not read.
+        q.take_control(&mut BytesMut::new());
+        for _ in 0..=MAX_COALESCED_HEARTBEATS {
+            assert_eq!(q.push_ack(b"6", late), Ok(()));
+        }
+        assert_eq!(
+            q.push_ack(b"7", late),
+            Err(Stalled {
+                waited: Duration::ZERO,
+                heartbeats: MAX_COALESCED_HEARTBEATS + 1
+            })
+        );
     }
 
     #[test]
@@ -531,7 +741,7 @@ mod tests {
         assert_eq!(decode_all(spare), vec![(FrameKind::Close, b"bye".to_vec())]);
         assert_eq!(q.take(&mut BytesMut::new(), &mut control), Taken::Done);
         // Closed: even the control lane refuses.
-        assert!(!q.push_control(FrameKind::Heartbeat, b""));
+        assert!(!q.push_heartbeat(b""));
     }
 
     #[test]

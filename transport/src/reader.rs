@@ -24,10 +24,18 @@ use crate::{
     config::TransportConfig,
     error::{FrameError, TransportError},
     frame::{self, Frame, FrameKind},
+    log_limit::LogLimit,
+    peer_text::peer_text_from_bytes,
     pool::ReadSize,
     sender::Sender,
     shared::{CloseReason, Shared},
 };
+
+/// Connections closed for a protocol or IO error: a peer can cause any
+/// number of these, so they are logged sampled, with counts.
+static CLOSED_ON_ERROR: LogLimit = LogLimit::new();
+/// Connections whose stream ended without a Close frame, likewise.
+static LOST: LogLimit = LogLimit::new();
 
 /// The most a single read asks for, however full reads come back.
 pub const MAX_READ_SIZE: usize = 1024 * 1024;
@@ -120,7 +128,9 @@ fn end_of_stream(shared: &Shared, peer_closed: bool) {
     let closing = !shared.out.is_open();
     if !peer_closed && !closing {
         shared.abort(CloseReason::Lost);
-        tracing::warn!(peer = %shared.peer.socket_addr, "connection lost: stream ended without a close frame");
+        if let Some(s) = LOST.sample() {
+            tracing::warn!(peer = %shared.peer.socket_addr, total = s.total, suppressed = s.suppressed, "connection lost: stream ended without a close frame");
+        }
     }
 }
 
@@ -186,7 +196,9 @@ pub(crate) async fn run<R: ReadIo, H: Handler>(
     match result {
         Ok(()) => {}
         Err(e) => {
-            tracing::warn!(peer = %shared.peer.socket_addr, error = %e, "closing connection");
+            if let Some(s) = CLOSED_ON_ERROR.sample() {
+                tracing::warn!(peer = %shared.peer.socket_addr, error = %e, total = s.total, suppressed = s.suppressed, "closing connection");
+            }
             shared.abort(CloseReason::Error(Arc::new(e)));
         }
     }
@@ -256,7 +268,8 @@ impl FrameRoute<'_> {
         let shared = self.shared;
         match kind {
             FrameKind::Close => {
-                let reason = String::from_utf8_lossy(body).into_owned();
+                // The peer's text: kept and shown truncated and escaped.
+                let reason = peer_text_from_bytes(body);
                 tracing::debug!(peer = %shared.peer.socket_addr, %reason, "peer closed");
                 shared.set_reason(CloseReason::Remote(reason));
                 shared.out.begin_close("peer closed".into());
@@ -264,8 +277,17 @@ impl FrameRoute<'_> {
                 Ok(())
             }
             FrameKind::Heartbeat => {
-                shared.out.push_control(FrameKind::HeartbeatAck, body);
-                Ok(())
+                // At most `MAX_HEARTBEAT_BODY` bytes (refused from the
+                // header otherwise); replaces an echo not yet written.
+                let now = std::time::Instant::now();
+                shared
+                    .out
+                    .push_ack(body, now)
+                    .map_err(|stalled| TransportError::PeerNotReading {
+                        waited: stalled.waited,
+                        heartbeats: stalled.heartbeats,
+                        limit: shared.out.stall_timeout(),
+                    })
             }
             kind => Err(FrameError::Unexpected { kind: kind as u8 }.into()),
         }
@@ -288,6 +310,14 @@ async fn drive<R: ReadIo, H: Handler>(
     };
     let mut bytes_read = buf.len() as u64;
     let mut frames = 0u64;
+    // Set once the peer's Close has arrived.
+    let mut peer_gone_by: Option<tokio::time::Instant> = None;
+    let after_close = |by: Option<tokio::time::Instant>| async move {
+        match by {
+            Some(by) => tokio::time::sleep_until(by).await,
+            None => std::future::pending().await,
+        }
+    };
     loop {
         handler.on_read(buf.len());
         if H::BORROW {
@@ -313,7 +343,14 @@ async fn drive<R: ReadIo, H: Handler>(
             }
         }
         shared.stats.record_read(frames, bytes_read);
+        if dispatch.peer_closed && peer_gone_by.is_none() {
+            // The peer said Close: it owes us only its end of stream, for
+            // at most the close timeout (a peer that never sends it holds
+            // nothing forever).
+            peer_gone_by = Some(tokio::time::Instant::now() + config.close_timeout);
+        }
         if mem::take(&mut dispatch.delivered) {
+            shared.touch_app();
             handler.on_batch_end().await;
         }
         frames = 0;
@@ -324,6 +361,7 @@ async fn drive<R: ReadIo, H: Handler>(
             let chunk = tokio::select! {
                 biased;
                 () = shared.cancel.cancelled() => return Ok(()),
+                () = after_close(peer_gone_by) => return Ok(()),
                 r = std::future::poll_fn(|cx| {
                     io.poll_chunk(cx, |chunk| {
                         handler.on_read(buf.len() + chunk.len());
@@ -358,6 +396,7 @@ async fn drive<R: ReadIo, H: Handler>(
         let n = tokio::select! {
             biased;
             () = shared.cancel.cancelled() => return Ok(()),
+            () = after_close(peer_gone_by) => return Ok(()),
             r = io.read_buf(buf) => r?,
         };
         if n == 0 {

@@ -14,9 +14,14 @@ use bytes::BytesMut;
 use crate::{
     error::FrameError,
     frame::{self, Frame, FrameKind},
+    log_limit::LogLimit,
     out_queue::{Always, Body, Maybe, Refused},
+    peer_text::PeerText,
     shared::{CloseReason, Shared},
 };
+
+/// Aborts by handlers (usually over the peer's bytes) are logged sampled.
+static ABORTS: LogLimit = LogLimit::new();
 
 /// What [`Sender::try_push_with`] did with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,9 +221,17 @@ impl Sender {
     /// answers with a [`FrameKind::HeartbeatAck`] carrying the same body,
     /// which reaches [`Handler::on_heartbeat_ack`](crate::Handler::on_heartbeat_ack).
     ///
-    /// Returns false if the connection is closed.
+    /// The lane holds one heartbeat: one queued while an earlier one has
+    /// not been written yet replaces it (an unsent probe is worth nothing
+    /// once a newer one exists), so a peer that does not read costs no
+    /// memory however long heartbeats go on.
+    ///
+    /// Returns false if the connection is closed, or if `body` is longer
+    /// than [`MAX_HEARTBEAT_BODY`](crate::frame::MAX_HEARTBEAT_BODY) (16
+    /// bytes; the peer would close the connection over it), in which case
+    /// nothing is queued.
     pub fn send_heartbeat(&self, body: &[u8]) -> bool {
-        self.shared.out.push_control(FrameKind::Heartbeat, body)
+        self.shared.out.push_heartbeat(body)
     }
 
     /// Bytes queued and not yet handed to the socket.
@@ -248,7 +261,11 @@ impl Sender {
     /// counted), the reader stops, and the connection's close reason is
     /// `Local(reason)`. For handlers that find the peer misbehaving.
     pub fn abort(&self, reason: &str) {
-        tracing::warn!(peer = %self.shared.peer.socket_addr, reason, "aborting connection");
+        // Usually a reaction to the peer's bytes, and the reason may quote
+        // them: sampled, and escaped.
+        if let Some(s) = ABORTS.sample() {
+            tracing::warn!(peer = %self.shared.peer.socket_addr, reason = %PeerText(reason), total = s.total, suppressed = s.suppressed, "aborting connection");
+        }
         self.shared.abort(CloseReason::Local(reason.to_owned()));
     }
 }

@@ -9,7 +9,9 @@
 //!      ├─ reason: first CloseReason recorded wins
 //!      ├─ cancel: stops both tasks at once (abort, error, drop)
 //!      ├─ done:   cancelled when both tasks have ended and the reason is final
-//!      └─ peer:   PeerInfo from the handshake
+//!      ├─ peer:   PeerInfo from the handshake
+//!      └─ last_app: when the reader last delivered an application frame
+//!                 (what idle eviction looks at; one relaxed store per read)
 //! ```
 //!
 //! This module knows no task: the reader, the writer and the handles reach
@@ -22,6 +24,7 @@ use std::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering::Relaxed},
     },
+    time::{Duration, Instant},
 };
 
 use tokio_util::sync::CancellationToken;
@@ -196,6 +199,11 @@ pub(crate) struct Shared {
     reason: Mutex<Option<CloseReason>>,
     /// Who is at the other end.
     pub(crate) peer: PeerInfo,
+    /// When the connection started.
+    opened: Instant,
+    /// Milliseconds after `opened` at which the reader last delivered an
+    /// application frame (0: none yet).
+    last_app: AtomicU64,
 }
 
 impl fmt::Debug for Shared {
@@ -214,7 +222,33 @@ impl Shared {
             done: CancellationToken::new(),
             reason: Mutex::new(None),
             peer,
+            opened: Instant::now(),
+            last_app: AtomicU64::new(0),
         }
+    }
+
+    /// The reader delivered application frames just now. Once per read
+    /// that carried any: a clock read and a relaxed store.
+    #[inline]
+    pub(crate) fn touch_app(&self) {
+        let ms = self.opened.elapsed().as_millis();
+        self.last_app
+            .store(u64::try_from(ms).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// When the reader last delivered an application frame (to the
+    /// millisecond), if it ever did.
+    pub(crate) fn last_application_frame(&self) -> Option<Instant> {
+        match self.last_app.load(Relaxed) {
+            0 => None,
+            ms => Some(self.opened + Duration::from_millis(ms)),
+        }
+    }
+
+    /// Since when the connection has carried no application frame: the
+    /// last one, or the start.
+    pub(crate) fn idle_since(&self) -> Instant {
+        self.last_application_frame().unwrap_or(self.opened)
     }
 
     /// Records why the connection ends; the first reason wins.
