@@ -162,7 +162,10 @@ impl ActorSystem {
 
     fn make_cell<M: Send + 'static>(&self, elements: &str) -> Arc<Cell<M>> {
         Arc::new(Cell {
-            mailbox: Mailbox::new(self.inner.config.mailbox_capacity),
+            mailbox: Mailbox::new(
+                self.inner.config.mailbox_capacity,
+                self.inner.config.mailbox_bytes,
+            ),
             path: self.registry().path(elements),
             watchers: Watchers::default(),
             registry: Arc::downgrade(self.registry()),

@@ -37,6 +37,11 @@ pub const DEFAULT_MAX_ASSOCIATIONS: usize = 1024;
 /// cannot make the node open sockets without bound.
 pub const DEFAULT_MAX_CONCURRENT_DIALS: usize = 16;
 
+/// Default bytes of remote messages a mailbox queues before it is full:
+/// 64 MiB. With the message bound alone, 65,536 large messages could
+/// queue; a batch may overshoot by one socket read (or one large message).
+pub const DEFAULT_MAILBOX_BYTES: usize = 64 << 20;
+
 /// Default most recipient ids one link defines: 16,384. About 100 bytes
 /// each on the receiving node (the path and a cached target), so at most
 /// about 1.6 MiB per link.
@@ -46,6 +51,7 @@ pub const DEFAULT_MAX_RECIPIENT_IDS: usize = 16 * 1024;
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
     pub(crate) mailbox_capacity: usize,
+    pub(crate) mailbox_bytes: usize,
     pub(crate) resolve_timeout: Duration,
     pub(crate) pending_capacity: usize,
     pub(crate) max_malformed_per_second: usize,
@@ -70,6 +76,7 @@ impl Default for SystemConfig {
     fn default() -> Self {
         Self {
             mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
+            mailbox_bytes: DEFAULT_MAILBOX_BYTES,
             resolve_timeout: DEFAULT_RESOLVE_TIMEOUT,
             pending_capacity: DEFAULT_PENDING_CAPACITY,
             max_malformed_per_second: DEFAULT_MAX_MALFORMED_PER_SECOND,
@@ -96,6 +103,18 @@ impl SystemConfig {
     /// `send` waits and remote reading pauses. Default 65,536.
     pub fn set_mailbox_capacity(&mut self, n: usize) -> &mut Self {
         self.mailbox_capacity = n.max(1);
+        self
+    }
+
+    /// Bytes of remote messages (as they arrived, encoded) a mailbox queues
+    /// before it is full, beside the message count: `tell` reports
+    /// `MailboxFull`, `send` waits and the remote reader pauses, as for
+    /// the count. Default 64 MiB ([`DEFAULT_MAILBOX_BYTES`]); one socket
+    /// read's batch (or one large message) may overshoot it. Local
+    /// messages are bounded by their count only. Cost: this much memory
+    /// per busy actor at most.
+    pub fn set_mailbox_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.mailbox_bytes = bytes.max(1);
         self
     }
 

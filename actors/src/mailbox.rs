@@ -62,6 +62,8 @@ struct State<M> {
     user: VecDeque<Queued<M>>,
     /// User messages queued (a batch counts its records).
     queued: usize,
+    /// Bytes of remote batches queued.
+    queued_bytes: usize,
     system: VecDeque<SystemMsg>,
     idle: bool,
     closed: bool,
@@ -74,14 +76,20 @@ pub(crate) struct Mailbox<M> {
     space: Notify,
     system_pending: AtomicBool,
     capacity: usize,
+    /// Bytes of remote batches queued before the mailbox is full
+    /// (`SystemConfig::set_mailbox_bytes`).
+    capacity_bytes: usize,
 }
 
 impl<M> Mailbox<M> {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A mailbox for `capacity` messages and `capacity_bytes` bytes of
+    /// remote batches.
+    pub(crate) fn new(capacity: usize, capacity_bytes: usize) -> Self {
         Self {
             state: Mutex::new(State {
                 user: VecDeque::new(),
                 queued: 0,
+                queued_bytes: 0,
                 system: VecDeque::new(),
                 idle: false,
                 closed: false,
@@ -91,7 +99,14 @@ impl<M> Mailbox<M> {
             space: Notify::new(),
             system_pending: AtomicBool::new(false),
             capacity: capacity.max(1),
+            capacity_bytes: capacity_bytes.max(1),
         }
+    }
+
+    /// Whether another user message may be queued now.
+    #[inline]
+    fn has_room(&self, st: &State<M>) -> bool {
+        st.queued < self.capacity && st.queued_bytes < self.capacity_bytes
     }
 
     fn lock(&self) -> MutexGuard<'_, State<M>> {
@@ -115,7 +130,7 @@ impl<M> Mailbox<M> {
         if st.closed {
             return Err((Refused::Closed, m));
         }
-        if st.queued >= self.capacity {
+        if !self.has_room(&st) {
             return Err((Refused::Full, m));
         }
         st.user.push_back(m);
@@ -135,7 +150,7 @@ impl<M> Mailbox<M> {
                 if st.closed {
                     return Err(m);
                 }
-                if st.queued < self.capacity {
+                if self.has_room(&st) {
                     st.user.push_back(m);
                     st.queued += 1;
                     self.wake_if_idle(st);
@@ -153,18 +168,20 @@ impl<M> Mailbox<M> {
     }
 
     /// Appends a batch of `n` remote messages (one socket read's worth) if
-    /// the mailbox is under capacity; the batch may overshoot it.
+    /// the mailbox is under capacity, in messages and in bytes; the batch
+    /// may overshoot either.
     pub(crate) fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
         let mut st = self.lock();
         if st.closed {
             return Err(Refused::Closed);
         }
-        if st.queued >= self.capacity {
+        if !self.has_room(&st) {
             st.space_waiters = true;
             return Err(Refused::Full);
         }
         st.user.push_back(Queued::Batch(batch.clone(), n));
         st.queued += n;
+        st.queued_bytes += batch.len();
         self.wake_if_idle(st);
         Ok(())
     }
@@ -176,7 +193,7 @@ impl<M> Mailbox<M> {
         notified.as_mut().enable();
         {
             let mut st = self.lock();
-            if st.closed || st.queued < self.capacity {
+            if st.closed || self.has_room(&st) {
                 return;
             }
             st.space_waiters = true;
@@ -222,6 +239,7 @@ impl<M> Mailbox<M> {
                 if !st.user.is_empty() || !st.system.is_empty() {
                     mem::swap(&mut st.user, user);
                     st.queued = 0;
+                    st.queued_bytes = 0;
                     sys.append(&mut st.system);
                     self.system_pending.store(false, Ordering::Release);
                     let wake = mem::take(&mut st.space_waiters);
@@ -247,6 +265,7 @@ impl<M> Mailbox<M> {
         st.closed = true;
         let n = st.queued;
         st.queued = 0;
+        st.queued_bytes = 0;
         st.user.clear();
         st.system.clear();
         drop(st);

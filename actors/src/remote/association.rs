@@ -538,13 +538,19 @@ impl Association {
         self.resend_unacked();
     }
 
-    /// An inbound connection from this node.
+    /// An inbound connection from this node. A receive-only one is kept
+    /// at once, so that a shutdown right after it arrived still closes it
+    /// (and tells its peer); a proven one is installed by a task, since
+    /// installing may wait to flush what was buffered for the node.
     pub(super) fn install_inbound(
         self: &Arc<Self>,
         conn: Connection,
         generation: u32,
         proven: bool,
     ) {
+        if !proven && !self.is_quarantined(conn.peer().uid) {
+            return self.receive_only(conn, generation);
+        }
         let assoc = self.clone();
         tokio::spawn(async move { assoc.install(conn, generation, false, proven).await });
     }

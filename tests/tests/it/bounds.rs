@@ -133,3 +133,70 @@ async fn a_node_cannot_pile_up_watches_on_one_actor() {
     .await;
     assert_eq!(a.dead_letters(), before + WATCHES - LIMIT);
 }
+
+/// A blob of bytes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Blob(actors::SharedBytes);
+
+impl actors::RemoteMessage for Blob {
+    const MANIFEST: &'static str = "it.bounds.Blob";
+}
+
+/// Takes messages only once the gate opens.
+struct Gated {
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl actors::Actor for Gated {
+    type Msg = Blob;
+
+    async fn handle(&mut self, _: Blob, _: &mut actors::Ctx<Self>) {
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_mailbox_is_bounded_in_bytes_as_well_as_messages() {
+    const BYTES: usize = 1 << 20;
+    const PAYLOAD: usize = 10_000;
+    let mut config = SystemConfig::default();
+    config
+        .set_mailbox_capacity(1_000_000)
+        .set_mailbox_bytes(BYTES);
+    let b = actor_system_with("b", config.clone()).await;
+    let (open, gate) = tokio::sync::oneshot::channel();
+    let slow = b
+        .spawn_named("slow", Gated { gate: Some(gate) })
+        .expect("free");
+    let a = actor_system_with("a", config).await;
+    let remote: ActorRef<Blob> = within("resolve", a.resolve(&actor_path(&b, "slow")))
+        .await
+        .expect("resolves");
+    // The first message blocks the actor; then tell until the link is
+    // full: backpressure reached the sender.
+    let payload = actors::SharedBytes::from(vec![1u8; PAYLOAD]);
+    let mut sent = 0u64;
+    within("the link fills", async {
+        loop {
+            match remote.tell(Blob(payload.clone())) {
+                Ok(()) => sent += 1,
+                Err(actors::SendError::MailboxFull(_)) => return,
+                Err(e) => panic!("{e}"),
+            }
+            if sent.is_multiple_of(64) {
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+    .await;
+    // The mailbox holds about a megabyte (and one read's batch more), not
+    // everything that was sent.
+    let queued = slow.mailbox_len();
+    assert!(
+        queued * PAYLOAD < 4 * BYTES,
+        "{queued} messages of {PAYLOAD} bytes queued ({sent} sent)"
+    );
+    let _ = open.send(());
+}
