@@ -244,8 +244,11 @@ impl SystemConfig {
 
     /// The most remote nodes this system keeps an association with
     /// (outbound or inbound). Default 1,024 ([`DEFAULT_MAX_ASSOCIATIONS`]).
-    /// At the limit, a ref to a further node that arrives inside a message
-    /// is a dead end (its messages are dead letters), `resolve` of one
+    /// At the limit, associations nothing uses (no ref to the node, no
+    /// connection, no watch, no unacknowledged system message) are dropped
+    /// to make room, those holding quarantine tombstones last. When every
+    /// association is in use, a ref to a further node that arrives inside
+    /// a message is a dead end (its messages are dead letters), `resolve` of one
     /// fails with `ResolveError::Unreachable`, and an inbound connection
     /// from one is closed; each is logged (sampled). Cost: a few kilobytes
     /// per association.

@@ -152,6 +152,23 @@ impl Association {
         }
     }
 
+    /// Whether dropping this association loses nothing but cached state:
+    /// no link, no connection, no dial in flight, no watch and no
+    /// unacknowledged system message. `Some(true)` when it also holds
+    /// quarantine tombstones (worth keeping while there is room). A lock
+    /// held elsewhere means it is in use: `None`, as for a busy one. The
+    /// caller also checks that nothing else holds a reference to it.
+    pub(super) fn disposable(&self) -> Option<bool> {
+        let idle = matches!(*self.state.try_lock().ok()?, LinkState::Idle)
+            && self.conns.try_lock().ok()?.is_empty()
+            && !self.connecting.load(Ordering::Acquire)
+            && !self.requests.try_needs_link()?;
+        if !idle {
+            return None;
+        }
+        Some(!self.quarantined.try_lock().ok()?.is_empty())
+    }
+
     pub(super) fn is_quarantined(&self, uid: u64) -> bool {
         uid != 0 && lock(&self.quarantined).contains(&uid)
     }

@@ -76,6 +76,8 @@ pub(crate) struct Remoting {
     refs: Mutex<HashMap<String, Weak<Recipient>>>,
     /// Associations refused at `SystemConfig::set_max_associations`.
     refused: AtomicU64,
+    /// Idle associations dropped to make room (see `evict_idle`).
+    evicted: AtomicU64,
 }
 
 /// A bound endpoint, before the node it serves exists.
@@ -128,6 +130,7 @@ impl Remoting {
             associations: Mutex::new(HashMap::new()),
             refs: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
         });
         remoting.clone().start_accepting();
         remoting
@@ -146,10 +149,13 @@ impl Remoting {
         }
         let limit = self.shared.config.max_associations;
         if assocs.len() >= limit {
+            self.evict_idle(&mut assocs);
+        }
+        if assocs.len() >= limit {
             drop(assocs);
             let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
             if n <= 10 || n.is_power_of_two() {
-                tracing::warn!(node = %truncated(node), limit, refused = n, "association limit reached; a ref to this node is a dead end");
+                tracing::warn!(node = %truncated(node), limit, refused = n, evicted = self.evicted.load(Ordering::Relaxed), "association limit reached and every association is in use; a ref to this node is a dead end");
             }
             return None;
         }
@@ -160,6 +166,55 @@ impl Remoting {
         ));
         assocs.insert(node.into(), assoc.clone());
         Some(assoc)
+    }
+
+    /// Makes room in a full table: drops every association nothing uses
+    /// (no ref, no connection, no dial, no watch, no unacknowledged system
+    /// message); if none of those is free of quarantine tombstones, drops
+    /// one that holds some. What is lost is cached state only: a ref made
+    /// later makes a new association, and an inbound connection from the
+    /// node does too. Runs only when the table is full, so it costs one
+    /// scan of at most `max_associations` entries per refused attempt.
+    ///
+    /// Dropping tombstones means a quarantined incarnation of that node is
+    /// no longer recognised as one; its links are closed, and a node that
+    /// shut down does not come back. Connections from peers that prove no
+    /// identity cannot quarantine (see `receive_only`), so a stranger
+    /// cannot fill the table with entries that stay.
+    fn evict_idle(&self, assocs: &mut HashMap<Arc<str>, Arc<Association>>) {
+        // Only this map holds a strong reference to a free association, and
+        // it is locked: no one can take a new one while this runs. The
+        // heartbeat task may hold one for an instant: then it is skipped.
+        let free = |a: &Arc<Association>| {
+            if Arc::strong_count(a) == 1 {
+                a.disposable()
+            } else {
+                None
+            }
+        };
+        let before = assocs.len();
+        assocs.retain(|_, a| free(a) != Some(false));
+        let mut tombstones = 0;
+        if assocs.len() == before {
+            let victim = assocs
+                .iter()
+                .find(|(_, a)| free(a) == Some(true))
+                .map(|(k, _)| k.clone());
+            if let Some(k) = victim {
+                tracing::info!(node = %truncated(&k), "association table full: forgetting the quarantined incarnations of an idle node");
+                assocs.remove(&k);
+                tombstones = 1;
+            }
+        }
+        let n = before - assocs.len();
+        if n > 0 {
+            self.evicted.fetch_add(n as u64, Ordering::Relaxed);
+            tracing::debug!(
+                evicted = n,
+                tombstones,
+                "idle associations dropped to make room"
+            );
+        }
     }
 
     /// Accepts inbound connections until `shutdown` closes the endpoint.

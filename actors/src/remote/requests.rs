@@ -69,6 +69,13 @@ impl Requests {
     }
 
     /// Registers a watch on the peer's actor at `path`; returns its id.
+    /// As [`needs_link`](Self::needs_link), without waiting for a lock:
+    /// `None` when one is held.
+    pub(super) fn try_needs_link(&self) -> Option<bool> {
+        let watches = !self.watches.try_lock().ok()?.is_empty();
+        Some(watches || self.out.try_lock().ok()?.len() > 0)
+    }
+
     pub(super) fn add_watch(&self, path: ActorPath, sink: WatchSink) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         lock(&self.watches).insert(id, (path, sink));

@@ -1,5 +1,6 @@
 //! Per-link state that a peer's traffic creates is bounded: recipient ids
-//! (compression), and the paths that name recipients.
+//! (compression), the paths that name recipients, watches, mailboxes, and
+//! the association table (idle entries make room for new nodes).
 
 use actors::{ActorRef, SystemConfig};
 use integration_tests::{actor_path, actor_system_with, within};
@@ -199,4 +200,83 @@ async fn a_mailbox_is_bounded_in_bytes_as_well_as_messages() {
         "{queued} messages of {PAYLOAD} bytes queued ({sent} sent)"
     );
     let _ = open.send(());
+}
+
+/// Resolves `path` from `from`, again while it fails, within the test's
+/// time bound: the room a closed link leaves is made as its tasks end.
+async fn resolve_eventually(from: &actors::ActorSystem, path: &str) -> ActorRef<Count> {
+    within("resolve succeeds", async {
+        loop {
+            if let Ok(r) = from.resolve::<Count>(path).await {
+                return r;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn peers_that_come_and_go_do_not_fill_the_association_table() {
+    let mut config = SystemConfig::default();
+    // One for b, which stays, and one for the peers that come and go.
+    config.set_max_associations(2);
+    let a = actor_system_with("a", config).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let on_b = resolve_eventually(&a, &actor_path(&b, "counter")).await;
+    for i in 0..4 {
+        let p = actor_system_with(&format!("p{i}"), SystemConfig::default()).await;
+        p.spawn_named("counter", Counter::default()).expect("free");
+        // Past the first, this needs the previous peer's association, which
+        // shut down (and is quarantined), to make room.
+        let on_p = resolve_eventually(&a, &actor_path(&p, "counter")).await;
+        on_p.tell(Count::Add(1)).expect("room");
+        within("p answers", on_p.ask(Count::Get, ASK))
+            .await
+            .expect("answers");
+        drop(on_p);
+        within("p shuts down", p.shutdown()).await;
+    }
+    // b's association, in use all along, was never dropped.
+    on_b.tell(Count::Add(2)).expect("room");
+    let total = within("b answers", on_b.ask(Count::Get, ASK))
+        .await
+        .expect("answers");
+    assert_eq!(total, 2);
+}
+
+#[tokio::test]
+async fn strangers_that_connect_and_leave_do_not_fill_the_association_table() {
+    use integration_tests::{loopback, secured};
+    use transport::{Endpoint, TransportConfig};
+    let mut config = SystemConfig::default();
+    config.set_max_associations(3);
+    let a = actor_system_with("a", config).await;
+    let a_addr = a.local_addr().expect("remoting");
+    // Twenty nodes nobody refers to, each holding the shared secret and
+    // naming itself differently, connect and leave.
+    for i in 0..20 {
+        let e = Endpoint::bind_with(loopback(), secured(TransportConfig::default()), |s| {
+            format!("stranger{i}@{s}")
+        })
+        .await
+        .expect("binds");
+        let est = within("connect", e.connect(a_addr))
+            .await
+            .expect("handshake");
+        let (conn, _inbound) = est.start_channel(16);
+        conn.close("leaving").await;
+        e.close();
+    }
+    // a can still reach a real node: the strangers' associations, with no
+    // connection left, made room.
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let on_b = resolve_eventually(&a, &actor_path(&b, "counter")).await;
+    on_b.tell(Count::Add(3)).expect("room");
+    let total = within("b answers", on_b.ask(Count::Get, ASK))
+        .await
+        .expect("answers");
+    assert_eq!(total, 3);
 }
