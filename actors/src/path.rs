@@ -54,7 +54,7 @@ impl ActorPath {
     /// [`ResolveError::InvalidPath`] saying what is wrong.
     pub fn parse(s: &str) -> Result<Self, ResolveError> {
         let bad = |reason| ResolveError::InvalidPath {
-            path: truncate_for_error(s),
+            path: transport::PeerText(s).to_string(),
             reason,
         };
         if s.len() > MAX_PATH_LEN {
@@ -145,16 +145,6 @@ pub(crate) fn valid_name(name: &str) -> bool {
         && !name
             .chars()
             .any(|c| matches!(c, '/' | '#' | '@' | ':') || c.is_whitespace())
-}
-
-/// A peer-supplied path for an error message: at most 256 characters,
-/// escaped.
-fn truncate_for_error(s: &str) -> String {
-    let mut out: String = s.chars().take(256).flat_map(char::escape_debug).collect();
-    if s.chars().nth(256).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 #[cfg(test)]

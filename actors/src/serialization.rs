@@ -62,7 +62,7 @@ pub trait Serializer: Send + Sync + 'static {
 
 /// bincode 2's format (serde, standard config: varint integers, little
 /// endian), written and read by this crate's own serde serializer and
-/// deserializer (`actors::wire`, private; property tests and a fuzz target
+/// deserializer (`bincode_format`, private; property tests and a fuzz target
 /// check they agree byte for byte with the bincode crate). Decoding bounds
 /// every length by the bytes that actually arrived, so a hostile length
 /// claim is refused before anything is allocated, whatever the message's

@@ -155,7 +155,7 @@ impl Remoting {
             drop(assocs);
             let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
             if n <= 10 || n.is_power_of_two() {
-                tracing::warn!(node = %truncated(node), limit, refused = n, evicted = self.evicted.load(Ordering::Relaxed), "association limit reached and every association is in use; a ref to this node is a dead end");
+                tracing::warn!(node = %transport::PeerText(node), limit, refused = n, evicted = self.evicted.load(Ordering::Relaxed), "association limit reached and every association is in use; a ref to this node is a dead end");
             }
             return None;
         }
@@ -201,7 +201,7 @@ impl Remoting {
                 .find(|(_, a)| free(a) == Some(true))
                 .map(|(k, _)| k.clone());
             if let Some(k) = victim {
-                tracing::info!(node = %truncated(&k), "association table full: forgetting the quarantined incarnations of an idle node");
+                tracing::info!(node = %transport::PeerText(&k), "association table full: forgetting the quarantined incarnations of an idle node");
                 assocs.remove(&k);
                 tombstones = 1;
             }
@@ -315,20 +315,6 @@ impl Remoting {
         while closing.join_next().await.is_some() {}
         self.shared.endpoint.close();
     }
-}
-
-/// A peer-supplied name for a log line: at most 64 characters, escaped.
-fn truncated(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .take(64)
-        .collect::<String>()
-        .escape_debug()
-        .collect();
-    if s.chars().count() > 64 {
-        out.push('…');
-    }
-    out
 }
 
 /// Decodes `bytes` the way a received frame is decoded, for fuzzing: as an

@@ -149,13 +149,18 @@ async fn node_with_another_cookie_is_refused_on_both_sides() {
     assert_round_trip(&explicit, &server).await;
 }
 
+/// What the raw intruders below say they are.
+fn intruder() -> Hello {
+    Hello {
+        uid: 0xbad,
+        addr: "intruder:1".into(),
+    }
+}
+
 /// A raw dialer speaking the real handshake with `secret`.
 fn raw_dialer(secret: SharedSecret) -> Handshake {
     Handshake::with_secret(
-        Hello {
-            uid: 0xbad,
-            addr: "intruder:1".into(),
-        },
+        intruder(),
         std::time::Instant::now(),
         TIMEOUT,
         Role::Dialer,
@@ -230,14 +235,7 @@ async fn client_without_the_secret_cannot_get_past_the_handshake() {
 
     // 2. No secret at all (the unauthenticated preface).
     let mut raw = raw_connect(addr).await;
-    let mut insecure = Handshake::new(
-        Hello {
-            uid: 0xbad,
-            addr: "intruder:1".into(),
-        },
-        std::time::Instant::now(),
-        TIMEOUT,
-    );
+    let mut insecure = Handshake::new(intruder(), std::time::Instant::now(), TIMEOUT);
     out.clear();
     insecure.poll_transmit(&mut out);
     trickle(&mut raw, &out).await;
@@ -247,13 +245,7 @@ async fn client_without_the_secret_cannot_get_past_the_handshake() {
     // 3. A message frame where the proof belongs: not parsed, not
     //    delivered, the handshake fails on its kind byte.
     let mut raw = raw_connect(addr).await;
-    let mut hs = raw_side_handshake(
-        Hello {
-            uid: 0xbad,
-            addr: "intruder:1".into(),
-        },
-        Role::Dialer,
-    );
+    let mut hs = raw_side_handshake(intruder(), Role::Dialer);
     out.clear();
     hs.poll_transmit(&mut out);
     out.extend_from_slice(&msg);
@@ -269,13 +261,7 @@ async fn client_without_the_secret_cannot_get_past_the_handshake() {
     // 4. A proof that claims 4 GiB: refused from its header, before
     //    anything is buffered.
     let mut raw = raw_connect(addr).await;
-    let mut hs = raw_side_handshake(
-        Hello {
-            uid: 0xbad,
-            addr: "intruder:1".into(),
-        },
-        Role::Dialer,
-    );
+    let mut hs = raw_side_handshake(intruder(), Role::Dialer);
     out.clear();
     hs.poll_transmit(&mut out);
     out.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, FrameKind::Proof as u8]);

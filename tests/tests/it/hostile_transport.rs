@@ -41,6 +41,24 @@ const MIB: u64 = 1024 * 1024;
 /// allocator slack, far below what the attacks cost without their bounds
 /// (hundreds of MiB).
 const MAX_RSS_GROWTH: u64 = 32 * MIB;
+
+/// Prints the node's RSS before and after `attack` sent `sent` bytes, and
+/// asserts it grew by less than [`MAX_RSS_GROWTH`].
+fn assert_grew_little(attack: &str, sent: u64, before: u64, after: u64) {
+    let grew = after.saturating_sub(before);
+    println!(
+        "{attack}: sent {} MiB, node RSS {} -> {} MiB",
+        sent / MIB,
+        before / MIB,
+        after / MIB
+    );
+    assert!(
+        grew < MAX_RSS_GROWTH,
+        "{attack}: the node grew by {} MiB under {} MiB sent",
+        grew / MIB,
+        sent / MIB
+    );
+}
 /// The attacker's receive buffer: a peer that reads almost nothing.
 const SMALL_RCVBUF: u32 = 4096;
 
@@ -145,18 +163,7 @@ async fn oversized_heartbeats_close_the_connection_before_anything_is_buffered()
     let sent = write_until_closed(&mut raw, &beat, BEATS * beat.len() as u64).await;
     echo_round_trip(&good, node.addr, b"during").await;
     let after = node.rss();
-    println!(
-        "oversized heartbeats: sent {} MiB, node RSS {} -> {} MiB",
-        sent / MIB,
-        before / MIB,
-        after / MIB
-    );
-    assert!(
-        after.saturating_sub(before) < MAX_RSS_GROWTH,
-        "the node grew by {} MiB under {} MiB of heartbeats",
-        after.saturating_sub(before) / MIB,
-        sent / MIB
-    );
+    assert_grew_little("oversized heartbeats", sent, before, after);
     integration_tests::wait_closed(&mut raw).await;
     echo_round_trip(&good, node.addr, b"after").await;
 }
@@ -191,18 +198,7 @@ async fn a_peer_that_sends_heartbeats_and_never_reads_is_closed_not_buffered() {
         sent += beats.len() as u64;
     }
     let after = node.rss();
-    println!(
-        "heartbeat flood: sent {} MiB, node RSS {} -> {} MiB",
-        sent / MIB,
-        before / MIB,
-        after / MIB
-    );
-    assert!(
-        after.saturating_sub(before) < MAX_RSS_GROWTH,
-        "the node grew by {} MiB answering {} MiB of heartbeats",
-        after.saturating_sub(before) / MIB,
-        sent / MIB
-    );
+    assert_grew_little("heartbeat flood", sent, before, after);
     assert!(closed, "the node kept a peer that does not read");
     echo_round_trip(&good, node.addr, b"after").await;
 }
