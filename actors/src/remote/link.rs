@@ -143,6 +143,13 @@ pub(super) fn write_envelope(
     b.extend_from_slice(payload);
 }
 
+/// Whether the `n`th occurrence of something a peer can repeat at will is
+/// logged: the first 10, then the 16th, 32nd, 64th… so a flood costs a
+/// logarithmic number of lines, each carrying the running count.
+pub(super) fn sampled(n: u64) -> bool {
+    n <= 10 || n.is_power_of_two()
+}
+
 /// Frames a connection's outbound queue had no room for, parked here at
 /// most [`OUTBOX_FRAMES`] of them, sent in order by one task as room frees
 /// up: a peer that does not read costs this many small frames, not a task
@@ -183,7 +190,7 @@ impl Outbox {
     fn park(self: &Arc<Self>, q: &mut OutboxInner, sender: &Sender, frame: Frame) -> bool {
         if q.frames.len() >= OUTBOX_FRAMES {
             q.dropped += 1;
-            if q.dropped <= 10 || q.dropped.is_power_of_two() {
+            if sampled(q.dropped) {
                 tracing::warn!(
                     dropped = q.dropped,
                     "a peer reads none of its answers: system frame dropped"

@@ -154,7 +154,7 @@ impl Remoting {
         if assocs.len() >= limit {
             drop(assocs);
             let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-            if n <= 10 || n.is_power_of_two() {
+            if link::sampled(n) {
                 tracing::warn!(node = %transport::PeerText(node), limit, refused = n, evicted = self.evicted.load(Ordering::Relaxed), "association limit reached and every association is in use; a ref to this node is a dead end");
             }
             return None;
