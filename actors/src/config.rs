@@ -36,6 +36,9 @@ pub const DEFAULT_MAX_ASSOCIATIONS: usize = 1024;
 /// connect waits for one to finish, so refs naming many unreachable nodes
 /// cannot make the node open sockets without bound.
 pub const DEFAULT_MAX_CONCURRENT_DIALS: usize = 16;
+/// Default time an association nothing uses is kept before it is dropped:
+/// 60 s. See `SystemConfig::set_association_idle_timeout`.
+pub const DEFAULT_ASSOCIATION_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default bytes of remote messages a mailbox queues before it is full:
 /// 64 MiB. With the message bound alone, 65,536 large messages could
@@ -67,6 +70,7 @@ pub struct SystemConfig {
     pub(crate) untrusted_mode: bool,
     pub(crate) lookup_paths: Vec<String>,
     pub(crate) max_associations: usize,
+    pub(crate) association_idle_timeout: Duration,
     pub(crate) max_concurrent_dials: usize,
     pub(crate) dial_allow_list: Option<Vec<IpNet>>,
     pub(crate) max_recipient_ids: usize,
@@ -91,6 +95,7 @@ impl Default for SystemConfig {
             untrusted_mode: false,
             lookup_paths: Vec::new(),
             max_associations: DEFAULT_MAX_ASSOCIATIONS,
+            association_idle_timeout: DEFAULT_ASSOCIATION_IDLE_TIMEOUT,
             max_concurrent_dials: DEFAULT_MAX_CONCURRENT_DIALS,
             dial_allow_list: None,
             max_recipient_ids: DEFAULT_MAX_RECIPIENT_IDS,
@@ -254,6 +259,21 @@ impl SystemConfig {
     /// per association.
     pub fn set_max_associations(&mut self, n: usize) -> &mut Self {
         self.max_associations = n.max(1);
+        self
+    }
+
+    /// How long an association nothing uses (no ref to the node, no
+    /// connection, no dial, no watch, no unacknowledged system message) is
+    /// kept before it is dropped, whether or not the table is full.
+    /// Default 60 s ([`DEFAULT_ASSOCIATION_IDLE_TIMEOUT`]). Dropped after
+    /// between one and one and a quarter times this (the table is swept
+    /// every quarter of it, at most once per 10 ms). Associations holding
+    /// quarantine tombstones are kept until the table is full (see
+    /// [`set_max_associations`](Self::set_max_associations)), so a node
+    /// that restarted is still recognised. What is lost is cached state
+    /// only: the node's last known incarnation and reconnect backoff.
+    pub fn set_association_idle_timeout(&mut self, t: Duration) -> &mut Self {
+        self.association_idle_timeout = t;
         self
     }
 

@@ -54,7 +54,8 @@ pub(crate) struct SystemInner {
 /// - actors: [`spawn`](Self::spawn), [`spawn_named`](Self::spawn_named),
 ///   [`resolve`](Self::resolve);
 /// - observing: [`name`](Self::name), [`local_addr`](Self::local_addr),
-///   [`dead_letters`](Self::dead_letters), [`remote_stats`](Self::remote_stats);
+///   [`dead_letters`](Self::dead_letters), [`remote_stats`](Self::remote_stats),
+///   [`remote_nodes`](Self::remote_nodes);
 /// - ending: [`shutdown`](Self::shutdown).
 #[derive(Clone)]
 pub struct ActorSystem {
@@ -173,6 +174,15 @@ impl ActorSystem {
     /// Each subscriber sees the events after it subscribed.
     pub fn subscribe_remote_events(&self) -> tokio::sync::broadcast::Receiver<RemoteEvent> {
         self.inner.events.subscribe()
+    }
+
+    /// The remote nodes this system keeps an association with (a link, or
+    /// the state kept to make one): at most
+    /// [`SystemConfig::set_max_associations`](crate::SystemConfig::set_max_associations);
+    /// ones nothing uses are dropped after
+    /// [`SystemConfig::set_association_idle_timeout`](crate::SystemConfig::set_association_idle_timeout).
+    pub fn remote_nodes(&self) -> Vec<String> {
+        self.remoting().map(|r| r.nodes()).unwrap_or_default()
     }
 
     /// Transport counters summed over this system's connections.

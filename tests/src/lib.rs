@@ -541,3 +541,52 @@ pub async fn echo_round_trip(client: &Endpoint, addr: SocketAddr, body: &[u8]) {
     assert_eq!(&echo.body[..], body);
     conn.close("done").await;
 }
+
+/// Log lines written while a [`LogCapture`] is installed on this thread
+/// (a `#[tokio::test]` runs every task on its one thread).
+#[allow(missing_debug_implementations)]
+pub struct LogCapture {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+#[derive(Clone)]
+struct CaptureWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogCapture {
+    /// Captures events at `level` and above from this thread, formatted as
+    /// an application's `tracing-subscriber` would print them (no colour).
+    pub fn install(level: tracing::Level) -> Self {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = CaptureWriter(buf.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        Self {
+            buf,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// Everything captured so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buf.lock().expect("log buffer")).into_owned()
+    }
+
+    /// Lines captured so far that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> usize {
+        self.text().lines().filter(|l| l.contains(needle)).count()
+    }
+}

@@ -26,7 +26,9 @@ use super::{
     events::RemoteEvent,
     inbound::{Dispatch, Peer},
     large::{LaneHost, LargeLane},
-    link::{Link, LinkState, Outbox, Pending, Recipient, in_encoder, lock, write_envelope},
+    link::{
+        Link, LinkState, Outbox, Pending, Recipient, Sampler, in_encoder, lock, write_envelope,
+    },
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
     reliable::SysIn,
     requests::{IdentifyFailed, Requests},
@@ -202,7 +204,7 @@ impl Association {
     /// One heartbeat tick: send a heartbeat, consult the detector, reconnect
     /// when due, resend unacknowledged system messages. Returns when to run
     /// again.
-    fn tick(self: &Arc<Self>, now: Instant) -> Instant {
+    pub(super) fn tick(self: &Arc<Self>, now: Instant) -> Instant {
         let link = self.link().map(|l| l.sender);
         let needs_link = self.requests.needs_link()
             || matches!(*lock(&self.state), LinkState::Connecting { .. });
@@ -415,7 +417,10 @@ impl Association {
     ) {
         let uid = conn.peer().uid;
         if self.is_quarantined(uid) {
-            tracing::warn!(node = %self.node, uid, "refusing a connection from a quarantined incarnation");
+            static REFUSED: Sampler = Sampler::new();
+            if let Some(n) = REFUSED.hit() {
+                tracing::warn!(node = %self.node, uid, refused = n, "refusing a connection from a quarantined incarnation");
+            }
             conn.close("your incarnation is quarantined").await;
             return;
         }
@@ -949,21 +954,6 @@ impl LaneHost for Association {
             .upgrade()
             .map(|c| c.cancel.clone())
             .unwrap_or_default()
-    }
-}
-
-/// An association's heartbeat task: one tick per interval (or when a
-/// reconnect is due), until the system shuts down or the association is
-/// gone. The one place that reads the clock for liveness.
-pub(super) async fn keep(assoc: Weak<Association>, cancel: CancellationToken) {
-    loop {
-        let Some(a) = assoc.upgrade() else { return };
-        let next = a.tick(Instant::now());
-        drop(a);
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep_until(next.into()) => {}
-        }
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) struct Context {
     pub(super) config: SystemConfig,
     pub(super) events: broadcast::Sender<RemoteEvent>,
     pub(super) endpoint: Box<dyn Net>,
-    /// Stops the associations' heartbeat tasks and large-message lanes.
+    /// Stops the keeper task (heartbeat ticks) and the large-message lanes.
     pub(super) cancel: CancellationToken,
     /// Connection attempts in flight (`SystemConfig::set_max_concurrent_dials`).
     pub(super) dials: Semaphore,

@@ -17,7 +17,7 @@ use super::{
     compression::InboundIds,
     envelope::{self, Fragment},
     large::{Reassembly, Step},
-    link::Outbox,
+    link::{Outbox, Sampler},
     reliable::{Receive, SysIn},
     system_msg::SysWire,
 };
@@ -327,7 +327,10 @@ impl Dispatch {
                 "peer sent {} malformed envelopes within {MALFORMED_WINDOW:?} (limit {limit}); last: {why}",
                 self.malformed_count
             );
-            tracing::warn!(node = %self.peer.node(), %reason, "closing connection to misbehaving peer");
+            static CLOSED: Sampler = Sampler::new();
+            if let Some(n) = CLOSED.hit() {
+                tracing::warn!(node = %self.peer.node(), %reason, closed = n, "closing connection to misbehaving peer");
+            }
             if let Some(sender) = &self.sender {
                 sender.abort(&reason);
             }
@@ -487,7 +490,9 @@ impl Dispatch {
         match SysWire::decode(body) {
             Ok(msg) => self.on_system_decoded(msg),
             Err(e) => {
-                tracing::warn!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
+                // Counted as malformed: the peer is closed past the limit,
+                // and that is logged.
+                tracing::debug!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
                 self.malformed("undecodable system message");
             }
         }
@@ -516,10 +521,12 @@ impl Dispatch {
                         match SysWire::decode(&body) {
                             Ok(inner) if inner.is_reliable_kind() => self.on_system_msg(inner),
                             Ok(_) => {
-                                tracing::warn!(node = %self.peer.node(), "unexpected message in the reliable stream dropped")
+                                tracing::debug!(node = %self.peer.node(), "unexpected message in the reliable stream dropped");
+                                self.malformed("unexpected message in the reliable stream");
                             }
                             Err(e) => {
-                                tracing::warn!(node = %self.peer.node(), error = %e, "undecodable system message dropped")
+                                tracing::debug!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
+                                self.malformed("undecodable system message");
                             }
                         }
                         Some(seq)

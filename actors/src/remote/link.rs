@@ -150,6 +150,22 @@ pub(super) fn sampled(n: u64) -> bool {
     n <= 10 || n.is_power_of_two()
 }
 
+/// A running count of one peer-repeatable event, logged per [`sampled`].
+#[derive(Default)]
+pub(super) struct Sampler(std::sync::atomic::AtomicU64);
+
+impl Sampler {
+    pub(super) const fn new() -> Self {
+        Self(std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// Counts one more; `Some(count)` when this one is to be logged.
+    pub(super) fn hit(&self) -> Option<u64> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        sampled(n).then_some(n)
+    }
+}
+
 /// Frames a connection's outbound queue had no room for, parked here at
 /// most [`OUTBOX_FRAMES`] of them, sent in order by one task as room frees
 /// up: a peer that does not read costs this many small frames, not a task

@@ -7,6 +7,8 @@
 //!   messages on the wire), `reliable` (their exactly-once delivery),
 //!   `liveness` (heartbeat verdicts, reconnect timing, incarnation and
 //!   tie-break decisions, time passed in), `events` ([`RemoteEvent`]).
+//! - `keeper`: one schedule for every association's heartbeat tick, and
+//!   which have gone unused for how long; pure.
 //! - `access`: which peer requests are honoured (untrusted mode, reply
 //!   slots never looked up); pure.
 //! - `link`: what a link is made of (recipient, link, link state, what
@@ -30,6 +32,7 @@ mod context;
 mod envelope;
 mod events;
 mod inbound;
+mod keeper;
 mod large;
 mod link;
 mod liveness;
@@ -46,10 +49,10 @@ use std::{
         Arc, Mutex, Weak,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
@@ -63,6 +66,7 @@ use crate::{
     serialization::Bincode,
 };
 use context::Context;
+use keeper::{Idle, Schedule};
 use link::lock;
 use net::Net;
 use system_msg::SysWire;
@@ -76,8 +80,13 @@ pub(crate) struct Remoting {
     refs: Mutex<HashMap<String, Weak<Recipient>>>,
     /// Associations refused at `SystemConfig::set_max_associations`.
     refused: AtomicU64,
-    /// Idle associations dropped to make room (see `evict_idle`).
+    /// Idle associations dropped (see `evict_idle`, `sweep_idle`).
     evicted: AtomicU64,
+    /// Inbound connections refused (handshake failed, invalid address).
+    refused_inbound: link::Sampler,
+    /// Associations made since the keeper last looked, and its wake-up.
+    born: Mutex<Vec<Weak<Association>>>,
+    born_wake: Arc<Notify>,
 }
 
 /// A bound endpoint, before the node it serves exists.
@@ -131,8 +140,16 @@ impl Remoting {
             refs: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
+            refused_inbound: link::Sampler::default(),
+            born: Mutex::new(Vec::new()),
+            born_wake: Arc::new(Notify::new()),
         });
         remoting.clone().start_accepting();
+        tokio::spawn(Self::keep_all(
+            Arc::downgrade(&remoting),
+            remoting.born_wake.clone(),
+            remoting.shared.cancel.clone(),
+        ));
         remoting
     }
 
@@ -160,12 +177,78 @@ impl Remoting {
             return None;
         }
         let assoc = Arc::new(Association::new(node.into(), &self.shared));
-        tokio::spawn(association::keep(
-            Arc::downgrade(&assoc),
-            self.shared.cancel.clone(),
-        ));
         assocs.insert(node.into(), assoc.clone());
+        drop(assocs);
+        lock(&self.born).push(Arc::downgrade(&assoc));
+        self.born_wake.notify_one();
         Some(assoc)
+    }
+
+    /// The one task that keeps every association: runs each one's
+    /// heartbeat tick when it is due (the only place that reads the clock
+    /// for liveness) and drops associations unused for
+    /// `SystemConfig::set_association_idle_timeout`. One task and one
+    /// timer for the node, however many associations it has.
+    async fn keep_all(this: Weak<Self>, wake_up: Arc<Notify>, cancel: CancellationToken) {
+        let mut schedule: Schedule<Association> = Schedule::default();
+        let Some(timeout) = this
+            .upgrade()
+            .map(|r| r.shared.config.association_idle_timeout)
+        else {
+            return;
+        };
+        let mut idle = Idle::new(timeout);
+        let mut next_sweep = Instant::now() + idle.period();
+        loop {
+            let Some(r) = this.upgrade() else { return };
+            let now = Instant::now();
+            for a in lock(&r.born).drain(..) {
+                schedule.push(now, a);
+            }
+            while let Some(a) = schedule.pop_due(now) {
+                let next = a.tick(now);
+                schedule.push(next, Arc::downgrade(&a));
+            }
+            if now >= next_sweep {
+                r.sweep_idle(&mut idle, now);
+                next_sweep = now + idle.period();
+            }
+            let wake = schedule.next().map_or(next_sweep, |n| n.min(next_sweep));
+            drop(r);
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep_until(wake.into()) => {}
+                () = wake_up.notified() => {}
+            }
+        }
+    }
+
+    /// Drops the associations nothing has used for the idle timeout (ones
+    /// holding quarantine tombstones stay; see `evict_idle`).
+    fn sweep_idle(&self, idle: &mut Idle<Arc<str>>, now: Instant) {
+        let mut assocs = lock(&self.associations);
+        let unused: Vec<Arc<str>> = assocs
+            .iter()
+            .filter(|(_, a)| Arc::strong_count(a) == 1 && a.disposable() == Some(false))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let ripe = idle.sweep(now, &unused);
+        for k in &ripe {
+            assocs.remove(k);
+        }
+        drop(assocs);
+        if !ripe.is_empty() {
+            self.evicted.fetch_add(ripe.len() as u64, Ordering::Relaxed);
+            tracing::debug!(dropped = ripe.len(), "unused associations dropped");
+        }
+    }
+
+    /// The nodes this system keeps an association with.
+    pub(crate) fn nodes(&self) -> Vec<String> {
+        lock(&self.associations)
+            .keys()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     /// Makes room in a full table: drops every association nothing uses
@@ -184,7 +267,7 @@ impl Remoting {
     fn evict_idle(&self, assocs: &mut HashMap<Arc<str>, Arc<Association>>) {
         // Only this map holds a strong reference to a free association, and
         // it is locked: no one can take a new one while this runs. The
-        // heartbeat task may hold one for an instant: then it is skipped.
+        // keeper task may hold one for an instant: then it is skipped.
         let free = |a: &Arc<Association>| {
             if Arc::strong_count(a) == 1 {
                 a.disposable()
@@ -224,11 +307,17 @@ impl Remoting {
                 let next = self.shared.endpoint.accept().await;
                 match next {
                     None => return,
-                    Some(Err(e)) => tracing::warn!(error = %e, "inbound connection refused"),
+                    Some(Err(e)) => {
+                        if let Some(n) = self.refused_inbound.hit() {
+                            tracing::warn!(error = %e, refused = n, "inbound connection refused");
+                        }
+                    }
                     Some(Ok(est)) => {
                         let node = est.peer().addr.clone();
                         if ActorPath::parse(&format!("tcp://{node}/user/x")).is_err() {
-                            tracing::warn!(peer = %est.peer().socket_addr, advertised = %node, "inbound node advertises an invalid address; closing");
+                            if let Some(n) = self.refused_inbound.hit() {
+                                tracing::warn!(peer = %est.peer().socket_addr, advertised = %transport::PeerText(&node), refused = n, "inbound node advertises an invalid address; closing");
+                            }
                             continue;
                         }
                         let Some(assoc) = self.association(&node) else {

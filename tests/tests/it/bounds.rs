@@ -280,3 +280,103 @@ async fn strangers_that_connect_and_leave_do_not_fill_the_association_table() {
         .expect("answers");
     assert_eq!(total, 3);
 }
+
+/// An address nothing listens on (a listener bound and closed).
+async fn dead_address() -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind(integration_tests::loopback())
+        .await
+        .expect("binds");
+    l.local_addr().expect("bound")
+}
+
+#[tokio::test]
+async fn unused_associations_are_dropped_after_the_idle_timeout() {
+    use std::time::Duration;
+    let mut config = SystemConfig::default();
+    config.set_association_idle_timeout(Duration::from_millis(200));
+    config.set_resolve_timeout(Duration::from_millis(500));
+    let a = actor_system_with("a", config).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let on_b = resolve_eventually(&a, &actor_path(&b, "counter")).await;
+    // Nodes that are gone: resolving each fails, and leaves an association
+    // behind that nothing uses.
+    for i in 0..3 {
+        let ghost = format!("tcp://ghost{i}@{}/user/counter", dead_address().await);
+        let res = within("resolve a ghost", a.resolve::<Count>(&ghost)).await;
+        assert!(res.is_err(), "nothing listens there");
+    }
+    let ghosts = |a: &actors::ActorSystem| {
+        a.remote_nodes()
+            .iter()
+            .filter(|n| n.starts_with("ghost"))
+            .count()
+    };
+    assert_eq!(ghosts(&a), 3, "each left an association");
+    integration_tests::eventually("the ghosts' associations are dropped", || ghosts(&a) == 0).await;
+    // b's, in use all along, stays and works.
+    assert!(a.remote_nodes().contains(&b.node().to_string()));
+    on_b.tell(Count::Add(4)).expect("room");
+    let total = within("b answers", on_b.ask(Count::Get, ASK))
+        .await
+        .expect("answers");
+    assert_eq!(total, 4);
+}
+
+#[tokio::test]
+async fn associations_share_one_timer_task() {
+    let mut config = SystemConfig::default();
+    config.set_resolve_timeout(std::time::Duration::from_secs(2));
+    let a = actor_system_with("a", config).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    // 200 distinct nodes, each resolved once (the dial is refused): each
+    // leaves an association behind, kept for the idle timeout.
+    let dead = dead_address().await;
+    for i in 0..200 {
+        let res = within(
+            "resolve",
+            a.resolve::<Count>(&format!("tcp://n{i}@{dead}/user/counter")),
+        )
+        .await;
+        assert!(res.is_err(), "nothing listens there");
+    }
+    assert_eq!(a.remote_nodes().len(), 200);
+    let after = metrics.num_alive_tasks();
+    assert!(
+        after < before + 10,
+        "200 associations keep {} tasks alive",
+        after.saturating_sub(before)
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_refused_connections_logs_a_few_escaped_lines() {
+    use integration_tests::{LogCapture, raw_client_handshake, raw_connect, run_raw_handshake};
+    use transport::handshake::Hello;
+    let logs = LogCapture::install(tracing::Level::WARN);
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let addr = a.local_addr().expect("remoting");
+    // Each names itself with an address that is not one, carrying a
+    // forged log line.
+    const CONNECTIONS: usize = 200;
+    for i in 0..CONNECTIONS {
+        let mut stream = raw_connect(addr).await;
+        let hs = raw_client_handshake(Hello {
+            uid: 100 + i as u64,
+            addr: format!("x@\nFORGED ERROR line {i}"),
+        });
+        run_raw_handshake(&mut stream, hs).await;
+        integration_tests::wait_closed(&mut stream).await;
+    }
+    let text = logs.text();
+    let refused = logs.lines_with("invalid address");
+    assert!(
+        (1..=20).contains(&refused),
+        "{CONNECTIONS} refusals logged {refused} lines"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("FORGED")),
+        "a peer's text starts no line of its own:\n{text}"
+    );
+}
