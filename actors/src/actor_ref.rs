@@ -247,7 +247,7 @@ impl<M: Send + 'static> ActorRef<M> {
                     (r.encode)(&msg, b, limit)
                 }) {
                     Ok(yield_now) => Ok(yield_now),
-                    Err(TellError::Full) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Full | TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
                     Err(TellError::Gone) => {
                         Err(self.gone(msg, "its node's incarnation is quarantined"))
                     }
@@ -308,11 +308,15 @@ impl<M: Send + 'static> ActorRef<M> {
                     Err(TellError::Gone) => {
                         return Err(self.gone(msg, "its node's incarnation is quarantined"));
                     }
-                    Err(TellError::Full) => unreachable!("encoding never reports full"),
+                    Err(TellError::Full | TellError::NoCredit) => {
+                        unreachable!("encoding never reports full")
+                    }
                 };
                 match assoc.send_payload(&r.recipient, r.manifest, payload).await {
                     Ok(()) => Ok(()),
-                    Err(TellError::Full) => unreachable!("send waits instead of reporting full"),
+                    Err(TellError::Full | TellError::NoCredit) => {
+                        unreachable!("send waits instead of reporting full")
+                    }
                     Err(TellError::Gone) => {
                         Err(self.gone(msg, "its node's incarnation is quarantined"))
                     }

@@ -50,6 +50,14 @@ pub const DEFAULT_MAILBOX_BYTES: usize = 64 << 20;
 /// about 1.6 MiB per link.
 pub const DEFAULT_MAX_RECIPIENT_IDS: usize = 16 * 1024;
 
+/// Default window of envelope bytes a node grants each remote recipient
+/// on a link: 1 MiB. See `SystemConfig::set_recipient_window`.
+pub const DEFAULT_RECIPIENT_WINDOW: usize = 1 << 20;
+
+/// Default bytes one connection may hold for mailboxes that are full:
+/// 64 MiB. See `SystemConfig::set_max_parked_bytes`.
+pub const DEFAULT_MAX_PARKED_BYTES: usize = 64 << 20;
+
 /// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
@@ -74,6 +82,8 @@ pub struct SystemConfig {
     pub(crate) max_concurrent_dials: usize,
     pub(crate) dial_allow_list: Option<Vec<IpNet>>,
     pub(crate) max_recipient_ids: usize,
+    pub(crate) recipient_window: usize,
+    pub(crate) max_parked_bytes: usize,
 }
 
 impl Default for SystemConfig {
@@ -99,6 +109,8 @@ impl Default for SystemConfig {
             max_concurrent_dials: DEFAULT_MAX_CONCURRENT_DIALS,
             dial_allow_list: None,
             max_recipient_ids: DEFAULT_MAX_RECIPIENT_IDS,
+            recipient_window: DEFAULT_RECIPIENT_WINDOW,
+            max_parked_bytes: DEFAULT_MAX_PARKED_BYTES,
         }
     }
 }
@@ -306,6 +318,37 @@ impl SystemConfig {
     /// link lives forever under any rate of asks.
     pub fn set_max_recipient_ids(&mut self, n: usize) -> &mut Self {
         self.max_recipient_ids = n.clamp(1, u32::MAX as usize - 1);
+        self
+    }
+
+    /// Flow control per recipient: the envelope bytes this node lets a
+    /// peer send each of its actors ahead of what the actor's mailbox has
+    /// taken. Default 1 MiB ([`DEFAULT_RECIPIENT_WINDOW`]). A sender that
+    /// has used a recipient's window waits (`send`) or gets `MailboxFull`
+    /// (`tell`) until the receiving node hands some of it to the mailbox
+    /// and grants more; every other recipient on the link keeps flowing,
+    /// and the link never stops reading, so heartbeats are never stuck
+    /// behind a full mailbox. Credit goes back in one small frame per half
+    /// window. The sending node uses its own setting for the window it
+    /// assumes, so both nodes should use the same value. Cost on the
+    /// receiving node: at most one window (plus one message) per recipient
+    /// whose mailbox is full, within
+    /// [`set_max_parked_bytes`](Self::set_max_parked_bytes). Ask reply
+    /// slots, recipients past [`set_max_recipient_ids`](Self::set_max_recipient_ids)
+    /// and large messages are not windowed (see `docs/FAILURE_SEMANTICS.md`).
+    pub fn set_recipient_window(&mut self, bytes: usize) -> &mut Self {
+        self.recipient_window = bytes.max(1);
+        self
+    }
+
+    /// The most bytes one connection holds for mailboxes that are full
+    /// (see [`set_recipient_window`](Self::set_recipient_window)). Default
+    /// 64 MiB ([`DEFAULT_MAX_PARKED_BYTES`]): 64 recipients with full
+    /// mailboxes and full windows. Past it, messages for a full mailbox are
+    /// dead letters, counted; only a sender that ignores its windows, or
+    /// one saturating more recipients at once than this allows, meets it.
+    pub fn set_max_parked_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_parked_bytes = bytes;
         self
     }
 

@@ -14,6 +14,7 @@ mod it {
     mod cookie;
     mod faults;
     mod faults_net;
+    mod flow;
     mod hostile;
     mod hostile_transport;
     mod large;

@@ -24,6 +24,7 @@ use super::{
     compression::OutboundIds,
     context::Context,
     events::RemoteEvent,
+    flow::LinkCredits,
     inbound::{Dispatch, Peer},
     large::{LaneHost, LargeLane},
     link::{
@@ -95,6 +96,8 @@ pub(crate) struct Association {
     pub(super) max_message: usize,
     /// `SystemConfig::set_max_recipient_ids`.
     max_recipient_ids: usize,
+    /// `SystemConfig::set_recipient_window`.
+    window: u64,
 }
 
 impl Association {
@@ -124,6 +127,7 @@ impl Association {
             pending_capacity: config.pending_capacity,
             max_message,
             max_recipient_ids: config.max_recipient_ids,
+            window: config.recipient_window as u64,
         }
     }
 
@@ -470,6 +474,7 @@ impl Association {
         let link = Link {
             sender: conn.sender(),
             ids: Arc::new(OutboundIds::new(generation, self.max_recipient_ids)),
+            credits: Arc::new(LinkCredits::new(generation, self.window)),
             uid,
             dialed,
         };
@@ -538,7 +543,7 @@ impl Association {
                     Pending::User(r, manifest, payload) => link
                         .sender
                         .send_with(FrameKind::Message, |b| {
-                            write_envelope(b, &r, &link, manifest, &payload)
+                            write_envelope(b, &r, &link, manifest, &payload, false);
                         })
                         .await
                         .is_ok(),
@@ -899,6 +904,14 @@ impl Peer for Association {
 
     fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher> {
         self
+    }
+
+    fn on_credit(&self, generation: u32, id: u32, total: u64) {
+        if let Some(link) = self.link()
+            && link.ids.generation() == generation
+        {
+            link.credits.grant(id, total);
+        }
     }
 
     fn on_close(&self, generation: u32, reason: &CloseReason) {

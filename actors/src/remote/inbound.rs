@@ -4,8 +4,8 @@
 //! actor's own task decodes them. System messages are answered here.
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, MutexGuard},
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
@@ -16,8 +16,9 @@ use super::{
     access::Access,
     compression::InboundIds,
     envelope::{self, Fragment},
+    flow::{ParkBudget, ParkedBatch, Windowed},
     large::{Reassembly, Step},
-    link::{Outbox, Sampler},
+    link::{Outbox, Sampler, lock},
     reliable::{Receive, SysIn},
     system_msg::SysWire,
 };
@@ -55,6 +56,9 @@ pub(super) trait Peer: Send + Sync + 'static {
     fn watcher(self: Arc<Self>) -> Arc<dyn RemoteWatcher>;
     /// The connection of this generation ended.
     fn on_close(&self, generation: u32, reason: &CloseReason);
+    /// The peer grants recipient `id` of the connection of `generation`
+    /// up to `total` envelope bytes (see `flow`).
+    fn on_credit(&self, generation: u32, id: u32, total: u64);
 }
 
 /// The window over which malformed envelopes are counted against
@@ -116,6 +120,24 @@ pub(crate) struct Dispatch {
     /// The last fragment of this read (message id, end offset), to be
     /// acknowledged at the end of the read.
     large_ack: Option<(u32, u32)>,
+    /// `SystemConfig::set_recipient_window`.
+    window: u64,
+    /// What this connection may hold for full mailboxes.
+    budget: Arc<ParkBudget>,
+    /// Large messages that found their mailbox full (see `LargeHold`).
+    large_hold: Arc<Mutex<LargeHold>>,
+}
+
+/// Large messages waiting for room in their mailboxes, in order, and the
+/// large-message ack held back meanwhile: the sender's lane pauses after
+/// its window, so a connection holds at most these and one window of the
+/// next (the large lane is paced by acks, not by credit).
+#[derive(Default)]
+struct LargeHold {
+    queue: VecDeque<(Arc<str>, Arc<dyn Target>, Bytes)>,
+    /// The ack not sent because something is held.
+    ack: Option<(u32, u32)>,
+    active: bool,
 }
 
 /// What a recipient id stands for on this connection.
@@ -126,14 +148,17 @@ struct Entry {
     /// `target`'s manifest (0 without one), so that checking each message
     /// is not a virtual call. Set only by `set_target`.
     manifest: u32,
+    /// Its window and parked batches; `None` for an inline recipient.
+    win: Option<Arc<Windowed>>,
 }
 
 impl Entry {
-    fn new(path: Arc<str>, target: Option<Arc<dyn Target>>) -> Self {
+    fn new(path: Arc<str>, target: Option<Arc<dyn Target>>, win: Option<Arc<Windowed>>) -> Self {
         let mut e = Self {
             path,
             target: None,
             manifest: 0,
+            win,
         };
         e.set_target(target);
         e
@@ -157,8 +182,13 @@ struct Run {
     /// The recipient's path, to look it up again if it stopped.
     path: Arc<str>,
     target: Arc<dyn Target>,
+    /// The recipient id it came by (`INLINE_ID` inline), and its window.
+    id: u32,
+    win: Option<Arc<Windowed>>,
     buf: BytesMut,
     n: usize,
+    /// Envelope bytes of this read's messages, credited when handed over.
+    credit: u64,
     /// Took a message this read.
     used: bool,
 }
@@ -171,7 +201,7 @@ struct Run {
 #[derive(Default)]
 struct Runs {
     list: Vec<Run>,
-    index: HashMap<usize, usize>,
+    index: HashMap<(u32, usize), usize>,
     last: usize,
     /// Bytes reservations may still take ahead of need this read: the
     /// read's size (and one run buffer) at its start. Past it, buffers
@@ -192,22 +222,24 @@ impl Runs {
         self.budget = bytes + RUN_BUFFER;
     }
 
-    /// Appends one payload for `target` (known by `path`); `left` is what
-    /// this read still holds.
+    /// Appends one payload for `id`'s `target` (known by `path`), whose
+    /// envelope was `credit` bytes; `left` is what this read still holds.
     #[inline]
-    fn push(&mut self, target: &Arc<dyn Target>, path: &Arc<str>, payload: &[u8], left: usize) {
-        let key = target_key(target);
+    fn push(&mut self, id: u32, entry: &Entry, payload: &[u8], credit: usize, left: usize) {
+        let target = entry.target.as_ref().expect("checked by the caller");
+        let key = (id, target_key(target));
         let i = if self
             .list
             .get(self.last)
-            .is_some_and(|r| target_key(&r.target) == key)
+            .is_some_and(|r| r.id == id && target_key(&r.target) == key.1)
         {
             self.last
         } else {
-            self.find_or_add(key, target, path)
+            self.find_or_add(key, entry)
         };
         self.last = i;
         let run = &mut self.list[i];
+        run.credit += credit as u64;
         let need = 4 + payload.len();
         if run.buf.capacity() - run.buf.len() < need {
             // Room for the rest of this read at once, while the read's
@@ -230,15 +262,18 @@ impl Runs {
     }
 
     #[cold]
-    fn find_or_add(&mut self, key: usize, target: &Arc<dyn Target>, path: &Arc<str>) -> usize {
+    fn find_or_add(&mut self, key: (u32, usize), entry: &Entry) -> usize {
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
         self.list.push(Run {
-            path: path.clone(),
-            target: target.clone(),
+            path: entry.path.clone(),
+            target: entry.target.clone().expect("checked by the caller"),
+            id: key.0,
+            win: entry.win.clone(),
             buf: BytesMut::new(),
             n: 0,
+            credit: 0,
             used: false,
         });
         let i = self.list.len() - 1;
@@ -258,7 +293,7 @@ impl Runs {
         });
         self.index.clear();
         for (i, r) in self.list.iter().enumerate() {
-            self.index.insert(target_key(&r.target), i);
+            self.index.insert((r.id, target_key(&r.target)), i);
         }
         self.last = 0;
     }
@@ -294,6 +329,9 @@ impl Dispatch {
             large: Reassembly::default(),
             ready: Vec::new(),
             large_ack: None,
+            window: config.recipient_window as u64,
+            budget: Arc::new(ParkBudget::new(config.max_parked_bytes)),
+            large_hold: Arc::default(),
         }
     }
 
@@ -351,14 +389,20 @@ impl Dispatch {
             if path.len() > MAX_PATH_LEN {
                 return self.malformed("recipient path longer than MAX_PATH_LEN");
             }
-            let entry = Entry::new(path.into(), self.registry().lookup(path));
+            let target = self.registry().lookup(path);
             if env.inline {
                 id = INLINE_ID;
-                self.inline = Some(entry);
+                self.inline = Some(Entry::new(path.into(), target, None));
             } else if id == INLINE_ID {
                 return self.malformed("recipient id reserved");
-            } else if let Err(why) = self.ids.define(id, entry) {
-                return self.malformed(why);
+            } else {
+                let win = Arc::new(Windowed::new(self.window));
+                if let Err(why) = self
+                    .ids
+                    .define(id, Entry::new(path.into(), target, Some(win)))
+                {
+                    return self.malformed(why);
+                }
             }
         } else if id == INLINE_ID {
             return self.malformed("recipient id reserved");
@@ -388,13 +432,22 @@ impl Dispatch {
                     ),
                 };
                 let to = self.registry.path(&entry.path);
-                return self
-                    .registry
+                self.registry
                     .dead_letter(&format!("manifest {manifest:#010x}"), &to, &why);
+                // Given up on: its credit goes back.
+                let win = entry.win.clone();
+                return self.release(id, win.as_deref(), body.len() as u64);
             }
         }
-        let target = entry.target.as_ref().expect("takes() checked it");
-        self.runs.push(target, &entry.path, b, self.left_in_read);
+        self.runs.push(id, entry, b, body.len(), self.left_in_read);
+    }
+
+    /// `bytes` of recipient `id`'s messages left this node's custody:
+    /// credited back to the sender once half a window is owed.
+    fn release(&self, id: u32, win: Option<&Windowed>, bytes: u64) {
+        if let Some(total) = win.and_then(|w| w.flow.release(bytes)) {
+            self.answer(&SysWire::Credit { id, total });
+        }
     }
 
     /// The entry recipient `id` stands for on this connection.
@@ -544,6 +597,7 @@ impl Dispatch {
             SysWire::Ack { epoch, seq } => self.peer.on_ack(epoch, seq),
             SysWire::Shutdown => self.peer.on_shutdown(self.peer_uid),
             SysWire::LargeAck { msg, received } => self.peer.on_large_ack(msg, received),
+            SysWire::Credit { id, total } => self.peer.on_credit(self.generation, id, total),
             other => self.on_system_msg(other),
         }
     }
@@ -606,7 +660,8 @@ impl Dispatch {
             SysWire::Reliable { .. }
             | SysWire::Ack { .. }
             | SysWire::Shutdown
-            | SysWire::LargeAck { .. } => {}
+            | SysWire::LargeAck { .. }
+            | SysWire::Credit { .. } => {}
         }
     }
 
@@ -617,67 +672,330 @@ impl Dispatch {
         self.answer(&SysWire::LargeAck { msg, received });
     }
 
-    /// Hands each reassembled large message to its mailbox, waiting for
-    /// room like a run of small ones.
-    async fn deliver_large(&mut self) {
-        for (path, mut target, batch) in std::mem::take(&mut self.ready) {
+    /// Hands each reassembled large message to its mailbox. One that finds
+    /// it full is held, with every later one, and handed over in order by
+    /// a task as room frees up; meanwhile large-message acks are held back,
+    /// so the sender's lane pauses (see `LargeHold`).
+    fn deliver_large(&mut self) {
+        let ready = std::mem::take(&mut self.ready);
+        let mut hold = lock(&self.large_hold);
+        for (path, mut target, batch) in ready {
+            if hold.active {
+                self.hold_large(&mut hold, path, target, batch);
+                continue;
+            }
             loop {
                 match target.push_batch(&batch, 1) {
                     Ok(()) => break,
-                    Err(Refused::Full) => target.wait_space().await,
-                    Err(Refused::Closed) => {
-                        if let Some(t) = self.registry().lookup(&path)
-                            && !Arc::ptr_eq(&t, &target)
-                            && t.manifest() == target.manifest()
-                        {
-                            target = t;
-                            continue;
+                    Err(Refused::Full) => {
+                        if self.hold_large(&mut hold, path, target, batch) {
+                            hold.active = true;
+                            tokio::spawn(
+                                LargeUnpark {
+                                    hold: self.large_hold.clone(),
+                                    registry: self.registry.clone(),
+                                    budget: self.budget.clone(),
+                                    answer: self.answerer(),
+                                }
+                                .run(),
+                            );
                         }
-                        self.dead(
-                            target.manifest_name(),
-                            &self.registry().path(&path),
-                            "actor stopped",
-                        );
                         break;
                     }
+                    Err(Refused::Closed) => match replacement(&self.registry, &path, &target) {
+                        Some(t) => target = t,
+                        None => {
+                            self.dead(
+                                target.manifest_name(),
+                                &self.registry().path(&path),
+                                "actor stopped",
+                            );
+                            break;
+                        }
+                    },
                 }
             }
         }
     }
 
-    /// Hands every run of this read to its mailbox.
-    async fn deliver_runs(&mut self) {
-        for run in &mut self.runs.list {
+    /// Holds a large message within the connection's park bound; a dead
+    /// letter past it. True if held.
+    fn hold_large(
+        &self,
+        hold: &mut LargeHold,
+        path: Arc<str>,
+        target: Arc<dyn Target>,
+        batch: Bytes,
+    ) -> bool {
+        if !self.budget.take(batch.len()) {
+            self.dead(
+                target.manifest_name(),
+                &self.registry().path(&path),
+                PARK_FULL,
+            );
+            return false;
+        }
+        hold.queue.push_back((path, target, batch));
+        true
+    }
+
+    /// The sender and outbox this connection answers with, for a task.
+    fn answerer(&self) -> Option<(Sender, Arc<Outbox>)> {
+        self.sender.clone().map(|s| (s, self.outbox.clone()))
+    }
+
+    /// Hands every run of this read to its mailbox. The reader never waits
+    /// here: a run whose mailbox is full is parked (see `flow`), and later
+    /// runs for that recipient queue behind it until it is handed over.
+    fn deliver_runs(&mut self) {
+        for i in 0..self.runs.list.len() {
+            let run = &mut self.runs.list[i];
             if run.n == 0 {
                 continue;
             }
-            let n = std::mem::take(&mut run.n);
-            let batch = run.buf.split().freeze();
-            loop {
-                match run.target.push_batch(&batch, n) {
-                    Ok(()) => break,
-                    // The mailbox is full: stop reading until it has room,
-                    // so TCP pushes back on the sender.
-                    Err(Refused::Full) => run.target.wait_space().await,
+            let b = ParkedBatch {
+                n: std::mem::take(&mut run.n),
+                credit: std::mem::take(&mut run.credit),
+                batch: run.buf.split().freeze(),
+            };
+            let (id, win, path, target) = (
+                run.id,
+                run.win.clone(),
+                run.path.clone(),
+                run.target.clone(),
+            );
+            if let Some(t) = self.deliver_run(id, win, &path, target, b) {
+                self.runs.list[i].target = t;
+            }
+        }
+    }
+
+    /// Hands one run to its mailbox, or parks it. Returns the actor that
+    /// took it if it was not `target` (a new one at the same path).
+    fn deliver_run(
+        &self,
+        id: u32,
+        win: Option<Arc<Windowed>>,
+        path: &Arc<str>,
+        mut target: Arc<dyn Target>,
+        mut b: ParkedBatch,
+    ) -> Option<Arc<dyn Target>> {
+        let mut replaced = None;
+        if let Some(w) = &win
+            && w.park.is_active()
+        {
+            // Behind what is parked already.
+            let len = b.batch.len();
+            if !self.budget.take(len) {
+                self.lose(id, Some(w), path, &target, &b, PARK_FULL);
+                return None;
+            }
+            match w.park.append_if_active(b) {
+                Ok(()) => return None,
+                Err(back) => {
+                    self.budget.give_back(len);
+                    b = back;
+                }
+            }
+        }
+        loop {
+            match target.push_batch(&b.batch, b.n) {
+                Ok(()) => {
+                    self.release(id, win.as_deref(), b.credit);
+                    return replaced;
+                }
+                Err(Refused::Full) => {
+                    self.park(id, win, path, target, b);
+                    return replaced;
+                }
+                Err(Refused::Closed) => match replacement(&self.registry, path, &target) {
+                    // A new actor may live at that path now: if it takes
+                    // this type, the batch is its.
+                    Some(t) => {
+                        target = t.clone();
+                        replaced = Some(t);
+                    }
+                    None => {
+                        self.lose(id, win.as_deref(), path, &target, &b, "actor stopped");
+                        return replaced;
+                    }
+                },
+            }
+        }
+    }
+
+    /// A batch given up on: dead letters, and its credit goes back.
+    fn lose(
+        &self,
+        id: u32,
+        win: Option<&Windowed>,
+        path: &Arc<str>,
+        target: &Arc<dyn Target>,
+        b: &ParkedBatch,
+        why: &str,
+    ) {
+        self.registry.dead_letters_n(
+            b.n as u64,
+            target.manifest_name(),
+            &self.registry.path(path),
+            why,
+        );
+        self.release(id, win, b.credit);
+    }
+
+    /// Parks a batch whose mailbox is full, and starts the task that hands
+    /// it over if none runs. An inline recipient has no window, so nothing
+    /// would bound what waits for it: its batch is a dead letter.
+    fn park(
+        &self,
+        id: u32,
+        win: Option<Arc<Windowed>>,
+        path: &Arc<str>,
+        target: Arc<dyn Target>,
+        b: ParkedBatch,
+    ) {
+        let Some(win) = win else {
+            return self.lose(id, None, path, &target, &b, INLINE_FULL);
+        };
+        if !self.budget.take(b.batch.len()) {
+            return self.lose(id, Some(&win), path, &target, &b, PARK_FULL);
+        }
+        if win.park.start(b) {
+            tokio::spawn(
+                Unpark {
+                    id,
+                    win,
+                    target,
+                    path: path.clone(),
+                    registry: self.registry.clone(),
+                    budget: self.budget.clone(),
+                    answer: self.answerer(),
+                }
+                .run(),
+            );
+        }
+    }
+}
+
+/// Why a batch for a full mailbox was dropped: the connection's bound.
+const PARK_FULL: &str = "mailbox full, and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
+/// Why a batch for a full mailbox was dropped: no window.
+const INLINE_FULL: &str = "mailbox full, and the recipient came inline (past the link's recipient ids): no window to wait in";
+
+/// The actor that lives at `path` now in place of `old`, if it takes the
+/// same type.
+fn replacement(registry: &Registry, path: &str, old: &Arc<dyn Target>) -> Option<Arc<dyn Target>> {
+    registry
+        .lookup(path)
+        .filter(|t| !Arc::ptr_eq(t, old) && t.manifest() == old.manifest())
+}
+
+/// Sends `msg` on the connection `answer` names, through its outbox.
+fn send_answer(answer: Option<&(Sender, Arc<Outbox>)>, msg: &SysWire) {
+    if let Some((sender, outbox)) = answer {
+        outbox.send(sender, msg.frame());
+    }
+}
+
+/// The task that hands one recipient's parked batches to its mailbox as
+/// it frees room, in order, crediting them back as they go.
+struct Unpark {
+    id: u32,
+    win: Arc<Windowed>,
+    target: Arc<dyn Target>,
+    path: Arc<str>,
+    registry: Arc<Registry>,
+    budget: Arc<ParkBudget>,
+    answer: Option<(Sender, Arc<Outbox>)>,
+}
+
+impl Unpark {
+    async fn run(mut self) {
+        loop {
+            self.target.wait_space().await;
+            let mut released = 0;
+            let done = {
+                let mut q = self.win.park.lock();
+                while let Some(b) = q.batches.front() {
+                    match self.target.push_batch(&b.batch, b.n) {
+                        Ok(()) => {}
+                        Err(Refused::Full) => break,
+                        Err(Refused::Closed) => {
+                            if let Some(t) = replacement(&self.registry, &self.path, &self.target) {
+                                self.target = t;
+                                continue;
+                            }
+                            self.registry.dead_letters_n(
+                                b.n as u64,
+                                self.target.manifest_name(),
+                                &self.registry.path(&self.path),
+                                "actor stopped",
+                            );
+                        }
+                    }
+                    let b = q.batches.pop_front().expect("a front batch");
+                    self.budget.give_back(b.batch.len());
+                    released += b.credit;
+                }
+                self.win.park.finish_if_empty(&mut q)
+            };
+            if released > 0
+                && let Some(total) = self.win.flow.release(released)
+            {
+                send_answer(
+                    self.answer.as_ref(),
+                    &SysWire::Credit { id: self.id, total },
+                );
+            }
+            if done {
+                return;
+            }
+        }
+    }
+}
+
+/// The task that hands a connection's held large messages to their
+/// mailboxes, in order, then sends the large-message ack held back.
+struct LargeUnpark {
+    hold: Arc<Mutex<LargeHold>>,
+    registry: Arc<Registry>,
+    budget: Arc<ParkBudget>,
+    answer: Option<(Sender, Arc<Outbox>)>,
+}
+
+impl LargeUnpark {
+    async fn run(self) {
+        loop {
+            let Some(target) = lock(&self.hold).queue.front().map(|h| h.1.clone()) else {
+                return;
+            };
+            target.wait_space().await;
+            let mut hold = lock(&self.hold);
+            while let Some((path, target, batch)) = hold.queue.front_mut() {
+                match target.push_batch(batch, 1) {
+                    Ok(()) => {}
+                    Err(Refused::Full) => break,
                     Err(Refused::Closed) => {
-                        // A new actor may live at that path now: if it takes
-                        // this type, the batch is its.
-                        if let Some(t) = self.registry.lookup(&run.path)
-                            && !Arc::ptr_eq(&t, &run.target)
-                            && t.manifest() == run.target.manifest()
-                        {
-                            run.target = t;
+                        if let Some(t) = replacement(&self.registry, path, target) {
+                            *target = t;
                             continue;
                         }
-                        self.registry.dead_letters_n(
-                            n as u64,
-                            run.target.manifest_name(),
-                            &self.registry.path(&run.path),
+                        self.registry.dead_letter(
+                            target.manifest_name(),
+                            &self.registry.path(path),
                             "actor stopped",
                         );
-                        break;
                     }
                 }
+                let (_, _, batch) = hold.queue.pop_front().expect("a front message");
+                self.budget.give_back(batch.len());
+            }
+            if hold.queue.is_empty() {
+                hold.active = false;
+                if let Some((msg, received)) = hold.ack.take() {
+                    send_answer(self.answer.as_ref(), &SysWire::LargeAck { msg, received });
+                }
+                return;
             }
         }
     }
@@ -713,12 +1031,19 @@ impl Handler for Dispatch {
     }
 
     async fn on_batch_end(&mut self) {
-        self.deliver_runs().await;
-        if let Some((msg, received)) = self.large_ack.take() {
-            self.ack_large(msg, received);
-        }
+        self.deliver_runs();
         if !self.ready.is_empty() {
-            self.deliver_large().await;
+            self.deliver_large();
+        }
+        if let Some(ack) = self.large_ack.take() {
+            let mut hold = lock(&self.large_hold);
+            if hold.active {
+                // Sent when the held messages are handed over.
+                hold.ack = Some(ack);
+            } else {
+                drop(hold);
+                self.ack_large(ack.0, ack.1);
+            }
         }
         self.runs.end_read();
         self.inline = None;
@@ -820,6 +1145,9 @@ mod tests {
         }
         fn on_close(&self, generation: u32, reason: &CloseReason) {
             self.record(format!("closed {generation} {reason}"));
+        }
+        fn on_credit(&self, generation: u32, id: u32, total: u64) {
+            self.record(format!("credit {generation} {id} {total}"));
         }
     }
 

@@ -15,6 +15,7 @@ use transport::{Frame, Sender, TrySendFrameError};
 use super::{
     compression::{CompressedId, OutboundIds},
     envelope::{self, ENV_HEADER},
+    flow::{LinkCredits, SendFlow},
 };
 use crate::{error::SerializationError, path::ActorPath};
 
@@ -37,6 +38,8 @@ pub(crate) struct Recipient {
     pub(super) id: CompressedId,
     /// Never compressed: an ask's reply slot, used about once.
     pub(super) inline: bool,
+    /// Its credit on the link that last defined it (`flow`).
+    pub(super) flow: Arc<SendFlow>,
 }
 
 impl Recipient {
@@ -47,6 +50,7 @@ impl Recipient {
             uid,
             id: CompressedId::default(),
             inline,
+            flow: Arc::default(),
         }
     }
 
@@ -59,7 +63,10 @@ impl Recipient {
         }
         match link.ids.lookup_or_define(&self.id) {
             Some((id, false)) => envelope::To::Id(id),
-            Some((id, true)) => envelope::To::Define(id, self.path.elements()),
+            Some((id, true)) => {
+                link.credits.define(id, &self.flow);
+                envelope::To::Define(id, self.path.elements())
+            }
             None => envelope::To::Inline(self.path.elements()),
         }
     }
@@ -72,7 +79,11 @@ impl Recipient {
 
 /// Why a remote tell failed.
 pub(crate) enum TellError {
+    /// The link's queue (or the connect buffer) is full.
     Full,
+    /// The recipient has used its window: its mailbox on the other node
+    /// is full, or its credit is on the way (see `flow`).
+    NoCredit,
     /// The recipient's incarnation is quarantined (its node restarted or
     /// shut down): the message is a dead letter.
     Gone,
@@ -85,6 +96,8 @@ pub(super) struct Link {
     pub(super) sender: Sender,
     /// This link's recipient ids (and its generation).
     pub(super) ids: Arc<OutboundIds>,
+    /// Its recipients' credit (see `flow`).
+    pub(super) credits: Arc<LinkCredits>,
     /// The peer incarnation at the other end.
     pub(super) uid: u64,
     /// This node dialed the connection.
@@ -124,23 +137,39 @@ pub(super) enum Pending {
 }
 
 /// Appends the envelope for `payload` to `b`, defining the recipient's id
-/// on this link if needed. Runs under the transport's queue lock, which
-/// orders it with every other envelope on the link.
+/// on this link if needed, and spends the recipient's credit. With
+/// `credited`, writes nothing and returns false when the recipient has no
+/// credit left (see `flow`); without, always writes (a flush of what
+/// waited for the link, which spends the window like any send). Runs under
+/// the transport's queue lock, which orders it with every other envelope on
+/// the link.
 pub(super) fn write_envelope(
     b: &mut BytesMut,
     r: &Recipient,
     link: &Link,
     manifest: u32,
     payload: &[u8],
-) {
+    credited: bool,
+) -> bool {
+    let start = b.len();
     match r.to_on(link) {
         envelope::To::Id(id) => {
+            if credited && !r.flow.has_credit() {
+                return false;
+            }
             b.reserve(ENV_HEADER + payload.len());
             envelope::put_compact_header(b, id, manifest);
         }
-        to => envelope::put_header(b, to, manifest, None),
+        to @ envelope::To::Define(..) => envelope::put_header(b, to, manifest, None),
+        to => {
+            envelope::put_header(b, to, manifest, None);
+            b.extend_from_slice(payload);
+            return true;
+        }
     }
     b.extend_from_slice(payload);
+    r.flow.spend(b.len() - start);
+    true
 }
 
 /// Whether the `n`th occurrence of something a peer can repeat at will is

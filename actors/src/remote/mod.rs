@@ -6,7 +6,8 @@
 //!   `compression` (recipient ids per link), `system_msg` (system
 //!   messages on the wire), `reliable` (their exactly-once delivery),
 //!   `liveness` (heartbeat verdicts, reconnect timing, incarnation and
-//!   tie-break decisions, time passed in), `events` ([`RemoteEvent`]).
+//!   tie-break decisions, time passed in), `events` ([`RemoteEvent`]),
+//!   `flow` (credit per recipient: windows, grants, parked batches).
 //! - `keeper`: one schedule for every association's heartbeat tick, and
 //!   which have gone unused for how long; pure.
 //! - `access`: which peer requests are honoured (untrusted mode, reply
@@ -31,6 +32,7 @@ mod compression;
 mod context;
 mod envelope;
 mod events;
+mod flow;
 mod inbound;
 mod keeper;
 mod large;

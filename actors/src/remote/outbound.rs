@@ -138,11 +138,12 @@ impl Association {
                 if !link.serves(r.uid) {
                     return Err(TellError::Gone);
                 }
-                let res = link.sender.try_send_with(FrameKind::Message, |b| {
-                    write_envelope(b, r, link, manifest, &scratch)
+                let res = link.sender.try_push_with(FrameKind::Message, |b| {
+                    write_envelope(b, r, link, manifest, &scratch, true)
                 });
                 match res {
-                    Ok(()) => return Ok(false),
+                    Ok(Pushed::Queued { .. }) => return Ok(false),
+                    Ok(Pushed::Abandoned) => return Err(TellError::NoCredit),
                     Err(TrySendFrameError::Full(_)) => return Err(TellError::Full),
                     Err(TrySendFrameError::TooLarge(e)) => {
                         return Err(TellError::Serialization(SerializationError::Encode(
@@ -182,10 +183,17 @@ impl Association {
         let id = link.ids.lookup(&r.id)?;
         let room = self.large.threshold().saturating_sub(r.overhead());
         let mut failed = None;
+        let no_credit = std::cell::Cell::new(false);
+        let flow = &*r.flow;
         let res = link.sender.try_push_with(FrameKind::Message, |b| {
+            if !flow.has_credit() {
+                no_credit.set(true);
+                return false;
+            }
+            let env = b.len();
             envelope::put_compact_header(b, id, manifest);
             let start = b.len();
-            match run_encoder(|| encode(b, room)) {
+            let ok = match run_encoder(|| encode(b, room)) {
                 // A custom encoder is not bounded while encoding.
                 Ok(()) => b.len() - start <= room,
                 // Large, or too large: the general path tells which.
@@ -194,10 +202,15 @@ impl Association {
                     failed = Some(e);
                     false
                 }
+            };
+            if ok {
+                flow.spend(b.len() - env);
             }
+            ok
         });
         match res {
             Ok(Pushed::Queued { yield_now }) => Some(Ok(yield_now)),
+            Ok(Pushed::Abandoned) if no_credit.get() => Some(Err(TellError::NoCredit)),
             Ok(Pushed::Abandoned) => failed.map(|e| Err(TellError::Serialization(e))),
             Err(TrySendFrameError::Full(_)) => Some(Err(TellError::Full)),
             Err(TrySendFrameError::TooLarge(e)) => Some(Err(TellError::Serialization(
@@ -262,8 +275,9 @@ impl Association {
         Ok(payload.freeze())
     }
 
-    /// Remote `send` of an encoded message: waits while the link's queue is
-    /// full.
+    /// Remote `send` of an encoded message: waits while the recipient has no
+    /// credit (its mailbox on the other node is full, see `flow`), while
+    /// the link's queue is full, or while the connect buffer is.
     pub(crate) async fn send_payload(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
@@ -273,30 +287,38 @@ impl Association {
         if self.is_large(r, payload.len()) {
             return self.send_large_wait(r, manifest, payload).await;
         }
+        let copy = |b: &mut BytesMut, _: usize| {
+            b.extend_from_slice(&payload);
+            Ok(())
+        };
         loop {
-            match self.link() {
-                Some(link) if !link.serves(r.uid) => return Err(TellError::Gone),
-                Some(link) => {
-                    if link
-                        .sender
-                        .send_with(FrameKind::Message, |b| {
-                            write_envelope(b, r, &link, manifest, &payload)
-                        })
-                        .await
-                        .is_ok()
-                    {
-                        return Ok(());
+            let link = self.link();
+            // Registered before trying, so a grant or a change of link
+            // between the try and the wait is not missed.
+            let changed = self.up.notified();
+            let credits = link.as_ref().map(|l| l.credits.clone());
+            let granted = credits.as_ref().map(|c| c.notify.notified());
+            tokio::pin!(changed, granted);
+            match self.tell(r, manifest, &copy) {
+                Err(TellError::NoCredit) => {
+                    let Some(granted) = granted.as_mut().as_pin_mut() else {
+                        continue;
+                    };
+                    tokio::select! {
+                        () = granted => {}
+                        () = &mut changed => {}
                     }
                 }
-                // The connect buffer is full: wait for the link to come up.
-                None => self.up.notified().await,
-            }
-            let copy = |b: &mut BytesMut, _: usize| {
-                b.extend_from_slice(&payload);
-                Ok(())
-            };
-            match self.tell(r, manifest, &copy) {
-                Err(TellError::Full) => {}
+                Err(TellError::Full) => match &link {
+                    Some(link) => {
+                        tokio::select! {
+                            () = link.sender.wait_taken() => {}
+                            () = &mut changed => {}
+                        }
+                    }
+                    // The connect buffer is full: wait for the link.
+                    None => changed.await,
+                },
                 other => return other,
             }
         }

@@ -40,6 +40,9 @@ pub(crate) enum SysWire {
     /// The receiver has processed large message `msg` up to `received`
     /// bytes (flow control of the large-message lane).
     LargeAck { msg: u32, received: u32 },
+    /// Flow control: the sender may send recipient `id` of this
+    /// connection up to `total` envelope bytes in all (see `flow`).
+    Credit { id: u32, total: u64 },
 }
 
 impl SysWire {
