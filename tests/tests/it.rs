@@ -20,6 +20,7 @@ mod it {
     mod large;
     mod layers;
     mod limits;
+    mod links;
     mod node_identity;
     mod ordering;
     mod push;

@@ -760,3 +760,62 @@ async fn actor_systems_talk_over_mutual_tls() {
         s.shutdown().await;
     }
 }
+
+/// With certificates that name the nodes, the connection one node dials
+/// is proven at both ends, so both nodes send on it: first contact brings
+/// one link up on each node and opens no connection only to close it.
+#[tokio::test]
+async fn first_contact_over_node_certificates_brings_one_link_up_on_each_node() {
+    use actors::RemoteEvent;
+
+    use super::actors_common::{Count, Counter, total};
+    let pki = Pki::new("links-ca");
+    pki.issue("a", &Spec::naming("a", &["tcp://a@127.0.0.1"]));
+    pki.issue("b", &Spec::naming("b", &["tcp://b@127.0.0.1"]));
+    let system = |tls: TlsConfig, name: &'static str| async move {
+        let mut c = actors::SystemConfig::default();
+        c.set_tls(tls);
+        actors::ActorSystem::with_config(name, Some(loopback()), secured_system(c))
+            .await
+            .expect("system binds")
+    };
+    let a = system(pki.tls_strict("a", &pki), "a").await;
+    let b = system(pki.tls_strict("b", &pki), "b").await;
+    let mut a_events = a.subscribe_remote_events();
+    let mut b_events = b.subscribe_remote_events();
+    a.spawn_named("counter", Counter::default()).unwrap();
+    b.spawn_named("counter", Counter::default()).unwrap();
+    let on_b = within(
+        "resolve",
+        a.resolve::<Count>(&format!("tcp://{}/user/counter", b.node())),
+    )
+    .await
+    .expect("resolves");
+    on_b.tell(Count::Add(1)).unwrap();
+    assert_eq!(total(&on_b).await, 1);
+    let on_a = within(
+        "resolve",
+        b.resolve::<Count>(&format!("tcp://{}/user/counter", a.node())),
+    )
+    .await
+    .expect("resolves");
+    on_a.tell(Count::Add(2)).unwrap();
+    assert_eq!(total(&on_a).await, 2);
+    assert_eq!(total(&on_b).await, 1);
+    let tally = |events: &mut tokio::sync::broadcast::Receiver<RemoteEvent>| {
+        let (mut up, mut down) = (0, 0);
+        while let Ok(e) = events.try_recv() {
+            match e {
+                RemoteEvent::Connected { .. } => up += 1,
+                RemoteEvent::Disconnected { .. } => down += 1,
+                _ => {}
+            }
+        }
+        (up, down)
+    };
+    assert_eq!(tally(&mut a_events), (1, 0), "a's link events");
+    assert_eq!(tally(&mut b_events), (1, 0), "b's link events");
+    for s in [a, b] {
+        s.shutdown().await;
+    }
+}

@@ -1,0 +1,51 @@
+//! How many connections first contact makes, and that none is opened only
+//! to be closed at once.
+
+use std::time::Duration;
+
+use actors::{RemoteEvent, SystemConfig};
+use integration_tests::{actor_path, actor_system_with, within};
+
+use super::actors_common::{Count, Counter, total};
+
+/// Counts the `Connected` and `Disconnected` events seen so far.
+fn tally(events: &mut tokio::sync::broadcast::Receiver<RemoteEvent>) -> (usize, usize) {
+    let (mut up, mut down) = (0, 0);
+    while let Ok(e) = events.try_recv() {
+        match e {
+            RemoteEvent::Connected { .. } => up += 1,
+            RemoteEvent::Disconnected { .. } => down += 1,
+            _ => {}
+        }
+    }
+    (up, down)
+}
+
+#[tokio::test]
+async fn first_contact_brings_one_link_up_on_each_node_and_closes_none() {
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    let mut a_events = a.subscribe_remote_events();
+    let mut b_events = b.subscribe_remote_events();
+    b.spawn_named("counter", Counter::default()).expect("free");
+    a.spawn_named("counter", Counter::default()).expect("free");
+    let on_b = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    // b answers a's ask, and sends to a's own actor: b needs a link too.
+    on_b.tell(Count::Add(1)).expect("room");
+    assert_eq!(total(&on_b).await, 1);
+    let on_a = within("resolve", b.resolve::<Count>(&actor_path(&a, "counter")))
+        .await
+        .expect("resolves");
+    on_a.tell(Count::Add(2)).expect("room");
+    assert_eq!(total(&on_a).await, 2);
+    // Let any duplicate that was going to be closed be closed: a round trip
+    // each way more.
+    assert_eq!(total(&on_b).await, 1);
+    assert_eq!(total(&on_a).await, 2);
+    let (a_up, a_down) = tally(&mut a_events);
+    let (b_up, b_down) = tally(&mut b_events);
+    assert_eq!((a_up, a_down), (1, 0), "a's link events");
+    assert_eq!((b_up, b_down), (1, 0), "b's link events");
+}
