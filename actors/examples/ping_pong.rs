@@ -11,8 +11,14 @@
 //! 1,000), one ask at a time, and prints round-trip statistics. It exits
 //! with status 1 and a message when the pong side cannot be reached.
 //!
-//! Bind pong to the address ping will dial (not `0.0.0.0`): a node's
-//! address is part of its actors' paths and is checked on connect.
+//! A node's address is part of its actors' paths and is checked on
+//! connect, so bind pong to the address ping will dial, or bind it to
+//! every interface and set `ADVERTISE` to the name ping dials:
+//!
+//! ```text
+//! ADVERTISE=localhost cargo run -p actors --example ping_pong -- pong 0.0.0.0:25520
+//! cargo run -p actors --example ping_pong -- ping localhost:25520
+//! ```
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration, time::Instant};
 
@@ -52,20 +58,20 @@ const USAGE: &str = "usage: ping_pong pong HOST:PORT | ping HOST:PORT [COUNT]";
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parsed = match args.as_slice() {
-        [role, addr, rest @ ..] if rest.len() <= 1 => addr
-            .parse::<SocketAddr>()
-            .map_err(|e| format!("bad address {addr:?}: {e}"))
-            .and_then(|addr| {
-                let count = match rest.first() {
-                    Some(c) => c.parse().map_err(|e| format!("bad count {c:?}: {e}"))?,
-                    None => DEFAULT_COUNT,
-                };
-                Ok((role.as_str(), addr, count))
-            }),
+        [role, addr, rest @ ..] if rest.len() <= 1 => match rest.first() {
+            Some(c) => c
+                .parse()
+                .map_err(|e| format!("bad count {c:?}: {e}"))
+                .map(|count| (role.as_str(), addr.as_str(), count)),
+            None => Ok((role.as_str(), addr.as_str(), DEFAULT_COUNT)),
+        },
         _ => Err(USAGE.to_owned()),
     };
     let result = match parsed {
-        Ok(("pong", addr, _)) => pong(addr).await,
+        Ok(("pong", addr, _)) => match addr.parse() {
+            Ok(addr) => pong(addr).await,
+            Err(e) => Err(format!("bad address {addr:?}: {e}")),
+        },
         Ok(("ping", addr, count)) => ping(addr, count).await,
         Ok(_) => Err(USAGE.to_owned()),
         Err(e) => Err(e),
@@ -80,7 +86,11 @@ async fn main() -> ExitCode {
 }
 
 async fn pong(addr: SocketAddr) -> Result<(), String> {
-    let system = ActorSystem::remote("pong", addr)
+    let mut config = actors::SystemConfig::default();
+    if let Ok(name) = std::env::var("ADVERTISE") {
+        config.set_advertised_address(name);
+    }
+    let system = ActorSystem::with_config("pong", Some(addr), config)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     system
@@ -94,8 +104,15 @@ async fn pong(addr: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
-async fn ping(addr: SocketAddr, count: u64) -> Result<(), String> {
-    let system = ActorSystem::remote("ping", SocketAddr::new(addr.ip(), 0))
+/// Pings pong at `addr` (`host:port`, a name or an address).
+async fn ping(addr: &str, count: u64) -> Result<(), String> {
+    let ip = tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| format!("cannot resolve {addr:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr:?} resolves to no address"))?
+        .ip();
+    let system = ActorSystem::remote("ping", SocketAddr::new(ip, 0))
         .await
         .map_err(|e| format!("cannot bind: {e}"))?;
     let path = format!("tcp://pong@{addr}/user/pong");

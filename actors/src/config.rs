@@ -84,6 +84,7 @@ pub struct SystemConfig {
     pub(crate) max_recipient_ids: usize,
     pub(crate) recipient_window: usize,
     pub(crate) max_parked_bytes: usize,
+    pub(crate) advertised: Option<String>,
 }
 
 impl Default for SystemConfig {
@@ -111,6 +112,7 @@ impl Default for SystemConfig {
             max_recipient_ids: DEFAULT_MAX_RECIPIENT_IDS,
             recipient_window: DEFAULT_RECIPIENT_WINDOW,
             max_parked_bytes: DEFAULT_MAX_PARKED_BYTES,
+            advertised: None,
         }
     }
 }
@@ -349,6 +351,20 @@ impl SystemConfig {
     /// one saturating more recipients at once than this allows, meets it.
     pub fn set_max_parked_bytes(&mut self, bytes: usize) -> &mut Self {
         self.max_parked_bytes = bytes;
+        self
+    }
+
+    /// The address peers know this node by, when it is not the socket it
+    /// binds: `host` or `host:port`, where `host` may be a DNS name (a
+    /// node behind NAT, or in a container reached by a service name). The
+    /// node's identity (`name@host:port`, in every path of its actors) is
+    /// this address: the handshake announces it, peers check it against
+    /// the node they dialed, and node certificates must name it. Without a
+    /// port, the bound port is used (so binding port 0 still works).
+    /// Default: none, the bound socket address is the identity (a node
+    /// bound to `0.0.0.0` should set this, or peers cannot name it).
+    pub fn set_advertised_address(&mut self, addr: impl Into<String>) -> &mut Self {
+        self.advertised = Some(addr.into());
         self
     }
 

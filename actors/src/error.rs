@@ -161,4 +161,8 @@ pub enum SystemError {
     /// The transport failed to bind.
     #[error(transparent)]
     Transport(#[from] transport::TransportError),
+    /// `SystemConfig::set_advertised_address` is not `host` or
+    /// `host:port` with a host a path can hold.
+    #[error("invalid advertised address {0:?}: expected host or host:port")]
+    InvalidAdvertised(String),
 }

@@ -6,6 +6,7 @@ mod it {
     mod actors_failure;
     mod actors_local;
     mod actors_remote;
+    mod advertise;
     mod backpressure;
     mod bad_input;
     mod bounds;

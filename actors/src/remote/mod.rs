@@ -91,6 +91,57 @@ pub(crate) struct Remoting {
     born_wake: Arc<Notify>,
 }
 
+/// `addr` (`host` or `host:port`) as `host:port`, the port `port` when
+/// it names none; `None` unless the host is a DNS name, an IPv4 address or
+/// a bracketed IPv6 one (a path could not hold anything else).
+fn advertised_host_port(addr: &str, port: u16) -> Option<String> {
+    let (host, port) = match addr.rsplit_once(':') {
+        Some((host, p)) if !host.contains(':') || host.ends_with(']') => (host, p.parse().ok()?),
+        _ => (addr, port),
+    };
+    let valid = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'))
+        }
+    };
+    let hostport = format!("{host}:{port}");
+    (valid && ActorPath::parse(&format!("tcp://n@{hostport}/user/x")).is_ok()).then_some(hostport)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_host_port as hp;
+
+    #[test]
+    fn advertised_addresses_take_the_bound_port_when_they_name_none() {
+        assert_eq!(hp("node-1.svc", 80).as_deref(), Some("node-1.svc:80"));
+        assert_eq!(
+            hp("node-1.svc:7000", 80).as_deref(),
+            Some("node-1.svc:7000")
+        );
+        assert_eq!(hp("10.0.0.1", 80).as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(hp("[::1]", 80).as_deref(), Some("[::1]:80"));
+        assert_eq!(hp("[::1]:9", 80).as_deref(), Some("[::1]:9"));
+        for bad in [
+            "",
+            ":80",
+            "two words",
+            "a/b",
+            "h:x",
+            "h:1:2",
+            "::1",
+            "[zz]",
+            "h:99999",
+        ] {
+            assert_eq!(hp(bad, 80), None, "{bad:?}");
+        }
+    }
+}
+
 /// A bound endpoint, before the node it serves exists.
 pub(crate) struct Bound(Box<dyn Net>);
 
@@ -109,7 +160,22 @@ impl Remoting {
         bind: SocketAddr,
         config: &SystemConfig,
     ) -> Result<Bound, crate::error::SystemError> {
-        let advertise = |a| format!("{name}@{a}");
+        let advertised = config.advertised.clone();
+        if let Some(a) = &advertised {
+            // Checked before binding, with any port.
+            if advertised_host_port(a, 1).is_none() {
+                return Err(crate::error::SystemError::InvalidAdvertised(a.clone()));
+            }
+        } else if bind.ip().is_unspecified() {
+            tracing::warn!(%bind, "bound to every interface with no advertised address: peers cannot name this node (SystemConfig::set_advertised_address)");
+        }
+        let advertise = move |a: SocketAddr| match &advertised {
+            Some(adv) => format!(
+                "{name}@{}",
+                advertised_host_port(adv, a.port()).expect("checked above")
+            ),
+            None => format!("{name}@{a}"),
+        };
         let transport: TransportConfig = config.transport.clone();
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {

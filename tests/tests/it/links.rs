@@ -1,8 +1,6 @@
 //! How many connections first contact makes, and that none is opened only
 //! to be closed at once.
 
-use std::time::Duration;
-
 use actors::{RemoteEvent, SystemConfig};
 use integration_tests::{actor_path, actor_system_with, within};
 
