@@ -112,36 +112,6 @@ fn advertised_host_port(addr: &str, port: u16) -> Option<String> {
     (valid && ActorPath::parse(&format!("tcp://n@{hostport}/user/x")).is_ok()).then_some(hostport)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::advertised_host_port as hp;
-
-    #[test]
-    fn advertised_addresses_take_the_bound_port_when_they_name_none() {
-        assert_eq!(hp("node-1.svc", 80).as_deref(), Some("node-1.svc:80"));
-        assert_eq!(
-            hp("node-1.svc:7000", 80).as_deref(),
-            Some("node-1.svc:7000")
-        );
-        assert_eq!(hp("10.0.0.1", 80).as_deref(), Some("10.0.0.1:80"));
-        assert_eq!(hp("[::1]", 80).as_deref(), Some("[::1]:80"));
-        assert_eq!(hp("[::1]:9", 80).as_deref(), Some("[::1]:9"));
-        for bad in [
-            "",
-            ":80",
-            "two words",
-            "a/b",
-            "h:x",
-            "h:1:2",
-            "::1",
-            "[zz]",
-            "h:99999",
-        ] {
-            assert_eq!(hp(bad, 80), None, "{bad:?}");
-        }
-    }
-}
-
 /// A bound endpoint, before the node it serves exists.
 pub(crate) struct Bound(Box<dyn Net>);
 
@@ -493,4 +463,34 @@ pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
     }
     ok += usize::from(SysWire::decode(bytes).is_ok());
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_host_port as hp;
+
+    #[test]
+    fn advertised_addresses_take_the_bound_port_when_they_name_none() {
+        assert_eq!(hp("node-1.svc", 80).as_deref(), Some("node-1.svc:80"));
+        assert_eq!(
+            hp("node-1.svc:7000", 80).as_deref(),
+            Some("node-1.svc:7000")
+        );
+        assert_eq!(hp("10.0.0.1", 80).as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(hp("[::1]", 80).as_deref(), Some("[::1]:80"));
+        assert_eq!(hp("[::1]:9", 80).as_deref(), Some("[::1]:9"));
+        for bad in [
+            "",
+            ":80",
+            "two words",
+            "a/b",
+            "h:x",
+            "h:1:2",
+            "::1",
+            "[zz]",
+            "h:99999",
+        ] {
+            assert_eq!(hp(bad, 80), None, "{bad:?}");
+        }
+    }
 }
