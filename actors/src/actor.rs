@@ -19,7 +19,7 @@ use crate::{
     mailbox::{Mailbox, Queued, SystemMsg, next_record},
     path::valid_name,
     registry::Target,
-    serialization::{RemoteMessage, with_decode_scope},
+    serialization::{RemoteMessage, manifests, with_decode_scope},
     system::{ActorSystem, Stoppable},
     watch::{WatchSink, Watchers},
 };
@@ -143,6 +143,12 @@ impl ActorSystem {
         if self.inner.shutting_down.load(Ordering::Acquire) {
             return Err(SpawnError::ShuttingDown);
         }
+        let manifest = <A::Msg as RemoteMessage>::MANIFEST;
+        manifests::register(manifest).map_err(|c| SpawnError::ManifestCollision {
+            manifest,
+            id: c.id,
+            registered: c.registered,
+        })?;
         let elements = format!("/user/{name}");
         let mut targets = self.registry().targets();
         if targets.contains_key(elements.as_str()) {

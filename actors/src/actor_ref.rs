@@ -27,7 +27,7 @@ use crate::{
     path::ActorPath,
     registry::{Registry, Target},
     remote::{Association, Recipient, TellError},
-    serialization::{RemoteMessage, decoding_node, manifest_id},
+    serialization::{RemoteMessage, decoding_node, manifest_id, manifests},
     watch::{Watch, WatchSink},
 };
 
@@ -175,6 +175,16 @@ impl<M: Send + 'static> ActorRef<M> {
     where
         M: RemoteMessage,
     {
+        // Names the type in this node's dead letters; a collision was
+        // refused at spawn or resolve already, or is logged here.
+        if let Err(c) = manifests::register(M::MANIFEST) {
+            tracing::error!(
+                manifest = M::MANIFEST,
+                id = c.id,
+                registered = c.registered,
+                "two message types share a manifest id: rename one"
+            );
+        }
         Self {
             inner: Inner::Remote(Arc::new(RemoteRef {
                 assoc,
@@ -521,7 +531,13 @@ impl<M: RemoteMessage> Serialize for ActorRef<M> {
             }
             Inner::Remote(_) | Inner::Dead(..) => {}
         }
-        s.collect_str(self.path())
+        // The path, and the type the ref takes, so a receiver that decodes
+        // it as a ref to another type finds out here (`#` is in no path).
+        s.collect_str(&format_args!(
+            "{}#{:08x}",
+            self.path(),
+            manifest_id(M::MANIFEST)
+        ))
     }
 }
 
@@ -534,6 +550,23 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
                 f.write_str("an actor path")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ActorRef<M>, E> {
+                let (v, takes) = match v.rsplit_once('#') {
+                    Some((path, m)) => {
+                        let m = u32::from_str_radix(m, 16)
+                            .map_err(|_| E::custom("an actor ref's type is not a manifest id"))?;
+                        (path, Some(m))
+                    }
+                    None => (v, None),
+                };
+                if let Some(m) = takes
+                    && m != manifest_id(M::MANIFEST)
+                {
+                    return Err(E::custom(format_args!(
+                        "a ref to an actor that takes {}, decoded as a ref taking {}",
+                        manifests::label(m),
+                        M::MANIFEST
+                    )));
+                }
                 let path = ActorPath::parse(v).map_err(E::custom)?;
                 let node = decoding_node()
                     .and_then(|n| n.downcast::<Node>().ok())

@@ -105,6 +105,17 @@ pub enum ResolveError {
     /// No actor lives at that path.
     #[error("no actor at {0}")]
     NotFound(String),
+    /// `M`'s manifest has the 32-bit id of another type's manifest in
+    /// this process: rename one of them.
+    #[error("manifest {manifest:?} has id {id:#010x}, which {registered:?} has already")]
+    ManifestCollision {
+        /// The manifest of the type asked for.
+        manifest: &'static str,
+        /// The id both hash to.
+        id: u32,
+        /// The manifest registered first.
+        registered: &'static str,
+    },
     /// An actor lives there but takes another message type.
     #[error("actor at {path} takes {actual}, not {expected}")]
     WrongType {
@@ -149,6 +160,17 @@ pub enum SpawnError {
     /// The system is shutting down.
     #[error("the actor system is shutting down")]
     ShuttingDown,
+    /// The actor's message type has a manifest whose 32-bit id another
+    /// type's manifest already has in this process: rename one of them.
+    #[error("manifest {manifest:?} has id {id:#010x}, which {registered:?} has already")]
+    ManifestCollision {
+        /// The actor's message type's manifest.
+        manifest: &'static str,
+        /// The id both hash to.
+        id: u32,
+        /// The manifest registered first.
+        registered: &'static str,
+    },
 }
 
 /// Why a system could not start.

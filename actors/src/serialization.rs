@@ -316,6 +316,66 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     }
 }
 
+/// The manifests this process has seen a type use (by spawning an actor
+/// that takes it, resolving or decoding a ref to one), by id: so that a
+/// dead letter names its type, and so that two types whose names hash to
+/// the same 32-bit id are caught when the second is registered instead of
+/// decoding as each other.
+pub(crate) mod manifests {
+    use std::{
+        collections::HashMap,
+        sync::{LazyLock, PoisonError, RwLock},
+    };
+
+    use super::manifest_id;
+
+    static KNOWN: LazyLock<RwLock<HashMap<u32, &'static str>>> = LazyLock::new(Default::default);
+
+    /// Two manifest names with one id.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Collision {
+        pub(crate) id: u32,
+        pub(crate) registered: &'static str,
+    }
+
+    /// Registers `name`; its id, or the name that holds the id already.
+    pub(crate) fn register(name: &'static str) -> Result<u32, Collision> {
+        let id = manifest_id(name);
+        if let Some(&known) = KNOWN
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+        {
+            return if known == name {
+                Ok(id)
+            } else {
+                Err(Collision {
+                    id,
+                    registered: known,
+                })
+            };
+        }
+        let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
+        match *known.entry(id).or_insert(name) {
+            n if n == name => Ok(id),
+            registered => Err(Collision { id, registered }),
+        }
+    }
+
+    /// How a dead letter names a manifest id: its type's name if this
+    /// process knows it, else the id.
+    pub(crate) fn label(id: u32) -> String {
+        match KNOWN
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+        {
+            Some(name) => (*name).to_owned(),
+            None => format!("unknown type (manifest {id:#010x})"),
+        }
+    }
+}
+
 /// The 32-bit id of a manifest on the wire: FNV-1a of its name, so both
 /// nodes derive the same id with no coordination.
 pub const fn manifest_id(name: &str) -> u32 {
@@ -442,6 +502,40 @@ mod tests {
             Bincode.deserialize::<u32>(&b),
             Err(SerializationError::TrailingBytes { used: 1, len: 3 })
         ));
+    }
+
+    #[test]
+    fn manifest_collisions_are_caught_and_ids_named() {
+        // Two distinct names with one FNV-1a id (found by search).
+        let (a, b) = collision_pair();
+        assert_eq!(manifest_id(a), manifest_id(b));
+        assert_eq!(manifests::register(a), Ok(manifest_id(a)));
+        assert_eq!(manifests::register(a), Ok(manifest_id(a)), "again is fine");
+        assert_eq!(
+            manifests::register(b),
+            Err(manifests::Collision {
+                id: manifest_id(a),
+                registered: a
+            })
+        );
+        assert_eq!(manifests::label(manifest_id(a)), a);
+        assert!(manifests::label(0x0bad_f00d).contains("0x0badf00d"));
+    }
+
+    /// Two names `t<i>` with the same manifest id.
+    fn collision_pair() -> (&'static str, &'static str) {
+        let mut seen = std::collections::HashMap::new();
+        for i in 0u64.. {
+            let name = format!("collide.{i}");
+            let id = manifest_id(&name);
+            if let Some(other) = seen.insert(id, name.clone()) {
+                return (
+                    Box::leak(other.into_boxed_str()),
+                    Box::leak(name.into_boxed_str()),
+                );
+            }
+        }
+        unreachable!()
     }
 
     #[test]

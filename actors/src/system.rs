@@ -23,7 +23,7 @@ use crate::{
     path::{ActorPath, valid_name},
     registry::Registry,
     remote::{RemoteEvent, Remoting},
-    serialization::{RemoteMessage, manifest_id},
+    serialization::{RemoteMessage, manifest_id, manifests},
 };
 
 /// Remote events buffered per subscriber; a slower subscriber loses the
@@ -199,6 +199,11 @@ impl ActorSystem {
     /// [`ResolveError::Unreachable`], [`ResolveError::Timeout`],
     /// [`ResolveError::InvalidPath`], [`ResolveError::NoRemoting`].
     pub async fn resolve<M: RemoteMessage>(&self, path: &str) -> Result<ActorRef<M>, ResolveError> {
+        manifests::register(M::MANIFEST).map_err(|c| ResolveError::ManifestCollision {
+            manifest: M::MANIFEST,
+            id: c.id,
+            registered: c.registered,
+        })?;
         let path = ActorPath::parse(path)?;
         if path.node() == self.node() {
             let target = self

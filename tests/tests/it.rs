@@ -27,4 +27,5 @@ mod it {
     mod push;
     mod tls;
     mod trust;
+    mod typed_refs;
 }

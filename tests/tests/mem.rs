@@ -153,7 +153,10 @@ fn config() -> SystemConfig {
             Duration::from_millis(200),
             0.2,
         ))
-        .set_pending_capacity(PENDING);
+        .set_pending_capacity(PENDING)
+        // These tests fill the link itself (a peer that stopped reading):
+        // a recipient's window larger than the queue lets them.
+        .set_recipient_window(1 << 40);
     c.transport_mut().set_queue_capacity(QUEUE);
     c
 }

@@ -28,6 +28,7 @@ use crate::{
     mailbox::Refused,
     path::MAX_PATH_LEN,
     registry::{Registry, Target},
+    serialization::manifests,
     watch::{RemoteWatcher, WatchSink},
 };
 
@@ -433,7 +434,7 @@ impl Dispatch {
                 };
                 let to = self.registry.path(&entry.path);
                 self.registry
-                    .dead_letter(&format!("manifest {manifest:#010x}"), &to, &why);
+                    .dead_letter(&manifests::label(manifest), &to, &why);
                 // Given up on: its credit goes back.
                 let win = entry.win.clone();
                 return self.release(id, win.as_deref(), body.len() as u64);
@@ -484,7 +485,7 @@ impl Dispatch {
             self.malformed(&format!("unknown recipient id {id}"));
             return None;
         };
-        let what = format!("large message, manifest {manifest:#010x}");
+        let what = format!("large message, {}", manifests::label(manifest));
         match &entry.target {
             None => {
                 let to = self.registry().path(&entry.path);
