@@ -50,6 +50,13 @@ pub const DEFAULT_MAILBOX_BYTES: usize = 64 << 20;
 /// about 1.6 MiB per link.
 pub const DEFAULT_MAX_RECIPIENT_IDS: usize = 16 * 1024;
 
+/// Default time a node whose link ended without a Close frame may refuse
+/// reconnects before it is declared unreachable: 1 s. Long enough for a
+/// process restarting on the same address to come back as a new
+/// incarnation, far shorter than the failure detector's 10 s acceptable
+/// pause. See `SystemConfig::set_refused_connect_grace`.
+pub const DEFAULT_REFUSED_CONNECT_GRACE: Duration = Duration::from_secs(1);
+
 /// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
@@ -74,6 +81,7 @@ pub struct SystemConfig {
     pub(crate) max_concurrent_dials: usize,
     pub(crate) dial_allow_list: Option<Vec<IpNet>>,
     pub(crate) max_recipient_ids: usize,
+    pub(crate) refused_connect_grace: Duration,
 }
 
 impl Default for SystemConfig {
@@ -99,6 +107,7 @@ impl Default for SystemConfig {
             max_concurrent_dials: DEFAULT_MAX_CONCURRENT_DIALS,
             dial_allow_list: None,
             max_recipient_ids: DEFAULT_MAX_RECIPIENT_IDS,
+            refused_connect_grace: DEFAULT_REFUSED_CONNECT_GRACE,
         }
     }
 }
@@ -312,5 +321,27 @@ impl SystemConfig {
     /// The transport's settings (frame size, queue capacity, timeouts).
     pub fn transport_mut(&mut self) -> &mut TransportConfig {
         &mut self.transport
+    }
+
+    /// How long a node may refuse reconnects after its link ended without
+    /// a Close frame (EOF or reset: its process died, or its host rebooted)
+    /// before it is declared unreachable, without waiting for the failure
+    /// detector: watchers get `Terminated` with
+    /// [`StopReason::NodeUnreachable`](crate::StopReason::NodeUnreachable),
+    /// asks waiting on it fail with
+    /// [`AskError::NodeDown`](crate::AskError::NodeDown), and
+    /// [`RemoteEvent::Unreachable`](crate::RemoteEvent::Unreachable) is
+    /// published. Only a refusal (`ECONNREFUSED`: nothing listens at its
+    /// address) counts; a connect that times out is a silent network,
+    /// left to the detector. Within the grace a node restarting on the
+    /// same address comes back as a new incarnation (and its old one is
+    /// quarantined as restarted). Default 1 s
+    /// ([`DEFAULT_REFUSED_CONNECT_GRACE`]); the verdict comes within the
+    /// grace and one connect. `Duration::ZERO` declares at the first
+    /// refusal; a very long grace leaves every verdict to the detector.
+    /// Cost: none until a link is lost.
+    pub fn set_refused_connect_grace(&mut self, grace: Duration) -> &mut Self {
+        self.refused_connect_grace = grace;
+        self
     }
 }
