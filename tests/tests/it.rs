@@ -12,6 +12,7 @@ mod it {
     mod close;
     mod control;
     mod cookie;
+    mod fail_fast;
     mod faults;
     mod faults_net;
     mod hostile;
