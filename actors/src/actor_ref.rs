@@ -362,7 +362,12 @@ impl<M: Send + 'static> ActorRef<M> {
     /// # Errors
     /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient stopped
     /// or dropped the reply ref), [`AskError::MailboxFull`],
-    /// [`AskError::Serialization`], [`AskError::NodeUnreachable`].
+    /// [`AskError::Serialization`], [`AskError::NodeUnreachable`] (a
+    /// remote recipient's incarnation is already quarantined), and
+    /// [`AskError::NodeDown`]: a remote recipient's node went down while
+    /// the ask waited (declared unreachable, the recipient's incarnation
+    /// quarantined, or connecting to it failed), failed at once instead of
+    /// at the timeout.
     pub async fn ask<R: Send + 'static>(
         &self,
         make: impl FnOnce(ActorRef<R>) -> M,
@@ -374,6 +379,12 @@ impl<M: Send + 'static> ActorRef<M> {
         let _cleanup = PromiseGuard {
             registry,
             promise: promise.clone(),
+        };
+        // Before the request goes, so that the node going down after it is
+        // never missed; dropped with this future, however the ask ends.
+        let mut down = match &self.inner {
+            Inner::Remote(r) => Some(r.assoc.watch_downs()),
+            _ => None,
         };
         match self.tell(make(reply)) {
             Ok(()) => {}
@@ -388,11 +399,33 @@ impl<M: Send + 'static> ActorRef<M> {
                 });
             }
         }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(_)) => Err(AskError::ActorGone),
-            Err(_) => Err(AskError::Timeout(timeout)),
-        }
+        let reply = async {
+            match rx.await {
+                Ok(r) => Ok(r),
+                Err(_) => Err(AskError::ActorGone),
+            }
+        };
+        let answer = match (&self.inner, &mut down) {
+            (Inner::Remote(r), Some(down)) => {
+                let node_down = async {
+                    let reason = r.assoc.down(down, &r.recipient).await;
+                    Err(AskError::NodeDown {
+                        node: r.recipient.path.node().to_owned(),
+                        reason,
+                    })
+                };
+                tokio::time::timeout(timeout, async {
+                    tokio::select! {
+                        biased;
+                        answer = reply => answer,
+                        failed = node_down => failed,
+                    }
+                })
+                .await
+            }
+            _ => tokio::time::timeout(timeout, reply).await,
+        };
+        answer.unwrap_or(Err(AskError::Timeout(timeout)))
     }
 
     /// Stops the actor after the message it is handling; messages still

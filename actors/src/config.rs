@@ -58,6 +58,13 @@ pub const DEFAULT_RECIPIENT_WINDOW: usize = 1 << 20;
 /// 64 MiB. See `SystemConfig::set_max_parked_bytes`.
 pub const DEFAULT_MAX_PARKED_BYTES: usize = 64 << 20;
 
+/// Default time a node whose link ended without a Close frame may refuse
+/// reconnects before it is declared unreachable: 1 s. Long enough for a
+/// process restarting on the same address to come back as a new
+/// incarnation, far shorter than the failure detector's 10 s acceptable
+/// pause. See `SystemConfig::set_refused_connect_grace`.
+pub const DEFAULT_REFUSED_CONNECT_GRACE: Duration = Duration::from_secs(1);
+
 /// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
@@ -85,6 +92,7 @@ pub struct SystemConfig {
     pub(crate) recipient_window: usize,
     pub(crate) max_parked_bytes: usize,
     pub(crate) advertised: Option<String>,
+    pub(crate) refused_connect_grace: Duration,
 }
 
 impl Default for SystemConfig {
@@ -113,6 +121,7 @@ impl Default for SystemConfig {
             recipient_window: DEFAULT_RECIPIENT_WINDOW,
             max_parked_bytes: DEFAULT_MAX_PARKED_BYTES,
             advertised: None,
+            refused_connect_grace: DEFAULT_REFUSED_CONNECT_GRACE,
         }
     }
 }
@@ -371,5 +380,27 @@ impl SystemConfig {
     /// The transport's settings (frame size, queue capacity, timeouts).
     pub fn transport_mut(&mut self) -> &mut TransportConfig {
         &mut self.transport
+    }
+
+    /// How long a node may refuse reconnects after its link ended without
+    /// a Close frame (EOF or reset: its process died, or its host rebooted)
+    /// before it is declared unreachable, without waiting for the failure
+    /// detector: watchers get `Terminated` with
+    /// [`StopReason::NodeUnreachable`](crate::StopReason::NodeUnreachable),
+    /// asks waiting on it fail with
+    /// [`AskError::NodeDown`](crate::AskError::NodeDown), and
+    /// [`RemoteEvent::Unreachable`](crate::RemoteEvent::Unreachable) is
+    /// published. Only a refusal (`ECONNREFUSED`: nothing listens at its
+    /// address) counts; a connect that times out is a silent network,
+    /// left to the detector. Within the grace a node restarting on the
+    /// same address comes back as a new incarnation (and its old one is
+    /// quarantined as restarted). Default 1 s
+    /// ([`DEFAULT_REFUSED_CONNECT_GRACE`]); the verdict comes within the
+    /// grace and one connect. `Duration::ZERO` declares at the first
+    /// refusal; a very long grace leaves every verdict to the detector.
+    /// Cost: none until a link is lost.
+    pub fn set_refused_connect_grace(&mut self, grace: Duration) -> &mut Self {
+        self.refused_connect_grace = grace;
+        self
     }
 }

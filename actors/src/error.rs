@@ -82,9 +82,26 @@ pub enum AskError {
     /// The recipient's mailbox is full.
     #[error("mailbox full")]
     MailboxFull,
-    /// The recipient's node cannot be reached.
+    /// The recipient's node cannot be reached: its incarnation was
+    /// quarantined before the request was sent; nothing was sent.
     #[error("node unreachable: {0}")]
     NodeUnreachable(String),
+    /// The recipient's node went down while the ask waited, so no reply
+    /// can come: it was declared unreachable (failure detector, or its
+    /// link was lost and reconnects were refused), the recipient's
+    /// incarnation was quarantined (restarted, shut down), or connecting
+    /// to it failed (the request may never have left). Failed at once
+    /// rather than at the timeout, as Erlang's `gen_server:call` does on
+    /// `noconnection`. The request may or may not have been handled: retry
+    /// only what is safe to repeat, after a new `resolve` if the node
+    /// restarted.
+    #[error("node {node} down while the ask waited: {reason}")]
+    NodeDown {
+        /// The node (`name@host:port`).
+        node: String,
+        /// Why it is considered down.
+        reason: String,
+    },
     /// The request or the reply could not be (de)serialized.
     #[error("serialization failed: {0}")]
     Serialization(#[from] SerializationError),

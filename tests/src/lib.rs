@@ -416,6 +416,9 @@ pub enum PeerCount {
     Get(actors::ActorRef<u64>),
     /// Bulk for memory tests: ignored.
     Blob(actors::SharedBytes),
+    /// Keeps the reply ref and never answers: an ask that stays in flight
+    /// for as long as the peer lives.
+    Hold(actors::ActorRef<u64>),
 }
 
 impl actors::RemoteMessage for PeerCount {

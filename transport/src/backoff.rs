@@ -73,6 +73,11 @@ impl Backoff {
         ceiling.mul_f64(1.0 - self.jitter + self.jitter * r)
     }
 
+    /// The first delay, `min`: the shortest gap between two attempts.
+    pub fn min_delay(&self) -> Duration {
+        self.min
+    }
+
     /// Attempts made since the last [`reset`](Self::reset).
     pub fn attempts(&self) -> u32 {
         self.attempt

@@ -72,49 +72,23 @@ async fn drive<W: AsyncWrite + Unpin>(
         }
         let mut writes = 0u64;
         let mut bytes = control.len() as u64 + spare.len() as u64;
-        // The control lane first.
-        if !write_all(io, shared, control, &mut writes).await? {
-            return Ok(());
-        }
-        control.clear();
         let mut pos = 0;
-        // The start of the first frame of `spare` at or after `pos`, found
-        // by walking headers only when a control frame is waiting.
-        let mut boundary = 0;
-        while pos < spare.len() {
-            if shared.out.control_pending.load(Relaxed) {
-                while boundary < pos {
-                    let (_, len) = frame::peek_header(&spare[boundary..])
-                        .expect("the queue holds whole frames: a header starts at every boundary");
-                    boundary += HEADER_LEN + len;
-                }
-                if boundary == pos {
-                    // Between two frames: let the control lane overtake.
-                    frames += shared.out.take_control(control);
-                    bytes += control.len() as u64;
-                    if !write_all(io, shared, control, &mut writes).await? {
-                        return Ok(());
-                    }
-                    control.clear();
-                }
-            }
-            // Up to the end of the current frame when a control frame waits,
-            // so that it can go next.
-            let end = if shared.out.control_pending.load(Relaxed) && boundary > pos {
-                boundary
-            } else {
-                spare.len()
-            };
-            let n = tokio::select! {
-                biased;
-                () = shared.cancel.cancelled() => return Ok(()),
-                r = io.write(&spare[pos..end]) => r?,
-            };
-            if n == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
-            }
-            pos += n;
-            writes += 1;
+        let done = write_batch(
+            io,
+            shared,
+            spare,
+            control,
+            &mut pos,
+            &mut frames,
+            &mut bytes,
+            &mut writes,
+        )
+        .await;
+        if !matches!(done, Ok(true)) {
+            // Cancelled (an abort) or failed mid-batch: the frames not
+            // wholly written are lost, and counted with the queue's.
+            shared.stats.record_dropped(unwritten_frames(spare, pos));
+            return done.map(|_| ());
         }
         tokio::select! {
             biased;
@@ -129,6 +103,85 @@ async fn drive<W: AsyncWrite + Unpin>(
             return Ok(());
         }
     }
+}
+
+/// Writes the control lane, then the batch `spare` from `*pos`, letting
+/// control frames that arrive meanwhile overtake at frame boundaries.
+/// False if the connection was cancelled meanwhile; `*pos` is how much of
+/// `spare` was written either way.
+#[allow(clippy::too_many_arguments)]
+async fn write_batch<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    shared: &Shared,
+    spare: &BytesMut,
+    control: &mut BytesMut,
+    pos: &mut usize,
+    frames: &mut u64,
+    bytes: &mut u64,
+    writes: &mut u64,
+) -> Result<bool, TransportError> {
+    // The control lane first.
+    if !write_all(io, shared, control, writes).await? {
+        return Ok(false);
+    }
+    control.clear();
+    // The start of the first frame of `spare` at or after `pos`, found
+    // by walking headers only when a control frame is waiting.
+    let mut boundary = 0;
+    while *pos < spare.len() {
+        if shared.out.control_pending.load(Relaxed) {
+            while boundary < *pos {
+                let (_, len) = frame::peek_header(&spare[boundary..])
+                    .expect("the queue holds whole frames: a header starts at every boundary");
+                boundary += HEADER_LEN + len;
+            }
+            if boundary == *pos {
+                // Between two frames: let the control lane overtake.
+                *frames += shared.out.take_control(control);
+                *bytes += control.len() as u64;
+                if !write_all(io, shared, control, writes).await? {
+                    return Ok(false);
+                }
+                control.clear();
+            }
+        }
+        // Up to the end of the current frame when a control frame waits,
+        // so that it can go next.
+        let end = if shared.out.control_pending.load(Relaxed) && boundary > *pos {
+            boundary
+        } else {
+            spare.len()
+        };
+        let n = tokio::select! {
+            biased;
+            () = shared.cancel.cancelled() => return Ok(false),
+            r = io.write(&spare[*pos..end]) => r?,
+        };
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+        }
+        *pos += n;
+        *writes += 1;
+    }
+    Ok(true)
+}
+
+/// The frames of `batch` (whole frames, as the queue holds them) that
+/// were not wholly written when only its first `written` bytes were: a
+/// frame cut short is lost as surely as one never started. Walks the
+/// headers; runs only when a connection ends mid-batch.
+fn unwritten_frames(batch: &[u8], written: usize) -> u64 {
+    let mut start = 0;
+    let mut lost = 0;
+    while start < batch.len() {
+        let (_, len) = frame::peek_header(&batch[start..])
+            .expect("the queue holds whole frames: a header starts at every boundary");
+        start += HEADER_LEN + len;
+        if start > written {
+            lost += 1;
+        }
+    }
+    lost
 }
 
 /// Writes all of `buf`; false if the connection was cancelled meanwhile.
@@ -152,4 +205,27 @@ async fn write_all<W: AsyncWrite + Unpin>(
         *writes += 1;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+
+    use super::unwritten_frames;
+    use crate::frame::{self, FrameKind, HEADER_LEN};
+
+    #[test]
+    fn frames_cut_short_or_never_started_count_as_unwritten() {
+        let mut batch = BytesMut::new();
+        for body in [&b"abc"[..], b"", b"defgh"] {
+            frame::encode_header(FrameKind::Message, body.len(), &mut batch);
+            batch.extend_from_slice(body);
+        }
+        let ends = [HEADER_LEN + 3, 2 * HEADER_LEN + 3, 3 * HEADER_LEN + 8];
+        assert_eq!(batch.len(), ends[2]);
+        for written in 0..=batch.len() {
+            let whole = ends.iter().filter(|&&e| e <= written).count() as u64;
+            assert_eq!(unwritten_frames(&batch, written), 3 - whole, "{written}");
+        }
+    }
 }

@@ -17,7 +17,8 @@ use std::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use transport::{
-    CloseReason, ConnStats, Connection, FrameKind, PeerInfo, PeerVerified, TrySendFrameError,
+    CloseReason, ConnStats, Connection, FrameKind, PeerInfo, PeerVerified, TransportError,
+    TrySendFrameError,
 };
 
 use super::{
@@ -32,7 +33,7 @@ use super::{
     },
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
     reliable::SysIn,
-    requests::{IdentifyFailed, Requests},
+    requests::{AskWatch, Downs, IdentifyFailed, Requests},
     system_msg::{SysWire, reliable_frame, system_frame},
 };
 use crate::{
@@ -70,11 +71,16 @@ pub(super) const DUPLICATE: &str = "duplicate connection";
 /// the lock it was taken from is released.
 pub(crate) struct Association {
     pub(crate) node: Arc<str>,
+    /// This association, for the callbacks that get only `&self`.
+    me: Weak<Association>,
     local_node: Arc<str>,
     pub(super) ctx: Weak<Context>,
     pub(super) state: Mutex<LinkState>,
     /// Notified whenever the link state changes (up, failed, closed).
     pub(super) up: Notify,
+    /// Notified when someone needs a connect while an attempt waits for
+    /// the backoff: it starts at once.
+    hurry: Notify,
     pub(super) conns: Mutex<HashMap<u32, Connection>>,
     generation: AtomicU32,
     /// The peer's current incarnation; 0 until one has answered.
@@ -87,6 +93,8 @@ pub(crate) struct Association {
     connecting: AtomicBool,
     /// Watches, identifies, the reliable system-message streams.
     requests: Requests,
+    /// The asks waiting on replies from this node, and what fails them.
+    downs: Downs,
     /// System messages that found the link's queue full.
     outbox: Arc<Outbox>,
     pub(super) large: LargeLane,
@@ -101,16 +109,19 @@ pub(crate) struct Association {
 }
 
 impl Association {
-    pub(super) fn new(node: Arc<str>, shared: &Arc<Context>) -> Self {
+    /// Built in its `Arc` (`Arc::new_cyclic`), which `me` points to.
+    pub(super) fn new(node: Arc<str>, shared: &Arc<Context>, me: Weak<Association>) -> Self {
         let config = &shared.config;
         let max_frame = config.transport.max_frame_size();
         let max_message = config.max_message_size;
         Self {
             node,
+            me,
             local_node: shared.registry.node().clone(),
             ctx: Arc::downgrade(shared),
             state: Mutex::new(LinkState::Idle),
             up: Notify::new(),
+            hurry: Notify::new(),
             conns: Mutex::new(HashMap::new()),
             generation: AtomicU32::new(1),
             peer_uid: AtomicU64::new(0),
@@ -118,10 +129,12 @@ impl Association {
             life: Mutex::new(Liveness::new(
                 config.heartbeat.clone(),
                 config.backoff.clone(),
+                config.refused_connect_grace,
                 Instant::now(),
             )),
             connecting: AtomicBool::new(false),
             requests: Requests::new(config.system_buffer),
+            downs: Downs::default(),
             outbox: Arc::default(),
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
@@ -210,18 +223,21 @@ impl Association {
     /// again.
     pub(super) fn tick(self: &Arc<Self>, now: Instant) -> Instant {
         let link = self.link().map(|l| l.sender);
-        let needs_link = self.requests.needs_link()
-            || matches!(*lock(&self.state), LinkState::Connecting { .. });
+        // An attempt in flight (or waiting for the backoff) reconnects
+        // already, and schedules the next one if it fails.
+        let reconnect = self.needs_link() && !self.connecting.load(Ordering::Acquire);
         let tick = {
             let mut life = lock(&self.life);
-            let tick = life.tick(now, link.is_some(), needs_link);
+            let tick = life.tick(now, link.is_some(), reconnect);
             if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
                 sender.send_heartbeat(&seq.to_le_bytes());
             }
             tick
         };
         if let Some(phi) = tick.unreachable {
-            self.declare_unreachable(phi);
+            self.declare_unreachable(&format!(
+                "failure detector: phi {phi:.1} reached the threshold"
+            ));
         }
         if tick.reconnect {
             self.ensure_connecting();
@@ -232,24 +248,71 @@ impl Association {
         tick.next
     }
 
-    /// The failure detector fired: watchers hear `Terminated`, waiting
-    /// resolves fail, the system-message stream starts over, and the links
-    /// are dropped (the association keeps reconnecting while it has work).
-    fn declare_unreachable(&self, phi: f64) {
+    /// Work waits for a link: watches, unacknowledged system messages,
+    /// messages buffered while connecting, or asks waiting on replies (a
+    /// reconnect is how a dead node is told from a lost connection).
+    fn needs_link(&self) -> bool {
+        self.requests.needs_link()
+            || self.downs.waiting() > 0
+            || matches!(*lock(&self.state), LinkState::Connecting { .. })
+    }
+
+    /// The node is unreachable (the failure detector fired, or its link
+    /// was lost and reconnects refused; `why` says which): watchers hear
+    /// `Terminated`, waiting resolves and asks fail, the system-message
+    /// stream starts over, and the links are dropped, what they held
+    /// counted as dead letters (the association keeps reconnecting while
+    /// it has work).
+    fn declare_unreachable(&self, why: &str) {
         let uid = self.peer_uid();
-        tracing::warn!(node = %self.node, uid, phi, "node unreachable: failure detector fired");
+        tracing::warn!(node = %self.node, uid, reason = why, "node unreachable");
         self.emit(RemoteEvent::Unreachable {
             node: self.node.to_string(),
             uid,
         });
-        self.fail_waiters(&format!(
-            "failure detector: phi {phi:.1} reached the threshold"
-        ));
+        self.fail_waiters(why);
+        self.downs.all(&format!("unreachable: {why}"));
         self.reset_sys_out("node unreachable");
         let conns: Vec<Connection> = lock(&self.conns).drain().map(|(_, c)| c).collect();
         for c in conns {
-            c.abort("node unreachable");
+            self.abort_counted(c, "node unreachable");
         }
+    }
+
+    /// Aborts `conn`. What it still had queued (and what its writer had
+    /// not wholly written) is counted as dead letters once it has ended:
+    /// whoever takes a connection out of `conns` counts its losses, since
+    /// `link_closed` no longer finds it.
+    fn abort_counted(&self, conn: Connection, why: &str) {
+        conn.abort(why);
+        self.count_lost(conn, why.to_owned());
+    }
+
+    /// Counts what `conn` dropped as dead letters once it has ended.
+    fn count_lost(&self, conn: Connection, why: String) {
+        let Some(registry) = self.registry() else {
+            return;
+        };
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            conn.closed().await;
+            let lost = conn.stats().frames_dropped;
+            registry.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
+        });
+    }
+
+    /// An ask to a recipient on this node starts waiting: subscribed
+    /// before its request is sent, so that nothing that fails it is
+    /// missed. See `requests::Downs`.
+    pub(crate) fn watch_downs(&self) -> AskWatch {
+        self.downs.subscribe()
+    }
+
+    /// Resolves with the reason when the node goes down for recipient
+    /// `r` (unreachable, a failed connect, or `r`'s incarnation
+    /// quarantined).
+    pub(crate) async fn down(&self, watch: &mut AskWatch, r: &Recipient) -> String {
+        watch.down(r.uid, |uid| self.is_quarantined(uid)).await
     }
 
     fn reset_sys_out(&self, why: &str) {
@@ -260,8 +323,16 @@ impl Association {
     }
 
     /// Quarantines incarnation `uid`: never talked to again; its watchers
-    /// get `Terminated`, refs to it become dead ends.
+    /// get `Terminated`, refs to it become dead ends, waiting resolves
+    /// fail.
     pub(super) fn quarantine(&self, uid: u64, reason: &str) {
+        self.quarantine_as(uid, reason, false);
+    }
+
+    /// `quarantine`; `restarted`: a new incarnation of the node is
+    /// connecting, so a resolve waiting (a question to the node, not to
+    /// an incarnation) is asked again of the new one instead of failing.
+    fn quarantine_as(&self, uid: u64, reason: &str, restarted: bool) {
         if uid == 0 || !lock(&self.quarantined).insert(uid) {
             return;
         }
@@ -272,7 +343,14 @@ impl Association {
             reason: reason.to_owned(),
         });
         lock(&self.life).on_quarantine();
-        self.fail_waiters(&format!("quarantined: {reason}"));
+        let why = format!("quarantined: {reason}");
+        if restarted {
+            self.requests.fail_watches(&why);
+            self.requests.fail_identifies(IdentifyFailed::Replaced);
+        } else {
+            self.fail_waiters(&why);
+        }
+        self.downs.quarantined(uid, reason);
         self.reset_sys_out(reason);
         let old: Vec<u32> = lock(&self.conns)
             .iter()
@@ -282,7 +360,7 @@ impl Association {
         for g in old {
             let conn = lock(&self.conns).remove(&g);
             if let Some(c) = conn {
-                c.abort(&format!("incarnation quarantined: {reason}"));
+                self.abort_counted(c, &format!("incarnation quarantined: {reason}"));
             }
         }
     }
@@ -337,27 +415,66 @@ impl Association {
         self.spawn_connect();
     }
 
-    /// Starts one connect attempt, unless one is in flight or the backoff
-    /// says to wait (the heartbeat tick tries again when it is due).
+    /// Starts one connect attempt now: someone needs the node (a send, a
+    /// resolve, a watch). However long the backoff has grown, it waits
+    /// only for the backoff's first delay since the previous attempt; an
+    /// attempt already waiting for the backoff is hurried instead (see
+    /// `liveness`, "Dialing"). At most one attempt per association is in
+    /// flight, waiting included, and at most `max_concurrent_dials` per
+    /// node dial at once.
     pub(super) fn spawn_connect(self: &Arc<Self>) {
-        if !lock(&self.life).may_connect(Instant::now()) {
-            return;
-        }
+        self.spawn_attempt(false);
+    }
+
+    /// Starts the next reconnect attempt when the backoff allows, if none
+    /// is in flight: after a link ended or an attempt failed while work
+    /// waits for the node.
+    fn spawn_reconnect(self: &Arc<Self>) {
+        self.spawn_attempt(true);
+    }
+
+    fn spawn_attempt(self: &Arc<Self>, paced: bool) {
         if self.connecting.swap(true, Ordering::AcqRel) {
+            if !paced {
+                self.hurry.notify_waiters();
+            }
             return;
         }
         let assoc = self.clone();
         tokio::spawn(async move {
-            let res = assoc.connect().await;
+            let res = assoc.connect_when_due(paced).await;
             assoc.connecting.store(false, Ordering::Release);
-            if let Err(reason) = res {
-                tracing::warn!(node = %assoc.node, %reason, "connect failed");
-                assoc.link_failed(&reason);
+            if let Err(failed) = res {
+                tracing::warn!(node = %assoc.node, reason = %failed.reason, "connect failed");
+                assoc.link_failed(&failed.reason, failed.refused);
             }
         });
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<(), String> {
+    /// Waits until an attempt may start (`paced`: for the backoff too,
+    /// until someone hurries it), then connects.
+    async fn connect_when_due(self: &Arc<Self>, mut paced: bool) -> Result<(), ConnectFailed> {
+        let cancel = self.ctx.upgrade().ok_or("system shut down")?.cancel.clone();
+        loop {
+            // Enabled before the wait is read: a hurry after that wakes it.
+            let hurried = self.hurry.notified();
+            tokio::pin!(hurried);
+            hurried.as_mut().enable();
+            let wait = lock(&self.life).attempt_wait(Instant::now(), paced);
+            if wait.is_zero() {
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = hurried => paced = false,
+                () = cancel.cancelled() => return Err("system shut down".into()),
+            }
+        }
+        lock(&self.life).attempt_started(Instant::now());
+        self.connect().await
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<(), ConnectFailed> {
         let ctx = self.ctx.upgrade().ok_or("system shut down")?;
         // At most `max_concurrent_dials` attempts at once, resolving
         // included; the permit is held until the handshake is done.
@@ -383,19 +500,24 @@ impl Association {
         {
             return Err(format!(
                 "{addr} is not on the dial allow-list (SystemConfig::set_dial_allow_list)"
-            ));
+            )
+            .into());
         }
         let est = ctx
             .endpoint
             .connect(addr)
             .await
-            .map_err(|e| format!("connect to {addr}: {e}"))?;
+            .map_err(|e| ConnectFailed {
+                refused: matches!(&e, TransportError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused),
+                reason: format!("connect to {addr}: {e}"),
+            })?;
         if est.peer().addr != *self.node {
             return Err(format!(
                 "peer at {addr} identifies as {:?}, expected {:?}",
                 est.peer().addr,
                 self.node
-            ));
+            )
+            .into());
         }
         let generation = self.next_generation();
         let dispatch = self.dispatch(&ctx, est.peer(), generation, true);
@@ -465,7 +587,7 @@ impl Association {
         let uid = conn.peer().uid;
         let previous = self.peer_uid.swap(uid, Ordering::AcqRel);
         if let Some(old) = displaced(previous, uid) {
-            self.quarantine(old, &format!("restarted as incarnation {uid:#x}"));
+            self.quarantine_as(old, &format!("restarted as incarnation {uid:#x}"), true);
         }
         // A reliable stream an unproven connection of another incarnation
         // started is not this node's: this one's may start now.
@@ -583,20 +705,30 @@ impl Association {
     }
 
     /// Closes the connection that lost a simultaneous connect, after what
-    /// it has queued is written.
+    /// it has queued is written (what a close that times out drops is
+    /// counted as dead letters).
     fn close_duplicate(&self, generation: u32) {
         let conn = lock(&self.conns).remove(&generation);
         if let Some(c) = conn {
             tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
+            let registry = self.registry();
+            let node = self.node.clone();
             tokio::spawn(async move {
                 c.close(DUPLICATE).await;
+                if let Some(r) = registry {
+                    let lost = c.stats().frames_dropped;
+                    r.dead_letters_n(lost, "(queued on a lost link)", &node, DUPLICATE);
+                }
             });
         }
     }
 
-    /// Connecting failed: buffered messages become dead letters, waiting
-    /// resolves fail, watchers hear that the node is unreachable.
-    pub(super) fn link_failed(self: &Arc<Self>, reason: &str) {
+    /// Connecting failed (`refused`: with `ECONNREFUSED`): buffered
+    /// messages become dead letters, waiting resolves and asks fail (their
+    /// requests may have been among them, and the node cannot be reached
+    /// now). Watchers wait for the failure detector, or for the evidence
+    /// of a lost link and refused reconnects (see `liveness`).
+    fn link_failed(self: &Arc<Self>, reason: &str, refused: bool) {
         // One guard: a second `lock` while the scrutinee's guard lives (as it
         // did here once) deadlocks this thread and every later user of the
         // state.
@@ -618,15 +750,23 @@ impl Association {
         if let Some(r) = self.registry() {
             r.dead_letters_n(users, "(remote message)", &self.node, reason);
         }
-        self.schedule_reconnect();
+        let verdict =
+            lock(&self.life).on_connect_failed(Instant::now(), refused, transport::random_uid());
         self.up.notify_waiters();
-        // Watchers wait for the failure detector: the node may be back soon.
         self.fail_identifies(reason);
-    }
-
-    /// The next connect attempt waits for the backoff.
-    fn schedule_reconnect(&self) {
-        lock(&self.life).schedule_reconnect(Instant::now(), transport::random_uid());
+        match verdict {
+            Some(since) => self.declare_unreachable(&format!(
+                "link lost without a close frame, and reconnects refused for {} ms ({reason})",
+                since.as_millis()
+            )),
+            None => {
+                // Watchers wait: the node may be back soon.
+                self.downs.all(&format!("connect failed: {reason}"));
+            }
+        }
+        if self.needs_link() {
+            self.spawn_reconnect();
+        }
     }
 
     fn fail_identifies(&self, reason: &str) {
@@ -677,13 +817,25 @@ impl Association {
         }
         if was_up {
             tracing::info!(node = %self.node, %reason, "link to node closed");
-            self.schedule_reconnect();
+            // Without a Close frame: the first half of the evidence that
+            // the node is gone (see `liveness`).
+            let abrupt = match reason {
+                CloseReason::Lost => true,
+                CloseReason::Error(e) => matches!(**e, TransportError::Io(_)),
+                _ => false,
+            };
+            lock(&self.life).on_link_closed(Instant::now(), abrupt, transport::random_uid());
             self.emit(RemoteEvent::Disconnected {
                 node: self.node.to_string(),
                 reason: reason.to_string(),
             });
             if !duplicate {
                 self.fail_identifies(&reason.to_string());
+            }
+            if self.needs_link()
+                && let Some(me) = self.me.upgrade()
+            {
+                me.spawn_reconnect();
             }
         }
     }
@@ -967,6 +1119,29 @@ impl LaneHost for Association {
             .upgrade()
             .map(|c| c.cancel.clone())
             .unwrap_or_default()
+    }
+}
+
+/// Why a connect attempt failed, and whether the node's address refused
+/// it (`ECONNREFUSED`: nothing listens there), the second half of the
+/// evidence that a node is gone (see `liveness`).
+struct ConnectFailed {
+    reason: String,
+    refused: bool,
+}
+
+impl From<String> for ConnectFailed {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            refused: false,
+        }
+    }
+}
+
+impl From<&str> for ConnectFailed {
+    fn from(reason: &str) -> Self {
+        reason.to_owned().into()
     }
 }
 

@@ -16,6 +16,33 @@
 //!
 //! The association calls [`Liveness::tick`] once per heartbeat interval
 //! (or when a reconnect is due) and carries out the [`Tick`] it returns.
+//!
+//! # Evidence: a lost link, then refused reconnects
+//! The detector is the judge of a silent network. A node whose link ended
+//! without a Close frame (EOF or reset) and whose address then refuses
+//! connections (`ECONNREFUSED`: nothing listens there) has told us more:
+//! its process is gone. Once a connect is refused at least the grace
+//! (`SystemConfig::set_refused_connect_grace`) after the loss, with no link
+//! up since, the node is unreachable without waiting for the detector.
+//! The grace lets a node that restarts on the same address come back as a
+//! new incarnation (and be quarantined as a restart) instead. Refused
+//! attempts before the grace ends pull the next attempt forward to its end,
+//! whatever the backoff, so the verdict comes within the grace and one
+//! connect.
+//!
+//! ```text
+//!  link lost (no Close) ──► connect refused, before grace: retry at loss + grace
+//!                        └► connect refused, at/after grace: unreachable
+//!  link up / Close from the peer / detector verdict: the evidence is forgotten
+//! ```
+//!
+//! # Dialing
+//! The backoff paces the reconnects nobody waits for (the tick's). A
+//! connect someone needs now (a send, a resolve) starts at once, only
+//! spaced from the previous attempt by the backoff's first delay, so a
+//! node that was down long is found as soon as it is back, and a sender
+//! hammering a dead node costs at most one attempt per that delay (the
+//! association never has two in flight).
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +60,13 @@ pub(crate) struct Liveness {
     /// No connect attempt before this.
     next_connect: Instant,
     last_resend: Instant,
+    /// When the last connect attempt started (or will, if it waits).
+    last_attempt: Option<Instant>,
+    /// `SystemConfig::set_refused_connect_grace`.
+    grace: Duration,
+    /// When the link ended without a Close frame, if nothing since has
+    /// settled it (a link up, the peer's Close, a verdict).
+    lost_at: Option<Instant>,
 }
 
 /// What one tick asks the association to do.
@@ -55,7 +89,13 @@ pub(crate) struct Tick {
 const MIN_RECONNECT_WAIT: Duration = Duration::from_millis(1);
 
 impl Liveness {
-    pub(crate) fn new(heartbeat: HeartbeatConfig, backoff: Backoff, now: Instant) -> Self {
+    /// `grace`: `SystemConfig::set_refused_connect_grace`.
+    pub(crate) fn new(
+        heartbeat: HeartbeatConfig,
+        backoff: Backoff,
+        grace: Duration,
+        now: Instant,
+    ) -> Self {
         Self {
             hb: Heartbeater::new(heartbeat, now),
             monitoring: false,
@@ -63,6 +103,9 @@ impl Liveness {
             backoff,
             next_connect: now,
             last_resend: now,
+            last_attempt: None,
+            grace,
+            lost_at: None,
         }
     }
 
@@ -75,8 +118,7 @@ impl Liveness {
         let fire = self.monitoring && !self.unreachable && !self.hb.is_available(now);
         let unreachable = fire.then(|| self.hb.phi(now));
         if fire {
-            self.unreachable = true;
-            self.monitoring = false;
+            self.set_unreachable();
         }
         let resend = link_up && now >= self.last_resend + self.hb.config().interval();
         if resend {
@@ -117,12 +159,20 @@ impl Liveness {
         true
     }
 
+    /// The verdict: unreachable until an answer or a link says otherwise.
+    fn set_unreachable(&mut self) {
+        self.unreachable = true;
+        self.monitoring = false;
+        self.lost_at = None;
+    }
+
     /// A link came up: the backoff starts over and the detector watches
     /// it. True if the node was judged unreachable (a healed partition:
     /// the unreachable links were aborted, so this is how it comes back).
     pub(crate) fn on_link_up(&mut self, now: Instant) -> bool {
         self.backoff.reset();
         self.monitoring = true;
+        self.lost_at = None;
         self.hb.reset(now);
         std::mem::replace(&mut self.unreachable, false)
     }
@@ -131,16 +181,63 @@ impl Liveness {
     pub(crate) fn on_quarantine(&mut self) {
         self.monitoring = false;
         self.unreachable = false;
-    }
-
-    /// A connect attempt may start now.
-    pub(crate) fn may_connect(&self, now: Instant) -> bool {
-        now >= self.next_connect
+        self.lost_at = None;
     }
 
     /// A link failed or closed: the next connect attempt waits for the
-    /// backoff. `random` feeds the jitter.
-    pub(crate) fn schedule_reconnect(&mut self, now: Instant, random: u64) {
+    /// backoff. `abrupt`: it ended without a Close frame from the peer
+    /// (EOF or reset), the first half of the evidence (module docs);
+    /// otherwise the peer said goodbye, and what was gathered is void.
+    pub(crate) fn on_link_closed(&mut self, now: Instant, abrupt: bool, random: u64) {
+        self.schedule_reconnect(now, random);
+        if !abrupt {
+            self.lost_at = None;
+        } else if !self.unreachable {
+            self.lost_at.get_or_insert(now);
+        }
+    }
+
+    /// A connect attempt failed; `refused`: with `ECONNREFUSED`. The next
+    /// attempt waits for the backoff, or until the grace ends if the link
+    /// was lost. `Some(since the loss)` when this refusal completes the
+    /// evidence: the node is unreachable now (the caller declares it).
+    pub(crate) fn on_connect_failed(
+        &mut self,
+        now: Instant,
+        refused: bool,
+        random: u64,
+    ) -> Option<Duration> {
+        self.schedule_reconnect(now, random);
+        let lost = self.lost_at.filter(|_| refused && !self.unreachable)?;
+        let since = now.saturating_duration_since(lost);
+        if since >= self.grace {
+            self.set_unreachable();
+            return Some(since);
+        }
+        self.next_connect = self.next_connect.min(lost + self.grace);
+        None
+    }
+
+    /// How long a connect attempt waits before it starts: at least the
+    /// backoff's first delay after the previous one, and if `paced` (a
+    /// reconnect nobody waits for), until the backoff allows. See the
+    /// module docs, "Dialing"; the caller has at most one in flight.
+    pub(crate) fn attempt_wait(&self, now: Instant, paced: bool) -> Duration {
+        let mut at = self
+            .last_attempt
+            .map_or(now, |t| t + self.backoff.min_delay());
+        if paced {
+            at = at.max(self.next_connect);
+        }
+        at.saturating_duration_since(now)
+    }
+
+    /// A connect attempt starts now.
+    pub(crate) fn attempt_started(&mut self, now: Instant) {
+        self.last_attempt = Some(now);
+    }
+
+    fn schedule_reconnect(&mut self, now: Instant, random: u64) {
         self.next_connect = now + self.backoff.next_delay(random);
     }
 }
@@ -186,9 +283,15 @@ mod tests {
         (hb, backoff)
     }
 
+    const GRACE: Duration = Duration::from_secs(1);
+
     fn live(t0: Instant) -> Liveness {
         let (hb, backoff) = config();
-        Liveness::new(hb, backoff, t0)
+        Liveness::new(hb, backoff, GRACE, t0)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]
@@ -261,25 +364,95 @@ mod tests {
     fn reconnects_wait_for_the_backoff_and_only_when_work_waits() {
         let t0 = Instant::now();
         let mut l = live(t0);
-        assert!(l.may_connect(t0));
         // Nothing waits: no reconnect.
         assert!(!l.tick(t0, false, false).reconnect);
-        l.schedule_reconnect(t0, 0);
-        assert!(!l.may_connect(t0));
+        assert_eq!(l.on_connect_failed(t0, false, 0), None);
         let tick = l.tick(t0, false, true);
         assert!(!tick.reconnect, "backoff not elapsed");
-        assert_eq!(tick.next, t0 + Duration::from_millis(100), "woken when due");
-        let t = t0 + Duration::from_millis(100);
-        assert!(l.may_connect(t));
+        assert_eq!(tick.next, t0 + ms(100), "woken when due");
+        let t = t0 + ms(100);
         assert!(l.tick(t, false, true).reconnect);
         // Doubling.
-        l.schedule_reconnect(t, 0);
-        assert!(!l.may_connect(t + Duration::from_millis(199)));
-        assert!(l.may_connect(t + Duration::from_millis(200)));
+        l.on_connect_failed(t, false, 0);
+        assert!(!l.tick(t + ms(199), false, true).reconnect);
+        assert!(l.tick(t + ms(200), false, true).reconnect);
         // A link resets it.
         l.on_link_up(t);
-        l.schedule_reconnect(t, 0);
-        assert!(l.may_connect(t + Duration::from_millis(100)));
+        l.on_link_closed(t, false, 0);
+        assert!(l.tick(t + ms(100), false, true).reconnect);
+    }
+
+    #[test]
+    fn a_connect_someone_waits_for_starts_at_once_however_long_the_backoff() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        assert_eq!(
+            l.attempt_wait(t0, true),
+            Duration::ZERO,
+            "the first at once"
+        );
+        l.attempt_started(t0);
+        // A long outage: the backoff grows to its cap.
+        let mut t = t0;
+        for _ in 0..20 {
+            t += Duration::from_secs(10);
+            assert_eq!(l.attempt_wait(t, true), Duration::ZERO);
+            l.attempt_started(t);
+            l.on_connect_failed(t, true, 0);
+        }
+        // A reconnect nobody waits for waits for the backoff...
+        assert_eq!(
+            l.attempt_wait(t + ms(100), true),
+            Duration::from_secs(10) - ms(100)
+        );
+        assert!(!l.tick(t + ms(100), false, true).reconnect);
+        // ...one someone waits for starts at once...
+        assert_eq!(l.attempt_wait(t + ms(100), false), Duration::ZERO);
+        l.attempt_started(t + ms(100));
+        // ...and one hammering a dead node waits out the first delay.
+        assert_eq!(l.attempt_wait(t + ms(130), false), ms(70));
+    }
+
+    #[test]
+    fn a_lost_link_then_a_refusal_after_the_grace_is_unreachable() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        l.on_link_up(t0);
+        // Lost without a Close frame: refusals inside the grace only
+        // bring the next attempt to its end.
+        l.on_link_closed(t0, true, 0);
+        assert_eq!(l.on_connect_failed(t0 + ms(100), true, 0), None);
+        l.on_connect_failed(t0 + ms(300), true, 0);
+        l.on_connect_failed(t0 + ms(700), true, 0);
+        let tick = l.tick(t0 + ms(700), false, true);
+        assert!(tick.next <= t0 + GRACE, "checked again when the grace ends");
+        assert!(!l.tick(t0 + ms(999), false, true).reconnect);
+        assert!(l.tick(t0 + GRACE, false, true).reconnect);
+        // A timeout is not a refusal: a silent network is the detector's.
+        assert_eq!(l.on_connect_failed(t0 + GRACE, false, 0), None);
+        assert_eq!(l.on_connect_failed(t0 + GRACE, true, 0), Some(GRACE));
+        // Once: then the node is unreachable until it answers.
+        assert_eq!(l.on_connect_failed(t0 + GRACE * 2, true, 0), None);
+        let t = t0 + GRACE * 2;
+        assert!((1..60).all(|i| l.tick(t + SEC * i, false, false).unreachable.is_none()));
+        assert!(l.on_link_up(t), "reachable again on a link");
+    }
+
+    #[test]
+    fn refusals_without_an_abrupt_loss_are_no_evidence() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        // First contact: a node not started yet.
+        assert_eq!(l.on_connect_failed(t0 + GRACE * 5, true, 0), None);
+        // A Close from the peer (a graceful end, a duplicate) voids it.
+        l.on_link_up(t0);
+        l.on_link_closed(t0, true, 0);
+        l.on_link_closed(t0 + ms(1), false, 0);
+        assert_eq!(l.on_connect_failed(t0 + GRACE * 5, true, 0), None);
+        // A link up in between voids it too.
+        l.on_link_closed(t0, true, 0);
+        l.on_link_up(t0 + ms(500));
+        assert_eq!(l.on_connect_failed(t0 + GRACE * 5, true, 0), None);
     }
 
     #[test]

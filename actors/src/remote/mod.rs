@@ -214,7 +214,7 @@ impl Remoting {
             }
             return None;
         }
-        let assoc = Arc::new(Association::new(node.into(), &self.shared));
+        let assoc = Arc::new_cyclic(|me| Association::new(node.into(), &self.shared, me.clone()));
         assocs.insert(node.into(), assoc.clone());
         drop(assocs);
         lock(&self.born).push(Arc::downgrade(&assoc));
@@ -425,6 +425,7 @@ impl Remoting {
         let assocs: Vec<_> = lock(&self.associations).values().cloned().collect();
         let mut closing = tokio::task::JoinSet::new();
         let notice = SysWire::Shutdown.frame();
+        let registry = self.shared.registry.clone();
         for a in assocs {
             let conns: Vec<Connection> = a.take_connections();
             // Peers learn at once that this incarnation is gone, instead of
@@ -434,8 +435,18 @@ impl Remoting {
                 let _ = c.try_send(notice.clone());
             }
             for c in conns {
+                let registry = registry.clone();
+                let node = a.node.clone();
                 closing.spawn(async move {
                     c.close("actor system shut down").await;
+                    // What a close that timed out dropped: never silent.
+                    let lost = c.stats().frames_dropped;
+                    registry.dead_letters_n(
+                        lost,
+                        "(queued on a lost link)",
+                        &node,
+                        "actor system shut down",
+                    );
                 });
             }
         }

@@ -1,18 +1,19 @@
 //! The system-message bookkeeping of one association: the reliable stream
 //! each way (`reliable`), the watches this node placed on the peer's
-//! actors, and the identify requests waiting for an answer. No IO and no
-//! link: the association puts the frames this hands out on its link.
+//! actors, the identify requests waiting for an answer, and the asks
+//! waiting for a reply from the node ([`Downs`]). No IO and no link: the
+//! association puts the frames this hands out on its link.
 
 use std::{
     collections::HashMap,
     sync::{
-        Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
     },
 };
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use transport::Frame;
 
 use super::{
@@ -125,6 +126,11 @@ impl Requests {
     /// every watcher hears `Terminated` with `NodeUnreachable(reason)`.
     pub(super) fn fail_waiters(&self, reason: &str) {
         self.fail_identifies(IdentifyFailed::Unreachable(reason.to_owned()));
+        self.fail_watches(reason);
+    }
+
+    /// Every watcher hears `Terminated` with `NodeUnreachable(reason)`.
+    pub(super) fn fail_watches(&self, reason: &str) {
         let watches: Vec<_> = lock(&self.watches).drain().collect();
         for (_, (path, sink)) in watches {
             sink.deliver(Terminated {
@@ -163,9 +169,108 @@ impl Requests {
     }
 }
 
+/// What the asks waiting on replies from one node learn of it going down,
+/// as counts since the association was made: an ask notes them when it
+/// starts and fails when one it cares about moves.
+///
+/// The registry of in-flight asks is this channel's receivers: an ask
+/// subscribes before its request is sent (an atomic increment, no map, no
+/// allocation) and unsubscribes by dropping its receiver, however it ends,
+/// so nothing can leak and the count of asks in flight
+/// ([`Downs::waiting`]) is exact. Going down wakes every ask of the node
+/// once; events are rare, asks frequent.
+#[derive(Debug, Clone, Default)]
+pub(super) struct DownCounts {
+    /// Declared unreachable, or a connect failed: every ask fails.
+    all: u64,
+    all_reason: Arc<str>,
+    /// Incarnations quarantined: asks to refs of that incarnation fail.
+    quarantines: u64,
+    /// The last one quarantined, and why.
+    quarantined_uid: u64,
+    quarantine_reason: Arc<str>,
+}
+
+/// The sending side of [`DownCounts`], one per association.
+pub(super) struct Downs(watch::Sender<DownCounts>);
+
+impl Default for Downs {
+    fn default() -> Self {
+        Self(watch::Sender::new(DownCounts::default()))
+    }
+}
+
+impl Downs {
+    /// An ask starts waiting on this node.
+    pub(super) fn subscribe(&self) -> AskWatch {
+        let mut rx = self.0.subscribe();
+        let start = rx.borrow_and_update().clone();
+        AskWatch { rx, start }
+    }
+
+    /// Asks waiting on this node now.
+    pub(super) fn waiting(&self) -> usize {
+        self.0.receiver_count()
+    }
+
+    /// The node is down (unreachable, or unreachable by a connect): every
+    /// ask waiting on it fails with `reason`.
+    pub(super) fn all(&self, reason: &str) {
+        self.0.send_modify(|d| {
+            d.all += 1;
+            d.all_reason = reason.into();
+        });
+    }
+
+    /// Incarnation `uid` is quarantined: asks to its refs fail.
+    pub(super) fn quarantined(&self, uid: u64, reason: &str) {
+        self.0.send_modify(|d| {
+            d.quarantines += 1;
+            d.quarantined_uid = uid;
+            d.quarantine_reason = reason.into();
+        });
+    }
+}
+
+/// One ask's view of its node going down (see [`DownCounts`]).
+#[derive(Debug)]
+pub(crate) struct AskWatch {
+    rx: watch::Receiver<DownCounts>,
+    start: DownCounts,
+}
+
+impl AskWatch {
+    /// Resolves with the reason when the node goes down for a recipient
+    /// of incarnation `uid` (0: unknown, any quarantine counts);
+    /// `quarantined` says whether an incarnation is (the association's
+    /// record, so that no quarantine is missed between two wake-ups).
+    pub(super) async fn down(&mut self, uid: u64, quarantined: impl Fn(u64) -> bool) -> String {
+        loop {
+            if self.rx.changed().await.is_err() {
+                // The association is gone, and with it every link: only
+                // the timeout is left.
+                return std::future::pending().await;
+            }
+            let now = self.rx.borrow_and_update();
+            // The recipient's own incarnation ending is the more precise
+            // reason when both happened.
+            if now.quarantines != self.start.quarantines && (uid == 0 || quarantined(uid)) {
+                return if now.quarantined_uid == uid || uid == 0 {
+                    format!("quarantined: {}", now.quarantine_reason)
+                } else {
+                    format!("incarnation {uid:#x} quarantined")
+                };
+            }
+            if now.all != self.start.all {
+                return now.all_reason.to_string();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::{sync::Arc, time::Duration};
 
     use super::*;
 
@@ -214,6 +319,36 @@ mod tests {
         r.forget_identify(c);
         r.answer_identify(c, None);
         assert!(rc.try_recv().is_err(), "a forgotten request gets nothing");
+    }
+
+    #[tokio::test]
+    async fn asks_fail_when_their_node_goes_down_and_leave_nothing_behind() {
+        let downs = Downs::default();
+        let none = |_| false;
+        let mut a = downs.subscribe();
+        let mut b = downs.subscribe();
+        assert_eq!(downs.waiting(), 2);
+        // Another incarnation quarantined: an ask to incarnation 7 waits on.
+        downs.quarantined(8, "restarted");
+        let waits = tokio::time::timeout(Duration::from_millis(10), a.down(7, none)).await;
+        assert!(waits.is_err(), "not its incarnation");
+        // Its own: fails, even if a later quarantine overwrote the last one.
+        downs.quarantined(7, "restarted as 9");
+        downs.quarantined(9, "shut down");
+        assert_eq!(
+            a.down(7, |uid| uid == 7).await,
+            "incarnation 0x7 quarantined"
+        );
+        // Unreachable: every ask fails, with the reason.
+        downs.all("unreachable: phi 11");
+        assert_eq!(b.down(7, none).await, "unreachable: phi 11");
+        // Asks that ended are gone from the count, however they ended.
+        drop((a, b));
+        assert_eq!(downs.waiting(), 0);
+        // A later ask does not see what happened before it started.
+        let mut c = downs.subscribe();
+        let waits = tokio::time::timeout(Duration::from_millis(10), c.down(7, |_| true)).await;
+        assert!(waits.is_err());
     }
 
     #[test]

@@ -37,7 +37,8 @@ use actors::{
 };
 use integration_tests::PeerCount;
 
-struct Counter(u64);
+/// The total, and the reply refs of the asks it holds unanswered.
+struct Counter(u64, Vec<ActorRef<u64>>);
 
 impl Actor for Counter {
     type Msg = PeerCount;
@@ -49,6 +50,7 @@ impl Actor for Counter {
                 let _ = reply.tell(self.0);
             }
             PeerCount::Blob(_) => {}
+            PeerCount::Hold(reply) => self.1.push(reply),
         }
     }
 }
@@ -188,7 +190,7 @@ async fn main() {
         .await
         .expect("the peer binds its address");
     system
-        .spawn_named("counter", Counter(0))
+        .spawn_named("counter", Counter(0, Vec::new()))
         .expect("the name is free");
     let mut out = std::io::stdout();
     writeln!(out, "ready {}", system.node()).expect("stdout is open");
