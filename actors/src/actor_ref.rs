@@ -128,7 +128,7 @@ impl<M: Send + 'static> ActorRef<M> {
     pub(crate) fn promise(
         path: ActorPath,
         registry: Weak<Registry>,
-    ) -> (Self, Arc<Promise<M>>, oneshot::Receiver<M>) {
+    ) -> (Self, Arc<Promise<M>>, oneshot::Receiver<Result<M, String>>) {
         let (tx, rx) = oneshot::channel();
         let p = Arc::new(Promise {
             tx: Mutex::new(Some(tx)),
@@ -386,7 +386,29 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Remote(r) => Some(r.assoc.watch_downs()),
             _ => None,
         };
-        match self.tell(make(reply)) {
+        let sent = match &self.inner {
+            // The request carries its reply slot's path, so that the node
+            // can say at once why it is a dead letter there.
+            Inner::Remote(r) => {
+                let reply_path = reply.path().elements().to_owned();
+                let msg = make(reply);
+                match r.assoc.tell_ask(
+                    &r.recipient,
+                    r.manifest,
+                    &|b, limit| (r.encode)(&msg, b, limit),
+                    &reply_path,
+                ) {
+                    Ok(()) => Ok(()),
+                    Err(TellError::Full | TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Gone) => {
+                        Err(self.gone(msg, "its node's incarnation is quarantined"))
+                    }
+                    Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
+                }
+            }
+            _ => self.tell(make(reply)),
+        };
+        match sent {
             Ok(()) => {}
             Err(SendError::MailboxFull(_)) => return Err(AskError::MailboxFull),
             Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
@@ -401,7 +423,8 @@ impl<M: Send + 'static> ActorRef<M> {
         }
         let reply = async {
             match rx.await {
-                Ok(r) => Ok(r),
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(why)) => Err(AskError::Undeliverable(why)),
                 Err(_) => Err(AskError::ActorGone),
             }
         };

@@ -64,6 +64,10 @@ impl<M: RemoteMessage> Target for Cell<M> {
         manifest_id(M::MANIFEST)
     }
 
+    fn is_open(&self) -> bool {
+        !self.mailbox.is_closed()
+    }
+
     fn manifest_name(&self) -> &'static str {
         M::MANIFEST
     }
@@ -89,9 +93,10 @@ impl<M: RemoteMessage> Target for Cell<M> {
     }
 }
 
-/// The reply slot of an `ask`: completes a oneshot.
+/// The reply slot of an `ask`: completes a oneshot with the reply, or
+/// with why none will come (the request was a dead letter on its node).
 pub(crate) struct Promise<M> {
-    pub(crate) tx: Mutex<Option<oneshot::Sender<M>>>,
+    pub(crate) tx: Mutex<Option<oneshot::Sender<Result<M, String>>>>,
     pub(crate) path: ActorPath,
     pub(crate) registry: Weak<Registry>,
     pub(crate) registered: AtomicBool,
@@ -105,7 +110,10 @@ impl<M: Send + 'static> Promise<M> {
             .unwrap_or_else(PoisonError::into_inner)
             .take()
         {
-            Some(tx) => tx.send(m),
+            Some(tx) => tx.send(Ok(m)).map_err(|r| match r {
+                Ok(m) => m,
+                Err(_) => unreachable!("sent a reply"),
+            }),
             None => Err(m),
         }
     }
@@ -147,6 +155,17 @@ impl<M: RemoteMessage> Target for Promise<M> {
 
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(std::future::ready(()))
+    }
+
+    fn fail(&self, reason: &str) {
+        if let Some(tx) = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = tx.send(Err(reason.to_owned()));
+        }
     }
 
     fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches> {

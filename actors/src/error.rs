@@ -105,6 +105,12 @@ pub enum AskError {
     /// The request or the reply could not be (de)serialized.
     #[error("serialization failed: {0}")]
     Serialization(#[from] SerializationError),
+    /// The recipient's node turned the request into a dead letter and said
+    /// why (no actor at that path, an actor taking another type, ...):
+    /// failed at once rather than at the timeout. The request was not
+    /// handled.
+    #[error("request undeliverable: {0}")]
+    Undeliverable(String),
 }
 
 /// Why a path could not be resolved to a ref.

@@ -186,6 +186,11 @@ impl<M> Mailbox<M> {
         Ok(())
     }
 
+    /// Whether the actor stopped (nothing is accepted any more).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Waits until the mailbox has room or is closed.
     pub(crate) async fn wait_space(&self) {
         let notified = self.space.notified();

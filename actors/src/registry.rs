@@ -35,6 +35,16 @@ pub(crate) trait Target: Send + Sync + 'static {
     /// worth for this target); refuses when full or closed.
     fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused>;
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// Whether it still takes messages (an actor that stopped does not).
+    fn is_open(&self) -> bool {
+        true
+    }
+    /// An ask's reply slot learns that no reply will come, and why (its
+    /// request was a dead letter on the recipient's node). Nothing for
+    /// actors.
+    fn fail(&self, reason: &str) {
+        let _ = reason;
+    }
     /// Adds a watcher; a node past its watch limit is refused.
     fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches>;
     fn stop(&self);

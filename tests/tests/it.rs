@@ -29,4 +29,5 @@ mod it {
     mod tls;
     mod trust;
     mod typed_refs;
+    mod undeliverable;
 }

@@ -665,7 +665,7 @@ impl Association {
                     Pending::User(r, manifest, payload) => link
                         .sender
                         .send_with(FrameKind::Message, |b| {
-                            write_envelope(b, &r, &link, manifest, &payload, false);
+                            write_envelope(b, &r, &link, manifest, &payload, false, None);
                         })
                         .await
                         .is_ok(),

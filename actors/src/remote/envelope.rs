@@ -8,6 +8,9 @@
 //! +-------+-----------+------------------------------+-------------+---------+
 //! ```
 //!
+//! Flag bit 3 ([`ENV_REPLY`]): an ask's reply path (u16 LE length, path)
+//! follows the recipient path (if any).
+//!
 //! Flag bit 0 ([`ENV_DEFINE`]): the envelope defines its recipient id with
 //! a path (see `compression`). Flag bit 2 ([`ENV_INLINE`]): the recipient
 //! is the path in this envelope, and nothing is kept (the id is 0 and
@@ -28,6 +31,11 @@ pub(crate) const ENV_FRAGMENT: u8 = 2;
 /// Flag: the recipient is the path in this envelope, used once (ask reply
 /// slots, and recipients past a link's id limit).
 pub(crate) const ENV_INLINE: u8 = 4;
+/// Flag: the message is an ask's request; the path of its reply slot on
+/// the sending node (u16 LE length, then the path) follows the recipient
+/// path, so the receiving node can tell the asker at once when the
+/// message is a dead letter (`SysWire::Undeliverable`).
+pub(crate) const ENV_REPLY: u8 = 8;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -42,6 +50,8 @@ pub(crate) struct Envelope<'a> {
     pub(crate) define: Option<&'a str>,
     /// The path names the recipient for this envelope only.
     pub(crate) inline: bool,
+    /// An ask's reply slot on the sending node (`ENV_REPLY`).
+    pub(crate) reply: Option<&'a str>,
     pub(crate) manifest: u32,
     /// Set when the payload is one fragment of a large message.
     pub(crate) fragment: Option<Fragment>,
@@ -89,6 +99,18 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         define = Some(path);
         b.advance(len);
     }
+    let mut reply = None;
+    if flags & ENV_REPLY != 0 {
+        if b.len() < 2 {
+            return Err("truncated reply path");
+        }
+        let len = usize::from(b.get_u16_le());
+        if b.len() < len {
+            return Err("truncated reply path");
+        }
+        reply = Some(std::str::from_utf8(&b[..len]).map_err(|_| "reply path is not utf-8")?);
+        b.advance(len);
+    }
     if b.len() < 4 {
         return Err("envelope has no manifest");
     }
@@ -108,6 +130,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         id,
         define,
         inline,
+        reply,
         manifest,
         fragment,
         payload: b,
@@ -139,6 +162,18 @@ pub(crate) enum To<'a> {
 /// `fragment` the fragment header of a large message's piece. The payload
 /// follows.
 pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: Option<Fragment>) {
+    put_header_reply(b, to, manifest, fragment, None);
+}
+
+/// As [`put_header`], for an ask's request: `reply` is the path of its
+/// reply slot (`ENV_REPLY`).
+pub(crate) fn put_header_reply(
+    b: &mut BytesMut,
+    to: To<'_>,
+    manifest: u32,
+    fragment: Option<Fragment>,
+    reply: Option<&str>,
+) {
     let (id, define, mut flags) = match to {
         To::Id(id) => (id, None, 0),
         To::Define(id, path) => (id, Some(path), ENV_DEFINE),
@@ -147,9 +182,12 @@ pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: 
     if fragment.is_some() {
         flags |= ENV_FRAGMENT;
     }
+    if reply.is_some() {
+        flags |= ENV_REPLY;
+    }
     b.put_u8(flags);
     b.put_u32_le(id);
-    if let Some(path) = define {
+    for path in [define, reply].into_iter().flatten() {
         let path = path.as_bytes();
         // Paths are bounded where they are parsed or made (`MAX_PATH_LEN`,
         // `MAX_NAME_LEN`), well inside what the field carries.
@@ -201,11 +239,30 @@ mod tests {
                     id: 42,
                     define,
                     inline: false,
+                    reply: None,
                     manifest: 0xdead_beef,
                     fragment,
                     payload: b"payload",
                 }
             );
+        }
+    }
+
+    #[test]
+    fn an_asks_reply_path_rides_after_the_recipient() {
+        for to in [To::Id(3), To::Define(3, "/user/a"), To::Inline("/user/b")] {
+            let mut b = BytesMut::new();
+            put_header_reply(&mut b, to, 9, None, Some("/temp/$1f"));
+            b.extend_from_slice(b"q");
+            let env = parse(&b).unwrap();
+            assert_eq!(env.reply, Some("/temp/$1f"));
+            assert_eq!((env.manifest, env.payload), (9, &b"q"[..]));
+            // Cut anywhere in the header: an error, never a wrong reply.
+            for cut in 1..b.len() - 1 {
+                if let Ok(e) = parse(&b[..cut]) {
+                    assert_eq!(e.reply, Some("/temp/$1f"), "cut {cut}");
+                }
+            }
         }
     }
 

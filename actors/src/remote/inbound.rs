@@ -385,7 +385,7 @@ impl Dispatch {
             Ok(env) => env,
             Err(why) => return self.malformed(why),
         };
-        let (mut id, manifest, b) = (env.id, env.manifest, env.payload);
+        let (mut id, manifest, b, reply) = (env.id, env.manifest, env.payload, env.reply);
         if let Some(path) = env.define {
             if path.len() > MAX_PATH_LEN {
                 return self.malformed("recipient path longer than MAX_PATH_LEN");
@@ -422,7 +422,11 @@ impl Dispatch {
             // Ids are defined in-stream before use: this is a broken peer.
             return self.malformed(&format!("unknown recipient id {id}"));
         };
-        if !entry.takes(manifest) {
+        // An ask's request to an actor that stopped is looked up again
+        // now, so that the asker hears at once why it is a dead letter
+        // (one lock, for asks only).
+        let stale = reply.is_some() && entry.target.as_ref().is_some_and(|t| !t.is_open());
+        if stale || !entry.takes(manifest) {
             entry.set_target(self.registry.lookup(&entry.path));
             if !entry.takes(manifest) {
                 let why = match &entry.target {
@@ -435,9 +439,16 @@ impl Dispatch {
                 let to = self.registry.path(&entry.path);
                 self.registry
                     .dead_letter(&manifests::label(manifest), &to, &why);
-                // Given up on: its credit goes back.
+                // Given up on: its credit goes back, and an asker hears why.
                 let win = entry.win.clone();
-                return self.release(id, win.as_deref(), body.len() as u64);
+                self.release(id, win.as_deref(), body.len() as u64);
+                if let Some(reply) = reply {
+                    self.answer(&SysWire::Undeliverable {
+                        reply: reply.to_owned(),
+                        reason: format!("{to}: {why}"),
+                    });
+                }
+                return;
             }
         }
         self.runs.push(id, entry, b, body.len(), self.left_in_read);
@@ -599,7 +610,22 @@ impl Dispatch {
             SysWire::Shutdown => self.peer.on_shutdown(self.peer_uid),
             SysWire::LargeAck { msg, received } => self.peer.on_large_ack(msg, received),
             SysWire::Credit { id, total } => self.peer.on_credit(self.generation, id, total),
+            SysWire::Undeliverable { reply, reason } => self.on_undeliverable(&reply, &reason),
             other => self.on_system_msg(other),
+        }
+    }
+
+    /// The peer turned the request of one of this node's asks into a dead
+    /// letter: the ask fails at once with the peer's reason (shown
+    /// truncated and escaped). Only ask reply slots are failed this way;
+    /// their paths are random, so only the node the request went to knows
+    /// one.
+    fn on_undeliverable(&mut self, reply: &str, reason: &str) {
+        if !reply.starts_with("/temp/") {
+            return self.malformed("Undeliverable for a path that is no ask's");
+        }
+        if let Some(t) = self.registry().lookup(reply) {
+            t.fail(&transport::PeerText(reason).to_string());
         }
     }
 
@@ -662,7 +688,8 @@ impl Dispatch {
             | SysWire::Ack { .. }
             | SysWire::Shutdown
             | SysWire::LargeAck { .. }
-            | SysWire::Credit { .. } => {}
+            | SysWire::Credit { .. }
+            | SysWire::Undeliverable { .. } => {}
         }
     }
 

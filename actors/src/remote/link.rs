@@ -142,7 +142,7 @@ pub(super) enum Pending {
 /// credit left (see `flow`); without, always writes (a flush of what
 /// waited for the link, which spends the window like any send). Runs under
 /// the transport's queue lock, which orders it with every other envelope on
-/// the link.
+/// the link. `reply`: an ask's reply slot (see `envelope::ENV_REPLY`).
 pub(super) fn write_envelope(
     b: &mut BytesMut,
     r: &Recipient,
@@ -150,6 +150,7 @@ pub(super) fn write_envelope(
     manifest: u32,
     payload: &[u8],
     credited: bool,
+    reply: Option<&str>,
 ) -> bool {
     let start = b.len();
     match r.to_on(link) {
@@ -157,12 +158,16 @@ pub(super) fn write_envelope(
             if credited && !r.flow.has_credit() {
                 return false;
             }
-            b.reserve(ENV_HEADER + payload.len());
-            envelope::put_compact_header(b, id, manifest);
+            if reply.is_some() {
+                envelope::put_header_reply(b, envelope::To::Id(id), manifest, None, reply);
+            } else {
+                b.reserve(ENV_HEADER + payload.len());
+                envelope::put_compact_header(b, id, manifest);
+            }
         }
-        to @ envelope::To::Define(..) => envelope::put_header(b, to, manifest, None),
+        to @ envelope::To::Define(..) => envelope::put_header_reply(b, to, manifest, None, reply),
         to => {
-            envelope::put_header(b, to, manifest, None);
+            envelope::put_header_reply(b, to, manifest, None, reply);
             b.extend_from_slice(payload);
             return true;
         }

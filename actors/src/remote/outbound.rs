@@ -123,6 +123,39 @@ impl Association {
         if let Some(done) = self.tell_direct(r, manifest, encode) {
             return done;
         }
+        self.tell_general(r, manifest, encode, None)
+    }
+
+    /// Remote `tell` of an ask's request, whose envelope carries the path
+    /// of its reply slot, so that the receiving node can tell the asker at
+    /// once when the request is a dead letter there
+    /// (`SysWire::Undeliverable`). A request buffered while the link
+    /// connects, or on the large-message lane, goes without it.
+    pub(crate) fn tell_ask(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        encode: &impl Encode,
+        reply: &str,
+    ) -> Result<(), TellError> {
+        if in_encoder() {
+            return Err(TellError::Serialization(SerializationError::Reentrant));
+        }
+        self.tell_general(r, manifest, encode, Some(reply))
+            .map(|_| ())
+    }
+
+    /// `tell` by way of the thread's scratch buffer: the message is
+    /// encoded, then queued whole, fragmented on the large-message lane, or
+    /// buffered while connecting.
+    #[inline(never)]
+    fn tell_general(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+        encode: &impl Encode,
+        reply: Option<&str>,
+    ) -> Result<bool, TellError> {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             self.encode_bounded(r, &mut scratch, encode)?;
@@ -139,7 +172,7 @@ impl Association {
                     return Err(TellError::Gone);
                 }
                 let res = link.sender.try_push_with(FrameKind::Message, |b| {
-                    write_envelope(b, r, link, manifest, &scratch, true)
+                    write_envelope(b, r, link, manifest, &scratch, true, reply)
                 });
                 match res {
                     Ok(Pushed::Queued { .. }) => return Ok(false),

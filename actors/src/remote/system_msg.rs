@@ -43,6 +43,10 @@ pub(crate) enum SysWire {
     /// Flow control: the sender may send recipient `id` of this
     /// connection up to `total` envelope bytes in all (see `flow`).
     Credit { id: u32, total: u64 },
+    /// The ask whose reply slot is `reply` (a `/temp` path on the node
+    /// that receives this) will get no reply: its request was a dead
+    /// letter here, for `reason`.
+    Undeliverable { reply: String, reason: String },
 }
 
 impl SysWire {

@@ -1,0 +1,92 @@
+//! An ask whose request is a dead letter on the recipient's node fails at
+//! once with the node's reason, as `gen_server:call` does when its callee
+//! is gone, instead of waiting out its timeout.
+
+use std::time::{Duration, Instant};
+
+use actors::{Actor, AskError, Ctx, ResolveError, SystemConfig};
+use integration_tests::{actor_path, actor_system_with, eventually, within};
+
+use super::actors_common::{Count, Counter, total};
+
+/// The ask timeout: far above how fast the failure must come.
+const LONG: Duration = Duration::from_secs(10);
+/// How fast it must come (a round trip, on a loaded machine).
+const FAST: Duration = Duration::from_secs(2);
+
+/// An actor of another type, to take a stopped counter's name.
+struct Strings;
+
+impl Actor for Strings {
+    type Msg = String;
+
+    async fn handle(&mut self, _: String, _: &mut Ctx<Self>) {}
+}
+
+async fn gone_locally(b: &actors::ActorSystem, name: &str) {
+    let path = actor_path(b, name);
+    within("the actor is gone", async {
+        while !matches!(
+            b.resolve::<Count>(&path).await,
+            Err(ResolveError::NotFound(_))
+        ) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_ask_to_a_stopped_remote_actor_fails_at_once_with_the_reason() {
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let counter = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    assert_eq!(total(&counter).await, 0);
+    counter.tell(Count::Stop).expect("room");
+    gone_locally(&b, "counter").await;
+    let started = Instant::now();
+    let err = counter
+        .ask(Count::Get, LONG)
+        .await
+        .expect_err("no actor answers");
+    let took = started.elapsed();
+    assert!(
+        matches!(&err, AskError::Undeliverable(why) if why.contains("no such actor")),
+        "{err}"
+    );
+    assert!(took < FAST, "failed after {took:?}");
+    assert_eq!(b.dead_letters(), 1);
+}
+
+#[tokio::test]
+async fn an_ask_to_an_actor_of_another_type_fails_at_once_naming_both() {
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let counter = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    assert_eq!(total(&counter).await, 0);
+    counter.tell(Count::Stop).expect("room");
+    eventually("another actor takes the name", || {
+        b.spawn_named("counter", Strings).is_ok()
+    })
+    .await;
+    let started = Instant::now();
+    let err = counter
+        .ask(Count::Get, LONG)
+        .await
+        .expect_err("the actor there takes strings");
+    assert!(
+        matches!(&err, AskError::Undeliverable(why) if why.contains("actor takes std.String")),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < FAST,
+        "failed after {:?}",
+        started.elapsed()
+    );
+}
