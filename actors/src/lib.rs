@@ -61,6 +61,9 @@
 //!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
 //!   [`RemoteMessage`], [`SharedBytes`], the decode scope.
 //! - `config`: [`SystemConfig`] and its defaults.
+//! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
+//!   `ACTORS_*` variables; every key is in `actors/reference.toml`
+//!   ([`REFERENCE_CONFIG`]).
 //! - `mailbox`: bounded batch-swapping mailbox with a system queue.
 //! - `watch`: death-watch plumbing, [`Watch`].
 //! - `registry`: local targets by path, the `Target` trait the remote
@@ -95,6 +98,7 @@ mod actor_ref;
 mod bincode_format;
 mod cell;
 mod config;
+mod config_file;
 #[cfg(test)]
 mod differential;
 mod error;
@@ -122,6 +126,7 @@ pub use config::{
     DEFAULT_PENDING_CAPACITY, DEFAULT_RECIPIENT_WINDOW, DEFAULT_REFUSED_CONNECT_GRACE,
     DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
 };
+pub use config_file::{ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG};
 pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};

@@ -73,9 +73,19 @@ impl Backoff {
         ceiling.mul_f64(1.0 - self.jitter + self.jitter * r)
     }
 
-    /// The first delay, `min`: the shortest gap between two attempts.
-    pub fn min_delay(&self) -> Duration {
+    /// The first delay: the shortest gap between two attempts.
+    pub fn min(&self) -> Duration {
         self.min
+    }
+
+    /// The longest delay (at least [`min`](Self::min)).
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// The share of each delay that is randomised, in `0..=1`.
+    pub fn jitter(&self) -> f64 {
+        self.jitter
     }
 
     /// Attempts made since the last [`reset`](Self::reset).

@@ -223,9 +223,7 @@ impl Liveness {
     /// reconnect nobody waits for), until the backoff allows. See the
     /// module docs, "Dialing"; the caller has at most one in flight.
     pub(crate) fn attempt_wait(&self, now: Instant, paced: bool) -> Duration {
-        let mut at = self
-            .last_attempt
-            .map_or(now, |t| t + self.backoff.min_delay());
+        let mut at = self.last_attempt.map_or(now, |t| t + self.backoff.min());
         if paced {
             at = at.max(self.next_connect);
         }
