@@ -434,6 +434,11 @@ impl Association {
     }
 
     fn spawn_attempt(self: &Arc<Self>, paced: bool) {
+        // A system that shut down dials nothing: its attempts fail at once,
+        // and each failure would start the next.
+        if self.ctx.upgrade().is_none_or(|c| c.cancel.is_cancelled()) {
+            return;
+        }
         if self.connecting.swap(true, Ordering::AcqRel) {
             if !paced {
                 self.hurry.notify_waiters();
