@@ -91,6 +91,15 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Logs (dead letters, refused connections, unreachable nodes) at
+    // `info` and above unless `RUST_LOG` says otherwise.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

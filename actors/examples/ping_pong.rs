@@ -56,6 +56,15 @@ const USAGE: &str = "usage: ping_pong pong HOST:PORT | ping HOST:PORT [COUNT]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Logs (dead letters, refused connections, unreachable nodes) at
+    // `info` and above unless `RUST_LOG` says otherwise.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parsed = match args.as_slice() {
         [role, addr, rest @ ..] if rest.len() <= 1 => match rest.first() {

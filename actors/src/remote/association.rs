@@ -450,7 +450,13 @@ impl Association {
             let res = assoc.connect_when_due(paced).await;
             assoc.connecting.store(false, Ordering::Release);
             if let Err(failed) = res {
-                tracing::warn!(node = %assoc.node, reason = %failed.reason, "connect failed");
+                if assoc.ctx.upgrade().is_none_or(|c| c.cancel.is_cancelled()) {
+                    // Shut down meanwhile: not worth a warning; what waited
+                    // is still counted, and nothing retries.
+                    tracing::debug!(node = %assoc.node, reason = %failed.reason, "connect given up: system shut down");
+                } else {
+                    tracing::warn!(node = %assoc.node, reason = %failed.reason, "connect failed");
+                }
                 assoc.link_failed(&failed.reason, failed.refused);
             }
         });
