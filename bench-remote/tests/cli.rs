@@ -421,6 +421,24 @@ fn options_a_subcommand_ignores_are_refused() {
     );
 }
 
+/// `--raw-ceiling` prints the ceiling's marker round-trips and the p50/p99
+/// ratios; with `--burst 1` that is a lone ping-pong against the project's.
+#[test]
+fn raw_ceiling_prints_marker_latency_beside_the_run() {
+    let (ok, out, err) = run(&["--burst", "1", "--messages", "300", "--raw-ceiling"]);
+    assert!(ok, "stderr: {err}");
+    check_reference_lines(&out, 300, 1, 100);
+    let ceiling = Regex::new(r"^Ceiling marker round-trip latency \(us\): p50 (\d+), p90 (\d+), p99 (\d+), p99\.9 (\d+), max (\d+) \(300 samples\)$").unwrap();
+    assert!(out.lines().any(|l| ceiling.is_match(l)), "{out}");
+    let ratio =
+        Regex::new(r"^Marker round-trip actors / ceiling: p50 ([\d.]+), p99 ([\d.]+)$").unwrap();
+    let c = out
+        .lines()
+        .find_map(|l| ratio.captures(l))
+        .unwrap_or_else(|| panic!("no ratio line in {out}"));
+    assert!(c[1].parse::<f64>().unwrap() > 0.0);
+}
+
 #[test]
 fn compare_zero_is_refused_not_run_once() {
     let (ok, out, err) = run(&["--compare", "0", "--messages", "1000"]);
@@ -443,8 +461,19 @@ fn combinations_that_work_are_accepted() {
         args.extend_from_slice(extra);
         let (ok, out, err) = run(&args);
         assert!(ok, "{args:?}: {err}");
+        let medians: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("median of 1:"))
+            .collect();
+        // The msg/s line comes last: `scripts/ab.sh` reads it.
         assert!(
-            out.lines().any(|l| l.starts_with("median of 1:")),
+            medians
+                .last()
+                .is_some_and(|l| l.contains(" msg/s, ceiling ")),
+            "{args:?}: {out}"
+        );
+        assert!(
+            medians.iter().any(|l| l.contains("marker round-trip")),
             "{args:?}: {out}"
         );
     }
