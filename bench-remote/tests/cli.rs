@@ -505,7 +505,7 @@ fn rate_compare_prints_median_ratios() {
         "500",
     ]);
     assert!(ok, "stderr: {err}");
-    let pass = Regex::new(r"^pass \d: actors p50 \d+ us, p99 \d+ us \(generator late p99 [\d.]+ us\); ceiling p50 \d+ us, p99 \d+ us \(generator late p99 [\d.]+ us\); ratio p50 [\d.]+, p99 [\d.]+$").unwrap();
+    let pass = Regex::new(r"^pass \d: actors p50 \d+ us, p99 \d+ us \(generator late p50 [\d.]+ us, p99 [\d.]+ us\); ceiling p50 \d+ us, p99 \d+ us \(generator late p50 [\d.]+ us, p99 [\d.]+ us\); ratio p50 [\d.]+, p99 [\d.]+$").unwrap();
     assert_eq!(out.lines().filter(|l| pass.is_match(l)).count(), 2, "{out}");
     let last = Regex::new(r"^median of 2: actors p50 \d+ us, p99 \d+ us; ceiling p50 \d+ us, p99 \d+ us; generator late p99 [\d.]+ us / [\d.]+ us; ratio p50 [\d.]+, p99 [\d.]+$").unwrap();
     let l = out.lines().last().expect("output");

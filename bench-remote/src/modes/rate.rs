@@ -142,14 +142,17 @@ async fn compare(recv: &Handle, opts: &RunOpts, n: usize) -> Result<()> {
         let c = measure_ceiling(recv, opts).await?;
         let (p50, p99) = ratios(&a, &c);
         println!(
-            "pass {}: actors p50 {} us, p99 {} us (generator late p99 {:.1} us); \
-             ceiling p50 {} us, p99 {} us (generator late p99 {:.1} us); ratio p50 {p50:.2}, p99 {p99:.2}",
+            "pass {}: actors p50 {} us, p99 {} us (generator late p50 {:.1} us, p99 {:.1} us); \
+             ceiling p50 {} us, p99 {} us (generator late p50 {:.1} us, p99 {:.1} us); \
+             ratio p50 {p50:.2}, p99 {p99:.2}",
             i + 1,
             a.latency.percentile_us(0.5),
             a.latency.percentile_us(0.99),
+            a.lateness.percentile_us(0.5),
             a.lateness.percentile_us(0.99),
             c.latency.percentile_us(0.5),
             c.latency.percentile_us(0.99),
+            c.lateness.percentile_us(0.5),
             c.lateness.percentile_us(0.99),
         );
         for (col, v) in cols.iter_mut().zip([
