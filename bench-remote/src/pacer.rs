@@ -11,8 +11,8 @@
 //! same worker keep running. On Linux the sleep is a timerfd in tokio's
 //! reactor, which wakes within tens of microseconds, so the stretch can be
 //! short and the worker thread sleeps between messages at low rates instead
-//! of spinning (on a 2-core machine a spinning thread is the one the kernel
-//! preempts for a whole time slice when anything else runs). Elsewhere it
+//! of spinning (on a 2-core machine a spinning thread competes for a core
+//! with the other node and with everything else that runs). Elsewhere it
 //! is tokio's timer and a 2 ms stretch. [`Lateness`] records how late each
 //! message actually went, so that a late generator shows instead of hiding
 //! in the latency figures.
