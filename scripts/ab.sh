@@ -3,6 +3,10 @@
 # machine: alternates one `--compare 1` pass of each, ROUNDS times, and
 # prints each binary's median msg/s and median ratio to the ceiling.
 #
+# Each pass sends 5,000,000 messages (about a second of actors) unless
+# the options give --messages: the default 500,000 last 50-200 ms, so one
+# scheduler hiccup can decide a pass (README, "Benchmark").
+#
 #   cp target/release/bench-remote /tmp/br-old   # before the change
 #   cargo build --release -p bench-remote         # after it
 #   scripts/ab.sh /tmp/br-old target/release/bench-remote 5 --in-flight 3
@@ -12,11 +16,18 @@ if [ $# -lt 3 ]; then
     exit 2
 fi
 base=$1; new=$2; rounds=$3; shift 3
+case " $* " in
+    *" --messages "*|*" --messages="*) ;;
+    *) set -- --messages 5000000 "$@" ;;
+esac
 rows=""
 for _ in $(seq "$rounds"); do
     for which in base new; do
         bin=${!which}
-        line=$("$bin" --compare 1 "$@" 2>&1 | grep '^median' | tail -1)
+        # Captured whole before it is parsed: nothing else runs during
+        # the pass (a parser in the same pipe takes a core from it).
+        out=$("$bin" --compare 1 "$@" 2>&1)
+        line=$(grep '^median' <<<"$out" | tail -1)
         rate=$(echo "$line" | sed -E 's/.*actors[^0-9]*([0-9]+) msg\/s.*/\1/; s/.*raw transport ([0-9]+) msg\/s.*/\1/')
         ratio=$(echo "$line" | sed -E 's/.*ratio ([0-9.]+).*/\1/')
         rows+="$which $rate $ratio"$'\n'

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::{runtime::Handle, sync::oneshot};
 
 use crate::{
+    pacer::{self, Lateness, Pacer, RateRun, Timer},
     pattern::{Marker, MarkerKind, Outcome, Pattern, Shape, Step, now_ns},
     report::Report,
 };
@@ -81,6 +82,9 @@ pub enum ToReceiver {
     /// A payload stamped with its send (or scheduled) time, echoed back
     /// (`--echo-all`, `--rate`).
     Timed(u64, SharedBytes),
+    /// A `--rate` payload: its scheduled time and the time the generator
+    /// actually sent it, both echoed back.
+    Paced(u64, u64, SharedBytes),
 }
 
 impl RemoteMessage for ToReceiver {
@@ -96,6 +100,8 @@ pub enum ToSender {
     Echo(WireMarker),
     /// An echoed `Timed` payload's stamp.
     TimedEcho(u64),
+    /// An echoed `Paced` payload's scheduled and sent times.
+    PacedEcho(u64, u64),
 }
 
 impl RemoteMessage for ToSender {
@@ -139,6 +145,12 @@ impl Actor for Receiver {
                 self.count += 1;
                 if let Some(reply) = &self.session {
                     echo(reply, ToSender::TimedEcho(t));
+                }
+            }
+            ToReceiver::Paced(due, sent, _) => {
+                self.count += 1;
+                if let Some(reply) = &self.session {
+                    echo(reply, ToSender::PacedEcho(due, sent));
                 }
             }
         }
@@ -229,6 +241,7 @@ impl Actor for SenderActor {
                 }
                 return;
             }
+            ToSender::PacedEcho(..) => return,
         };
         let res = match step {
             Ok(step) => self.perform(step, ctx).await,
@@ -362,25 +375,30 @@ impl Embedded {
     }
 }
 
-/// Records the latency of `Timed` echoes against their scheduled times.
+/// Records the latency of `Paced` echoes from their scheduled times, and
+/// from the times they were actually sent.
 struct Collector {
     hist: Report,
+    from_sent: Report,
     expected: u64,
     seen: u64,
-    done: Option<oneshot::Sender<Report>>,
+    done: Option<oneshot::Sender<(Report, Report)>>,
 }
 
 impl Actor for Collector {
     type Msg = ToSender;
 
     async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) {
-        if let ToSender::TimedEcho(t) = msg {
+        if let ToSender::PacedEcho(due, sent) = msg {
+            let now = now_ns();
             self.hist
-                .record_rtt(Duration::from_nanos(now_ns().saturating_sub(t)));
+                .record_rtt(Duration::from_nanos(now.saturating_sub(due)));
+            self.from_sent
+                .record_rtt(Duration::from_nanos(now.saturating_sub(sent)));
             self.seen += 1;
             if self.seen == self.expected {
                 if let Some(tx) = self.done.take() {
-                    let _ = tx.send(self.hist.clone());
+                    let _ = tx.send((self.hist.clone(), self.from_sent.clone()));
                 }
                 ctx.stop();
             }
@@ -388,31 +406,24 @@ impl Actor for Collector {
     }
 }
 
-/// What a constant-rate run measured.
-#[derive(Debug)]
-pub struct RateRun {
-    /// Latency from each message's scheduled send time to its echo.
-    pub latency: Report,
-    /// Messages per second actually sent.
-    pub achieved: f64,
-    /// Wall time from the first scheduled send to the last echo.
-    pub elapsed: Duration,
-}
-
 /// Sends `shape.messages` payloads at `rate` msg/s on a fixed schedule
 /// (wrk2 style) and records each echo's latency from the time it was
 /// scheduled, so a stall shows up in the latency of everything that
-/// should have been sent during it (no coordinated omission).
+/// should have been sent during it (no coordinated omission). The
+/// generator stops sleeping `spin` before each due time (see
+/// [`crate::pacer`]) and records how late it actually sent.
 pub async fn run_rate(
     system: &ActorSystem,
     receiver: ActorRef<ToReceiver>,
     shape: Shape,
     rate: f64,
+    spin: Duration,
     stall: Duration,
 ) -> Result<RateRun> {
     let (tx, rx) = oneshot::channel();
     let collector = system.spawn(Collector {
         hist: Report::new(shape),
+        from_sent: Report::new(shape),
         expected: shape.messages,
         seen: 0,
         done: Some(tx),
@@ -426,28 +437,38 @@ pub async fn run_rate(
         .await
         .map_err(|e| anyhow!("cannot reach the receiver: {e}"))?;
     let payload = SharedBytes::from(vec![7u8; shape.payload]);
-    let start_ns = now_ns() + 1_000_000;
-    let interval = 1e9 / rate;
+    // The first message is due a millisecond from now, time to set up.
+    let mut pacer = Pacer::new(now_ns() + 1_000_000, rate, shape.messages, spin);
     let started = std::time::Instant::now();
-    for i in 0..shape.messages {
-        let scheduled = start_ns + (i as f64 * interval) as u64;
-        let now = now_ns();
-        if scheduled > now {
-            tokio::time::sleep(Duration::from_nanos(scheduled - now)).await;
+    // The generator runs on the sending node's worker, like an actor of
+    // that node: while it waits for a due time it yields, so the node's
+    // writer and the collector keep running on the same thread.
+    let generator = tokio::spawn(async move {
+        let mut lateness = Lateness::new();
+        let timer = Timer::new().context("the generator's timer")?;
+        while let Some(due) = pacer::next(&mut pacer, &timer).await? {
+            for i in due {
+                let scheduled = pacer.due(i);
+                let sent = now_ns();
+                lateness.record(scheduled, sent);
+                receiver
+                    .send(ToReceiver::Paced(scheduled, sent, payload.clone()))
+                    .await
+                    .map_err(|e| anyhow!("payload not sent: {e}"))?;
+            }
         }
-        receiver
-            .send(ToReceiver::Timed(scheduled, payload.clone()))
-            .await
-            .map_err(|e| anyhow!("payload not sent: {e}"))?;
-    }
-    let sent_for = started.elapsed();
+        anyhow::Ok((lateness, started.elapsed()))
+    });
+    let (lateness, sent_for) = generator.await.context("the generator panicked")??;
     let budget = stall + Duration::from_secs_f64(shape.messages as f64 / rate) * 2;
-    let latency = tokio::time::timeout(budget, rx)
+    let (latency, from_sent) = tokio::time::timeout(budget, rx)
         .await
         .map_err(|_| anyhow!("not every echo arrived within {budget:?}: receiver stalled"))?
         .map_err(|_| anyhow!("collector stopped early"))?;
     Ok(RateRun {
         latency,
+        from_sent,
+        lateness,
         achieved: shape.messages as f64 / sent_for.as_secs_f64(),
         elapsed: started.elapsed(),
     })

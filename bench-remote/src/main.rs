@@ -7,6 +7,7 @@
 //! - `modes/`: one file per mode (`burst` the default, `raw`, `compare`,
 //!   `rate`, `sweep`, `two_process`), plus `output`, the lines a single run
 //!   prints after the reference lines.
+//! - `pacer`: the `--rate` generator's schedule and its lateness.
 //! - `pattern`: the message pattern (warm-up, markers, windows) as a state
 //!   machine, driven by an actor, a raw-transport task or the ceiling.
 //! - `faithful`: the pattern on sender and receiver actors.
@@ -22,6 +23,7 @@
 mod ceiling;
 mod faithful;
 mod modes;
+mod pacer;
 mod pattern;
 mod plot;
 mod raw;
@@ -108,9 +110,17 @@ struct RunOpts {
     #[arg(long, global = true)]
     echo_all: bool,
     /// Constant-rate mode (wrk2 style): send at R msg/s on a fixed schedule
-    /// and report latency from each message's scheduled time.
+    /// and report latency from each message's scheduled time, and how late
+    /// the generator itself sent. With `--raw-ceiling` or `--compare N`,
+    /// a hand-written tokio ping-pong runs the same schedule.
     #[arg(long, value_name = "R", global = true)]
     rate: Option<f64>,
+    /// With `--rate`: microseconds before each due time at which the
+    /// generator stops sleeping (tokio's timer ticks every millisecond)
+    /// and yields to the runtime until the time comes [default: 2000].
+    /// 0 sleeps all the way, which sends up to a tick late.
+    #[arg(long, value_name = "US", requires = "rate", global = true)]
+    spin_us: Option<u64>,
     /// Print a table of msg/s and p99 for payloads 100 B .. 50 KB × pairs
     /// 1, 10, 100 (messages per cell capped at 128 MiB of payload).
     #[arg(long, global = true)]
@@ -155,6 +165,12 @@ impl RunOpts {
             config.set_shared_secret(Some(secret));
         }
         Ok(config)
+    }
+
+    /// The `--rate` generator's spin stretch.
+    fn spin(&self) -> std::time::Duration {
+        self.spin_us
+            .map_or(pacer::DEFAULT_SPIN, std::time::Duration::from_micros)
     }
 
     fn shape(&self) -> Shape {
@@ -270,17 +286,7 @@ const EXCLUSIVE: &[(&str, &str, &str)] = &[
         "pairs",
         "--sweep sets each cell's pairs (1, 10, 100); drop --pairs, or drop --sweep to measure one count",
     ),
-    (
-        "rate",
-        "compare",
-        "the ceiling has no constant-rate mode; drop --compare",
-    ),
     ("rate", "raw", "--rate runs on actors; drop --raw"),
-    (
-        "rate",
-        "raw_ceiling",
-        "the ceiling has no constant-rate mode; drop --raw-ceiling",
-    ),
     (
         "rate",
         "pairs",
@@ -505,7 +511,8 @@ fn real_main() -> Result<()> {
         .as_ref()
         .map_or_else(|| rt.handle().clone(), |r| r.handle().clone());
     rt.block_on(async move {
-        // EXCLUSIVE leaves at most one of --sweep, --rate, --compare, --raw.
+        // EXCLUSIVE leaves at most one of --sweep, --rate, --raw, and
+        // --compare only with --rate or --raw; `rate` handles its own.
         match &cli.cmd {
             Some(Cmd::Receiver { bind }) => {
                 modes::two_process::serve_receiver(*bind, &cli.run).await

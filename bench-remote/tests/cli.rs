@@ -249,16 +249,8 @@ fn modes_that_cannot_combine_are_refused() {
             &["--sweep", "--pairs", conflict, "sets each cell's pairs"],
         ),
         (
-            &["--rate", "1000000", "--compare", "1", "--messages", "1000"],
-            &["--rate", "--compare", conflict, "no constant-rate mode"],
-        ),
-        (
             &["--rate", "1000000", "--raw", "--messages", "1000"],
             &["--rate", "--raw", conflict, "--rate runs on actors"],
-        ),
-        (
-            &["--rate", "1000000", "--raw-ceiling", "--messages", "1000"],
-            &["--rate", "--raw-ceiling", conflict, "no constant-rate mode"],
         ),
         (
             &["--rate", "1000000", "--pairs", "2", "--messages", "1000"],
@@ -421,6 +413,123 @@ fn options_a_subcommand_ignores_are_refused() {
     );
 }
 
+/// `--spin-us` tunes the `--rate` generator and means nothing without it.
+#[test]
+fn spin_without_rate_is_refused() {
+    assert_refused(
+        &["--spin-us", "100", "--messages", "1000"],
+        &["--spin-us", "--rate"],
+    );
+}
+
+/// Parses `Generator lateness (us, sent - scheduled): p50 …, p99 …, max …
+/// (N samples)` after `prefix`; returns (p50, p99, max, samples).
+fn lateness(out: &str, prefix: &str) -> (f64, f64, f64, u64) {
+    let re = Regex::new(&format!(
+        r"^{}Generator lateness \(us, sent - scheduled\): p50 ([\d.]+), p99 ([\d.]+), max ([\d.]+) \((\d+) samples\)$",
+        regex::escape(prefix)
+    ))
+    .unwrap();
+    let c = out
+        .lines()
+        .find_map(|l| re.captures(l))
+        .unwrap_or_else(|| panic!("no {prefix:?}lateness line in:\n{out}"));
+    (
+        c[1].parse().unwrap(),
+        c[2].parse().unwrap(),
+        c[3].parse().unwrap(),
+        c[4].parse().unwrap(),
+    )
+}
+
+/// `--rate` prints the generator's lateness beside the latency; with
+/// `--raw-ceiling` the ping-pong ceiling runs the same schedule, and both
+/// latencies, both latenesses and the ratios are printed and in the JSON.
+#[test]
+fn rate_reports_generator_lateness_and_its_ceiling() {
+    let (ok, out, err) = run(&[
+        "--rate",
+        "20000",
+        "--messages",
+        "2000",
+        "--raw-ceiling",
+        "--json",
+    ]);
+    assert!(ok, "stderr: {err}");
+    let (p50, p99, max, n) = lateness(&out, "");
+    assert_eq!(n, 2000);
+    assert!(p50 <= p99 && p99 <= max, "{out}");
+    assert_eq!(lateness(&out, "Ceiling ").3, 2000);
+    let ceiling = Regex::new(r"^Ceiling \(hand-written tokio ping-pong, same schedule, same process\): Per-message round-trip latency \(us\): p50 (\d+), p90 (\d+), p99 (\d+), p99\.9 (\d+), max (\d+) \(2000 samples\)$").unwrap();
+    assert!(out.lines().any(|l| ceiling.is_match(l)), "{out}");
+    for prefix in ["", "Ceiling "] {
+        let from_sent = Regex::new(&format!(
+            r"^{prefix}From actual send round-trip latency \(us\): p50 \d+, p90 \d+, p99 \d+, p99\.9 \d+, max \d+ \(2000 samples\)$"
+        ))
+        .unwrap();
+        assert!(out.lines().any(|l| from_sent.is_match(l)), "{out}");
+    }
+    let ratio = Regex::new(r"^Latency actors / ceiling: p50 ([\d.]+), p99 ([\d.]+)$").unwrap();
+    assert!(out.lines().any(|l| ratio.is_match(l)), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.lines().last().expect("output")).expect("last line is JSON");
+    assert_eq!(v["dropped"], 0);
+    for key in [
+        "late_p50_us",
+        "late_p99_us",
+        "late_max_us",
+        "from_sent_p50_us",
+        "from_sent_p99_us",
+        "ceiling_p50_us",
+        "ceiling_p99_us",
+        "ceiling_late_p99_us",
+        "p50_ratio",
+        "p99_ratio",
+    ] {
+        assert!(v[key].as_f64().is_some(), "missing {key} in {v}");
+    }
+}
+
+/// `--rate --compare N` alternates the actors and the ceiling on one
+/// schedule and ends with the median latencies and ratios.
+#[test]
+fn rate_compare_prints_median_ratios() {
+    let (ok, out, err) = run(&[
+        "--rate",
+        "20000",
+        "--messages",
+        "1000",
+        "--compare",
+        "2",
+        "--spin-us",
+        "500",
+    ]);
+    assert!(ok, "stderr: {err}");
+    let pass = Regex::new(r"^pass \d: actors p50 \d+ us, p99 \d+ us \(generator late p50 [\d.]+ us, p99 [\d.]+ us\); ceiling p50 \d+ us, p99 \d+ us \(generator late p50 [\d.]+ us, p99 [\d.]+ us\); ratio p50 [\d.]+, p99 [\d.]+$").unwrap();
+    assert_eq!(out.lines().filter(|l| pass.is_match(l)).count(), 2, "{out}");
+    let last = Regex::new(r"^median of 2: actors p50 \d+ us, p99 \d+ us; ceiling p50 \d+ us, p99 \d+ us; generator late p99 [\d.]+ us / [\d.]+ us; ratio p50 [\d.]+, p99 [\d.]+$").unwrap();
+    let l = out.lines().last().expect("output");
+    assert!(last.is_match(l), "{out}");
+}
+
+/// `--raw-ceiling` prints the ceiling's marker round-trips and the p50/p99
+/// ratios; with `--burst 1` that is a lone ping-pong against the project's.
+#[test]
+fn raw_ceiling_prints_marker_latency_beside_the_run() {
+    let (ok, out, err) = run(&["--burst", "1", "--messages", "300", "--raw-ceiling"]);
+    assert!(ok, "stderr: {err}");
+    check_reference_lines(&out, 300, 1, 100);
+    let ceiling = Regex::new(r"^Ceiling marker round-trip latency \(us\): p50 (\d+), p90 (\d+), p99 (\d+), p99\.9 (\d+), max (\d+) \(300 samples\)$").unwrap();
+    assert!(out.lines().any(|l| ceiling.is_match(l)), "{out}");
+    let ratio =
+        Regex::new(r"^Marker round-trip actors / ceiling: p50 ([\d.]+), p99 ([\d.]+)$").unwrap();
+    let c = out
+        .lines()
+        .find_map(|l| ratio.captures(l))
+        .unwrap_or_else(|| panic!("no ratio line in {out}"));
+    assert!(c[1].parse::<f64>().unwrap() > 0.0);
+}
+
 #[test]
 fn compare_zero_is_refused_not_run_once() {
     let (ok, out, err) = run(&["--compare", "0", "--messages", "1000"]);
@@ -443,8 +552,19 @@ fn combinations_that_work_are_accepted() {
         args.extend_from_slice(extra);
         let (ok, out, err) = run(&args);
         assert!(ok, "{args:?}: {err}");
+        let medians: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("median of 1:"))
+            .collect();
+        // The msg/s line comes last: `scripts/ab.sh` reads it.
         assert!(
-            out.lines().any(|l| l.starts_with("median of 1:")),
+            medians
+                .last()
+                .is_some_and(|l| l.contains(" msg/s, ceiling ")),
+            "{args:?}: {out}"
+        );
+        assert!(
+            medians.iter().any(|l| l.contains("marker round-trip")),
             "{args:?}: {out}"
         );
     }

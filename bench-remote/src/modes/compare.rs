@@ -1,12 +1,16 @@
 //! `--compare N`: the measured mode (actors, `--raw` or `--tls`) and the
 //! hand-written ceiling alternated N times in one process, each pass
-//! printed, then the median ratio. `--tls` is also judged against plaintext
+//! printed, then the medians: marker round-trips at p50 and p99 beside the
+//! ceiling's, then msg/s and the ratio. `--tls` is also judged against plaintext
 //! actors measured in the same pass. `scripts/ab.sh` reads the last line.
 
 use anyhow::Result;
 use tokio::runtime::Handle;
 
-use crate::{RunOpts, ceiling, modes::burst};
+use crate::{
+    RunOpts, ceiling,
+    modes::{burst, output::latency_ratios},
+};
 
 /// Alternates the mode and the ceiling `--compare N` times, quietly, and
 /// prints each pass and the medians.
@@ -26,13 +30,24 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
         "actors"
     };
     let mut tls_ratios = Vec::with_capacity(n);
+    // Marker round-trips (p50, p99) of the mode and the ceiling, and their
+    // ratios: with `--burst 1`, the latency of a lone round trip.
+    let mut lat: [Vec<f64>; 6] = Default::default();
     for i in 0..n {
-        let (rate, per_write) = if opts.raw {
+        let (rate, per_write, report) = if opts.raw {
             let r = crate::raw::run(recv, shape, opts.transport()?, false).await?;
-            (r.outcome.msgs_per_sec, r.stats.frames_per_write())
+            (
+                r.outcome.msgs_per_sec,
+                r.stats.frames_per_write(),
+                r.outcome.report,
+            )
         } else {
             let r = burst::measure(recv, opts, false).await?;
-            (r.outcome.msgs_per_sec, r.stats.frames_per_write())
+            (
+                r.outcome.msgs_per_sec,
+                r.stats.frames_per_write(),
+                r.outcome.report,
+            )
         };
         if opts.tls {
             // TLS is judged against plaintext measured in the same pass.
@@ -57,6 +72,17 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
             c.msgs_per_sec
         );
         ratios.push(ratio);
+        let (p50, p99) = latency_ratios(&report, &c.report);
+        for (col, v) in lat.iter_mut().zip([
+            report.percentile_us(0.5) as f64,
+            report.percentile_us(0.99) as f64,
+            c.report.percentile_us(0.5) as f64,
+            c.report.percentile_us(0.99) as f64,
+            p50,
+            p99,
+        ]) {
+            col.push(v);
+        }
         modes.push(rate);
         ceils.push(c.msgs_per_sec);
     }
@@ -66,6 +92,12 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
             median(&mut tls_ratios)
         );
     }
+    let [m50, m99, c50, c99, r50, r99] = lat.each_mut().map(|c| median(c));
+    // Before the msg/s line: `scripts/ab.sh` reads the last one.
+    println!(
+        "median of {n}: marker round-trip {mode} p50 {m50:.0} us, p99 {m99:.0} us; \
+         ceiling p50 {c50:.0} us, p99 {c99:.0} us; ratio p50 {r50:.2}, p99 {r99:.2}"
+    );
     println!(
         "median of {n}: {mode} {:.0} msg/s, ceiling {:.0} msg/s, ratio {:.3}",
         median(&mut modes),
@@ -75,7 +107,9 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
     Ok(())
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The median of `v` (sorted in place); the mean of the middle two for
+/// an even count.
+pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
     if v.len().is_multiple_of(2) {

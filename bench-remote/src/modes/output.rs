@@ -1,12 +1,13 @@
 //! What a single run (the default burst run, `--raw`, `sender`) prints after
 //! the reference lines: percentiles, drops, transport counters, the TLS
-//! line, the ceiling with `--raw-ceiling`, the plot and the `--json` object.
+//! line, the ceiling with `--raw-ceiling` (its rate and its marker
+//! round-trips beside the run's), the plot and the `--json` object.
 
 use anyhow::Result;
 use tokio::runtime::Handle;
 use transport::ConnStats;
 
-use crate::{RunOpts, ceiling, pattern::Outcome, plot};
+use crate::{RunOpts, ceiling, pattern::Outcome, plot, report::Report};
 
 /// The run's result in one shape for printing.
 pub struct Run {
@@ -49,6 +50,18 @@ struct Figures {
     ceiling_msgs_per_sec: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio: Option<f64>,
+    /// The ceiling's marker round-trip p50 (µs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ceiling_p50_us: Option<u64>,
+    /// The ceiling's marker round-trip p99 (µs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ceiling_p99_us: Option<u64>,
+}
+
+/// Marker round-trips of a run over those of its ceiling, at p50 and p99.
+pub fn latency_ratios(run: &Report, ceiling: &Report) -> (f64, f64) {
+    let r = |q| run.percentile_us(q) as f64 / ceiling.percentile_us(q).max(1) as f64;
+    (r(0.5), r(0.99))
 }
 
 /// Prints the details after the reference lines, the ceiling if asked, and
@@ -89,7 +102,15 @@ pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
             run.mode,
             run.outcome.msgs_per_sec / c.msgs_per_sec
         );
-        ceiling = Some(c.msgs_per_sec);
+        // The same marker round-trips, hand-written: with `--burst 1` this
+        // is a lone ping-pong, the latency floor of this layout.
+        println!("{}", c.report.percentiles_line("Ceiling marker"));
+        let (p50, p99) = latency_ratios(&run.outcome.report, &c.report);
+        println!(
+            "Marker round-trip {} / ceiling: p50 {p50:.2}, p99 {p99:.2}",
+            run.mode
+        );
+        ceiling = Some(c);
     }
     if let Some(path) = &opts.plot {
         let latency = run
@@ -128,8 +149,12 @@ pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
             bytes: run.stats.bytes_out,
             writes: run.stats.writes,
             msgs_per_write: run.stats.frames_per_write(),
-            ceiling_msgs_per_sec: ceiling,
-            ratio: ceiling.map(|c| run.outcome.msgs_per_sec / c),
+            ceiling_msgs_per_sec: ceiling.as_ref().map(|c| c.msgs_per_sec),
+            ratio: ceiling
+                .as_ref()
+                .map(|c| run.outcome.msgs_per_sec / c.msgs_per_sec),
+            ceiling_p50_us: ceiling.as_ref().map(|c| c.report.percentile_us(0.5)),
+            ceiling_p99_us: ceiling.as_ref().map(|c| c.report.percentile_us(0.99)),
         };
         println!("{}", serde_json::to_string(&f)?);
     }
