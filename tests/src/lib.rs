@@ -593,3 +593,88 @@ impl LogCapture {
         self.text().lines().filter(|l| l.contains(needle)).count()
     }
 }
+
+/// A node in a child process (the `peer` binary, see [`spawn_peer`]),
+/// killed when dropped.
+#[derive(Debug)]
+pub struct PeerProcess {
+    child: std::process::Child,
+    /// The node it advertises (`name@host:port`).
+    pub node: String,
+}
+
+impl PeerProcess {
+    /// Starts `bin` (pass `env!("CARGO_BIN_EXE_peer")`) as node `name`
+    /// bound to `bind`.
+    pub async fn spawn(bin: &str, name: &str, bind: &str) -> Self {
+        let (child, node) = spawn_peer(bin, name, bind).await;
+        Self { child, node }
+    }
+
+    /// The path of its counter actor.
+    pub fn counter_path(&self) -> String {
+        format!("tcp://{}/user/counter", self.node)
+    }
+
+    /// SIGSTOP: the process stops reading; its sockets stay open.
+    ///
+    /// # Panics
+    /// If the signal cannot be sent.
+    pub fn stop(&self) {
+        let ok = std::process::Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "SIGSTOP delivered");
+    }
+
+    /// SIGKILL: no Close frame, no shutdown notice; the kernel closes its
+    /// sockets and its port refuses connections from then on.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `Connected` and `Disconnected` events received so far.
+pub fn link_events(
+    events: &mut tokio::sync::broadcast::Receiver<actors::RemoteEvent>,
+) -> (usize, usize) {
+    let (mut up, mut down) = (0, 0);
+    while let Ok(e) = events.try_recv() {
+        match e {
+            actors::RemoteEvent::Connected { .. } => up += 1,
+            actors::RemoteEvent::Disconnected { .. } => down += 1,
+            _ => {}
+        }
+    }
+    (up, down)
+}
+
+/// The next event on `events` that `pick` accepts, within [`TIMEOUT`].
+///
+/// # Panics
+/// If none comes in time, or the stream lags or closes.
+pub async fn next_event(
+    events: &mut tokio::sync::broadcast::Receiver<actors::RemoteEvent>,
+    what: &str,
+    mut pick: impl FnMut(&actors::RemoteEvent) -> bool,
+) -> actors::RemoteEvent {
+    within(what, async {
+        loop {
+            match events.recv().await {
+                Ok(e) if pick(&e) => return e,
+                Ok(_) => {}
+                Err(e) => panic!("event stream: {e}"),
+            }
+        }
+    })
+    .await
+}

@@ -11,7 +11,6 @@
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
-    process::{Child, Command},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed},
@@ -24,7 +23,9 @@ use actors::{
     SharedBytes, StopReason, SystemConfig,
 };
 use bytes::Bytes;
-use integration_tests::{PeerCount, TIMEOUT, actor_path, actor_system_with, spawn_peer, within};
+use integration_tests::{
+    PeerCount, PeerProcess as Peer, TIMEOUT, actor_path, actor_system_with, within,
+};
 use serde::{Deserialize, Serialize};
 
 /// Counts live heap bytes, then defers to `System`.
@@ -105,41 +106,6 @@ async fn poll_until(what: &str, mut cond: impl FnMut() -> bool) {
         }
     })
     .await;
-}
-
-/// A peer process; killed when dropped.
-struct Peer {
-    child: Child,
-    node: String,
-}
-
-impl Peer {
-    async fn spawn() -> Peer {
-        let (child, node) = spawn_peer(env!("CARGO_BIN_EXE_peer"), "b", "127.0.0.1:0").await;
-        Peer { child, node }
-    }
-
-    /// SIGSTOP: the process stops reading; its sockets stay open.
-    fn stop(&self) {
-        let ok = Command::new("kill")
-            .args(["-STOP", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs")
-            .success();
-        assert!(ok, "SIGSTOP delivered");
-    }
-
-    /// SIGKILL: no close frame, no shutdown notice.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 fn config() -> SystemConfig {
@@ -234,7 +200,7 @@ impl Actor for Echo {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_stops_reading_leaves_the_sender_bounded_and_other_peers_unaffected() {
     let _serial = SERIAL.lock().await;
-    let peer = Peer::spawn().await;
+    let peer = Peer::spawn(env!("CARGO_BIN_EXE_peer"), "b", "127.0.0.1:0").await;
     let (a, counter, watch) = connected(&peer).await;
     // A third node talks to a the whole time.
     let _echo = a.spawn_named("echo", Echo::default()).expect("free");
@@ -336,7 +302,7 @@ async fn a_peer_that_stops_reading_leaves_the_sender_bounded_and_other_peers_una
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_returns_to_baseline_after_a_killed_peer() {
     let _serial = SERIAL.lock().await;
-    let mut peer = Peer::spawn().await;
+    let mut peer = Peer::spawn(env!("CARGO_BIN_EXE_peer"), "b", "127.0.0.1:0").await;
     let (a, counter, watch) = connected(&peer).await;
     let (h0, r0) = (heap(), rss());
     // Queue as much as the link takes for a peer that stopped reading...

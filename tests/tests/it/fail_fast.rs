@@ -19,11 +19,11 @@ use actors::{
     RemoteMessage, SendError, StopReason, SystemConfig,
 };
 use integration_tests::{
-    PeerCount, TIMEOUT, actor_path, actor_system, actor_system_with, proxy::Mode, proxy::Proxy,
-    spawn_peer, within,
+    PeerCount, PeerProcess, TIMEOUT, actor_path, actor_system, actor_system_with, next_event,
+    proxy::Mode, proxy::Proxy, within,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use super::{
     actors_common::{Count, Counter},
@@ -79,23 +79,6 @@ fn no_detector(config: &mut SystemConfig) -> &mut SystemConfig {
     config.set_heartbeat(hb)
 }
 
-async fn next_event(
-    events: &mut broadcast::Receiver<RemoteEvent>,
-    what: &str,
-    mut pick: impl FnMut(&RemoteEvent) -> bool,
-) -> RemoteEvent {
-    within(what, async {
-        loop {
-            match events.recv().await {
-                Ok(e) if pick(&e) => return e,
-                Ok(_) => {}
-                Err(e) => panic!("event stream: {e}"),
-            }
-        }
-    })
-    .await
-}
-
 fn assert_node_down(answer: &Result<u64, AskError>, node: &str, what: &str) {
     match answer {
         Err(AskError::NodeDown { node: n, reason }) => {
@@ -113,36 +96,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-/// A peer process (`src/bin/peer.rs`); killed when dropped.
-struct Peer {
-    child: std::process::Child,
-    node: String,
-}
-
-impl Peer {
-    async fn spawn(bind: &str) -> Peer {
-        let (child, node) = spawn_peer(env!("CARGO_BIN_EXE_peer"), "b", bind).await;
-        Peer { child, node }
-    }
-
-    fn counter_path(&self) -> String {
-        format!("tcp://{}/user/counter", self.node)
-    }
-
-    /// SIGKILL: no Close frame, no shutdown notice; the kernel closes its
-    /// sockets and its port refuses connections from now on.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +298,7 @@ async fn a_peer_back_after_a_long_outage_is_reached_without_waiting_out_the_back
     let bind = format!("127.0.0.1:{port}");
     let target: SocketAddr = bind.parse().expect("an address");
     let proxy = Proxy::start(target).await;
-    let mut first = Peer::spawn(&bind).await;
+    let mut first = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", &bind).await;
     let mut config = SystemConfig::default();
     no_detector(&mut config)
         .set_reconnect_backoff(Backoff::new(Duration::from_millis(4), NEVER, 0.0))
@@ -368,7 +321,7 @@ async fn a_peer_back_after_a_long_outage_is_reached_without_waiting_out_the_back
     first.kill();
     proxy.wait_accepted(before + REFUSED).await;
     // Back, as a new process on the same address.
-    let second = Peer::spawn(&bind).await;
+    let second = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", &bind).await;
     assert_eq!(second.node, first.node);
     proxy.heal();
     let back = Instant::now();
@@ -401,7 +354,7 @@ async fn a_sigkilled_peer_ends_watches_and_asks_within_three_seconds() {
     // frame and refused reconnects: Terminated within the 1 s grace and a
     // reconnect, asks at the first refused reconnect.
     const BOUND: Duration = Duration::from_secs(3);
-    let mut peer = Peer::spawn("127.0.0.1:0").await;
+    let mut peer = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", "127.0.0.1:0").await;
     let a = actor_system_with("a", SystemConfig::default()).await;
     let mut events = a.subscribe_remote_events();
     let counter: ActorRef<PeerCount> = within("resolve", a.resolve(&peer.counter_path()))

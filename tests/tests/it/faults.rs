@@ -1,42 +1,14 @@
 //! Fault tests with a peer in its own process (`src/bin/peer.rs`): killed
 //! mid-burst, restarted on the same address. Every wait is bounded.
 
-use std::{process::Child, time::Duration};
+use std::time::Duration;
 
 use actors::{
     ActorRef, Backoff, HeartbeatConfig, RemoteEvent, SendError, StopReason, SystemConfig,
 };
-use integration_tests::{PeerCount, actor_system_with, eventually, spawn_peer, within};
-use tokio::sync::broadcast;
-
-/// A peer process; killed when dropped.
-struct Peer {
-    child: Child,
-    node: String,
-}
-
-impl Peer {
-    async fn spawn(name: &str, bind: &str) -> Peer {
-        let (child, node) = spawn_peer(env!("CARGO_BIN_EXE_peer"), name, bind).await;
-        Peer { child, node }
-    }
-
-    fn counter_path(&self) -> String {
-        format!("tcp://{}/user/counter", self.node)
-    }
-
-    /// SIGKILL: no close frame, no shutdown notice.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use integration_tests::{
+    PeerCount, PeerProcess, actor_system_with, eventually, next_event, within,
+};
 
 /// Heartbeats every 50 ms; reconnects between 20 and 200 ms.
 fn fast_config(pause: Duration) -> SystemConfig {
@@ -52,23 +24,6 @@ fn fast_config(pause: Duration) -> SystemConfig {
     c
 }
 
-async fn next_event(
-    events: &mut broadcast::Receiver<RemoteEvent>,
-    what: &str,
-    mut pick: impl FnMut(&RemoteEvent) -> bool,
-) -> RemoteEvent {
-    within(what, async {
-        loop {
-            match events.recv().await {
-                Ok(e) if pick(&e) => return e,
-                Ok(_) => {}
-                Err(e) => panic!("event stream: {e}"),
-            }
-        }
-    })
-    .await
-}
-
 async fn total(counter: &ActorRef<PeerCount>) -> u64 {
     within(
         "the counter's total",
@@ -80,7 +35,7 @@ async fn total(counter: &ActorRef<PeerCount>) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_peer_is_detected_and_its_watchers_get_terminated() {
-    let mut peer = Peer::spawn("b", "127.0.0.1:0").await;
+    let mut peer = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", "127.0.0.1:0").await;
     let a = actor_system_with("a", fast_config(Duration::from_millis(300))).await;
     let mut events = a.subscribe_remote_events();
     let counter: ActorRef<PeerCount> = within("resolve", a.resolve(&peer.counter_path()))
@@ -132,7 +87,7 @@ async fn restarted_peer_is_a_new_incarnation_and_the_link_comes_back() {
         .expect("a free port")
         .port();
     let bind = format!("127.0.0.1:{port}");
-    let mut first = Peer::spawn("b", &bind).await;
+    let mut first = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", &bind).await;
     // A long acceptable pause and refused-connect grace: the restart, not
     // the detector or the refusals while the peer restarts, must end the
     // watch.
@@ -156,7 +111,7 @@ async fn restarted_peer_is_a_new_incarnation_and_the_link_comes_back() {
     assert_eq!(total(&old).await, 5);
 
     first.kill();
-    let second = Peer::spawn("b", &bind).await;
+    let second = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", &bind).await;
     assert_eq!(second.node, first.node, "same address, same node name");
     // Nothing is sent: the pending watch alone makes the link come back.
     let q = next_event(&mut events, "the old incarnation quarantined", |e| {

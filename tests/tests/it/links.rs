@@ -1,23 +1,10 @@
 //! How many connections first contact makes, and that none is opened only
 //! to be closed at once.
 
-use actors::{RemoteEvent, SystemConfig};
-use integration_tests::{actor_path, actor_system_with, within};
+use actors::SystemConfig;
+use integration_tests::{actor_path, actor_system_with, link_events, within};
 
 use super::actors_common::{Count, Counter, total};
-
-/// Counts the `Connected` and `Disconnected` events seen so far.
-fn tally(events: &mut tokio::sync::broadcast::Receiver<RemoteEvent>) -> (usize, usize) {
-    let (mut up, mut down) = (0, 0);
-    while let Ok(e) = events.try_recv() {
-        match e {
-            RemoteEvent::Connected { .. } => up += 1,
-            RemoteEvent::Disconnected { .. } => down += 1,
-            _ => {}
-        }
-    }
-    (up, down)
-}
 
 #[tokio::test]
 async fn first_contact_brings_one_link_up_on_each_node_and_closes_none() {
@@ -42,8 +29,8 @@ async fn first_contact_brings_one_link_up_on_each_node_and_closes_none() {
     // each way more.
     assert_eq!(total(&on_b).await, 1);
     assert_eq!(total(&on_a).await, 2);
-    let (a_up, a_down) = tally(&mut a_events);
-    let (b_up, b_down) = tally(&mut b_events);
+    let (a_up, a_down) = link_events(&mut a_events);
+    let (b_up, b_down) = link_events(&mut b_events);
     assert_eq!((a_up, a_down), (1, 0), "a's link events");
     assert_eq!((b_up, b_down), (1, 0), "b's link events");
 }

@@ -766,8 +766,6 @@ async fn actor_systems_talk_over_mutual_tls() {
 /// one link up on each node and opens no connection only to close it.
 #[tokio::test]
 async fn first_contact_over_node_certificates_brings_one_link_up_on_each_node() {
-    use actors::RemoteEvent;
-
     use super::actors_common::{Count, Counter, total};
     let pki = Pki::new("links-ca");
     pki.issue("a", &Spec::naming("a", &["tcp://a@127.0.0.1"]));
@@ -802,19 +800,16 @@ async fn first_contact_over_node_certificates_brings_one_link_up_on_each_node() 
     on_a.tell(Count::Add(2)).unwrap();
     assert_eq!(total(&on_a).await, 2);
     assert_eq!(total(&on_b).await, 1);
-    let tally = |events: &mut tokio::sync::broadcast::Receiver<RemoteEvent>| {
-        let (mut up, mut down) = (0, 0);
-        while let Ok(e) = events.try_recv() {
-            match e {
-                RemoteEvent::Connected { .. } => up += 1,
-                RemoteEvent::Disconnected { .. } => down += 1,
-                _ => {}
-            }
-        }
-        (up, down)
-    };
-    assert_eq!(tally(&mut a_events), (1, 0), "a's link events");
-    assert_eq!(tally(&mut b_events), (1, 0), "b's link events");
+    assert_eq!(
+        integration_tests::link_events(&mut a_events),
+        (1, 0),
+        "a's link events"
+    );
+    assert_eq!(
+        integration_tests::link_events(&mut b_events),
+        (1, 0),
+        "b's link events"
+    );
     for s in [a, b] {
         s.shutdown().await;
     }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use actors::{Actor, AskError, Ctx, ResolveError, SystemConfig};
+use actors::{Actor, ActorRef, ActorSystem, AskError, Ctx, ResolveError, SystemConfig};
 use integration_tests::{actor_path, actor_system_with, eventually, within};
 
 use super::actors_common::{Count, Counter, total};
@@ -36,8 +36,8 @@ async fn gone_locally(b: &actors::ActorSystem, name: &str) {
     .await;
 }
 
-#[tokio::test]
-async fn an_ask_to_a_stopped_remote_actor_fails_at_once_with_the_reason() {
+/// Node a with a ref to b's counter, which has just been told to stop.
+async fn counter_that_stops() -> (ActorSystem, ActorSystem, ActorRef<Count>) {
     let a = actor_system_with("a", SystemConfig::default()).await;
     let b = actor_system_with("b", SystemConfig::default()).await;
     b.spawn_named("counter", Counter::default()).expect("free");
@@ -46,6 +46,12 @@ async fn an_ask_to_a_stopped_remote_actor_fails_at_once_with_the_reason() {
         .expect("resolves");
     assert_eq!(total(&counter).await, 0);
     counter.tell(Count::Stop).expect("room");
+    (a, b, counter)
+}
+
+#[tokio::test]
+async fn an_ask_to_a_stopped_remote_actor_fails_at_once_with_the_reason() {
+    let (_a, b, counter) = counter_that_stops().await;
     gone_locally(&b, "counter").await;
     let started = Instant::now();
     let err = counter
@@ -63,14 +69,7 @@ async fn an_ask_to_a_stopped_remote_actor_fails_at_once_with_the_reason() {
 
 #[tokio::test]
 async fn an_ask_to_an_actor_of_another_type_fails_at_once_naming_both() {
-    let a = actor_system_with("a", SystemConfig::default()).await;
-    let b = actor_system_with("b", SystemConfig::default()).await;
-    b.spawn_named("counter", Counter::default()).expect("free");
-    let counter = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
-        .await
-        .expect("resolves");
-    assert_eq!(total(&counter).await, 0);
-    counter.tell(Count::Stop).expect("room");
+    let (_a, b, counter) = counter_that_stops().await;
     eventually("another actor takes the name", || {
         b.spawn_named("counter", Strings).is_ok()
     })
