@@ -107,6 +107,14 @@ impl<A: Actor> Ctx<A> {
     pub fn watch<N: Send + 'static>(&self, other: &ActorRef<N>) {
         other.add_watcher(self.sink.clone());
     }
+
+    /// Stops watching `other` (every watch this actor placed on it): its
+    /// end is no longer reported. A remote node is told, reliably, to
+    /// forget the watch. A `Terminated` already queued for this actor is
+    /// still delivered.
+    pub fn unwatch<N: Send + 'static>(&self, other: &ActorRef<N>) {
+        other.remove_watcher(&self.sink);
+    }
 }
 
 impl<M: Send + 'static> Stoppable for Cell<M> {

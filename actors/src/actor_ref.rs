@@ -496,6 +496,14 @@ impl<M: Send + 'static> ActorRef<M> {
         }
     }
 
+    pub(crate) fn remove_watcher(&self, sink: &WatchSink) {
+        match &self.inner {
+            Inner::Local(c) => c.watchers.remove(sink),
+            Inner::Remote(r) => r.assoc.unwatch(&r.recipient, sink),
+            Inner::Promise(_) | Inner::Dead(..) => {}
+        }
+    }
+
     /// Messages waiting in a local actor's mailbox (0 for remote refs).
     pub fn mailbox_len(&self) -> usize {
         match &self.inner {

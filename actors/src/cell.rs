@@ -84,6 +84,10 @@ impl<M: RemoteMessage> Target for Cell<M> {
         self.watchers.add(&self.path, sink)
     }
 
+    fn remove_watcher(&self, sink: &WatchSink) {
+        self.watchers.remove(sink);
+    }
+
     fn stop(&self) {
         self.mailbox.push_system(SystemMsg::Stop);
     }

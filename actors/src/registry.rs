@@ -47,6 +47,10 @@ pub(crate) trait Target: Send + Sync + 'static {
     }
     /// Adds a watcher; a node past its watch limit is refused.
     fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches>;
+    /// Removes `sink`'s watches (see `WatchSink::same`).
+    fn remove_watcher(&self, sink: &WatchSink) {
+        let _ = sink;
+    }
     fn stop(&self);
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }

@@ -42,6 +42,25 @@ pub(crate) enum WatchSink {
 }
 
 impl WatchSink {
+    /// Whether `self` and `other` are the same watcher (the same actor,
+    /// future, or remote watch).
+    pub(crate) fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Actor(a), Self::Actor(b)) => {
+                Arc::as_ptr(a).cast::<()>() == Arc::as_ptr(b).cast::<()>()
+            }
+            (Self::Once(a), Self::Once(b)) => Arc::ptr_eq(a, b),
+            (
+                Self::Remote { link, watch_id },
+                Self::Remote {
+                    link: l2,
+                    watch_id: w2,
+                },
+            ) => watch_id == w2 && Arc::as_ptr(link).cast::<()>() == Arc::as_ptr(l2).cast::<()>(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn deliver(&self, t: Terminated) {
         match self {
             Self::Actor(a) => a.push_terminated(t),
@@ -104,6 +123,30 @@ impl Watchers {
         }
         w.watchers.push(sink);
         Ok(())
+    }
+
+    /// Removes every watch of `sink` (see [`WatchSink::same`]); it hears
+    /// nothing more of this actor.
+    pub(crate) fn remove(&self, sink: &WatchSink) {
+        let mut w = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let WatchList {
+            watchers, remote, ..
+        } = &mut *w;
+        watchers.retain(|s| {
+            if !s.same(sink) {
+                return true;
+            }
+            if let WatchSink::Remote { link, .. } = s {
+                let node = Arc::as_ptr(link).cast::<()>() as usize;
+                if let Some(n) = remote.get_mut(&node) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        remote.remove(&node);
+                    }
+                }
+            }
+            false
+        });
     }
 
     /// Marks the actor terminated and tells every watcher.

@@ -30,4 +30,5 @@ mod it {
     mod trust;
     mod typed_refs;
     mod undeliverable;
+    mod unwatch;
 }

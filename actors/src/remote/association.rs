@@ -965,6 +965,17 @@ impl Association {
         });
     }
 
+    /// Undoes `watch`: `sink` hears nothing more of `r`, and the peer is
+    /// told (reliably) to forget the watches, so it holds nothing for them.
+    pub(crate) fn unwatch(self: &Arc<Self>, r: &Recipient, sink: &WatchSink) {
+        for watch_id in self.requests.remove_watches(&r.path, sink) {
+            self.send_reliable(&SysWire::Unwatch {
+                path: r.path.elements().to_owned(),
+                watch_id,
+            });
+        }
+    }
+
     /// Queues a system message for exactly-once delivery: numbered, kept
     /// until acknowledged, resent after a reconnect or when unacknowledged
     /// for a heartbeat interval. A full buffer quarantines the peer.

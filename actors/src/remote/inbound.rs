@@ -674,6 +674,15 @@ impl Dispatch {
                     }),
                 }
             }
+            SysWire::Unwatch { path, watch_id } => {
+                let sink = WatchSink::Remote {
+                    link: self.peer.clone().watcher(),
+                    watch_id,
+                };
+                if let Some(t) = self.registry().lookup(&path) {
+                    t.remove_watcher(&sink);
+                }
+            }
             SysWire::Terminated { watch_id, reason } => self.peer.on_terminated(watch_id, reason),
             SysWire::Stop { path } => {
                 if !self.access.may_stop() {

@@ -83,6 +83,21 @@ impl Requests {
         id
     }
 
+    /// Forgets the watches `sink` placed on the actor at `path`; their ids
+    /// (to tell the peer).
+    pub(super) fn remove_watches(&self, path: &ActorPath, sink: &WatchSink) -> Vec<u64> {
+        let mut watches = lock(&self.watches);
+        let ids: Vec<u64> = watches
+            .iter()
+            .filter(|(_, (p, s))| p == path && s.same(sink))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            watches.remove(id);
+        }
+        ids
+    }
+
     /// The watched actor terminated: its watcher is told.
     pub(super) fn terminated(&self, watch_id: u64, reason: StopReason) {
         let watch = lock(&self.watches).remove(&watch_id);

@@ -47,6 +47,9 @@ pub(crate) enum SysWire {
     /// that receives this) will get no reply: its request was a dead
     /// letter here, for `reason`.
     Undeliverable { reply: String, reason: String },
+    /// Forget watch `watch_id` of the actor at `path` (delivered reliably,
+    /// like `Watch`).
+    Unwatch { path: String, watch_id: u64 },
 }
 
 impl SysWire {
@@ -76,7 +79,7 @@ impl SysWire {
     pub(crate) fn is_reliable_kind(&self) -> bool {
         matches!(
             self,
-            Self::Watch { .. } | Self::Terminated { .. } | Self::Stop { .. }
+            Self::Watch { .. } | Self::Unwatch { .. } | Self::Terminated { .. } | Self::Stop { .. }
         )
     }
 }
