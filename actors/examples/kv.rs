@@ -2,7 +2,7 @@
 //! same process: ask for request-reply, watch for the server's end.
 //!
 //! ```text
-//! cargo run -p actors --example kv
+//! cargo run -p remoting-actors --example kv
 //! ```
 //!
 //! The server system serves `/user/kv`. The client system resolves it by

@@ -1,8 +1,8 @@
 //! Ping-pong between two processes, each an actor system with remoting.
 //!
 //! ```text
-//! cargo run -p actors --example ping_pong -- pong 127.0.0.1:25520
-//! cargo run -p actors --example ping_pong -- ping 127.0.0.1:25520 [count]
+//! cargo run -p remoting-actors --example ping_pong -- pong 127.0.0.1:25520
+//! cargo run -p remoting-actors --example ping_pong -- ping 127.0.0.1:25520 [count]
 //! ```
 //!
 //! The pong side serves `/user/pong` on the given address until killed.
@@ -16,8 +16,8 @@
 //! every interface and set `ADVERTISE` to the name ping dials:
 //!
 //! ```text
-//! ADVERTISE=localhost cargo run -p actors --example ping_pong -- pong 0.0.0.0:25520
-//! cargo run -p actors --example ping_pong -- ping localhost:25520
+//! ADVERTISE=localhost cargo run -p remoting-actors --example ping_pong -- pong 0.0.0.0:25520
+//! cargo run -p remoting-actors --example ping_pong -- ping localhost:25520
 //! ```
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration, time::Instant};

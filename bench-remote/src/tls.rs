@@ -43,7 +43,7 @@ pub fn generated() -> Result<(TlsConfig, TlsConfig)> {
 }
 
 /// TLS settings from PEM files (two-process mode): `DIR/NODE.pem`,
-/// `DIR/NODE.key` and `DIR/ca.pem`, as `cargo run -p transport --example
+/// `DIR/NODE.key` and `DIR/ca.pem`, as `cargo run -p remoting-transport --example
 /// gen_certs -- DIR NODE` writes them.
 pub fn from_dir(dir: &std::path::Path, node: &str) -> TlsConfig {
     let f = |name: String| -> PathBuf { dir.join(name) };

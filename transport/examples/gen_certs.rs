@@ -1,8 +1,8 @@
 //! Writes a development CA and node certificates for TLS between nodes.
 //!
 //! ```text
-//! cargo run -p transport --example gen_certs -- certs node1 node2
-//! cargo run -p transport --example gen_certs -- certs node1@10.0.0.5:2552
+//! cargo run -p remoting-transport --example gen_certs -- certs node1 node2
+//! cargo run -p remoting-transport --example gen_certs -- certs node1@10.0.0.5:2552
 //! ```
 //!
 //! writes `certs/ca.pem` (the trust store), `certs/ca.key`, and for every

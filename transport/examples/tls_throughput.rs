@@ -1,7 +1,7 @@
 //! Plaintext vs TLS throughput over loopback, both endpoints in one process.
 //!
 //! ```text
-//! cargo run --release -p transport --example tls_throughput [-- RUNS [plain|tls]]
+//! cargo run --release -p remoting-transport --example tls_throughput [-- RUNS [plain|tls]]
 //! ```
 //!
 //! A mode argument runs only that mode (for `strace -c` of one of them).
