@@ -488,6 +488,16 @@ fn given(m: &ArgMatches, id: &str) -> bool {
 }
 
 fn main() {
+    // What the nodes log (refused connections, dead letters, unreachable
+    // peers) goes to stderr at `warn` and above unless `RUST_LOG` says
+    // otherwise; stdout keeps the report.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     if let Err(e) = real_main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);

@@ -113,8 +113,12 @@ where
                     Ok((Ok(()), buf)) => pool.put(buf),
                     Ok((Err(e), buf)) => {
                         pool.put(buf);
-                        // Peers can cause this (resets): sampled.
-                        if let Some(s) = WRITE_FAILED.sample() {
+                        // Peers can cause this (resets): sampled. Once either
+                        // side began closing, a reset is the expected end of
+                        // a race between the two closes, not worth a warning.
+                        if !shared.out.is_open() {
+                            tracing::debug!(error = %e, "connection write failed while closing");
+                        } else if let Some(s) = WRITE_FAILED.sample() {
                             tracing::warn!(error = %e, total = s.total, suppressed = s.suppressed, "connection write failed");
                         }
                         shared.set_reason(CloseReason::Error(Arc::new(e)));

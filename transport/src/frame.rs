@@ -247,6 +247,22 @@ pub fn peek_header(src: &[u8]) -> Option<(u8, usize)> {
     Some((kind, u32::from_be_bytes([a, b, c, d]) as usize))
 }
 
+/// How many `Message` frames (application data) of the whole frames in
+/// `buf` end after byte `written`: those a connection that ended there
+/// lost. System and control frames are not counted: their own protocols
+/// resend or replace them.
+pub(crate) fn unwritten_messages(buf: &[u8], written: usize) -> u64 {
+    let mut start = 0;
+    let mut lost = 0;
+    while let Some((kind, len)) = buf.get(start..).and_then(peek_header) {
+        start += HEADER_LEN + len;
+        if start > written && kind == FrameKind::Message as u8 {
+            lost += 1;
+        }
+    }
+    lost
+}
+
 /// Checks what is left when the stream ends: nothing is fine, anything else
 /// is a truncated frame.
 ///
@@ -269,6 +285,30 @@ pub fn decode_eof(src: &BytesMut) -> Result<(), FrameError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_unwritten_application_messages_count_as_lost() {
+        let mut buf = BytesMut::new();
+        let mut ends = Vec::new();
+        for kind in [FrameKind::Message, FrameKind::System, FrameKind::Message] {
+            encode_header(kind, 3, &mut buf);
+            buf.extend_from_slice(b"abc");
+            ends.push(buf.len());
+        }
+        assert_eq!(unwritten_messages(&buf, 0), 2);
+        assert_eq!(
+            unwritten_messages(&buf, ends[0]),
+            1,
+            "the system frame is not counted"
+        );
+        assert_eq!(
+            unwritten_messages(&buf, ends[2] - 1),
+            1,
+            "cut short is lost"
+        );
+        assert_eq!(unwritten_messages(&buf, ends[2]), 0);
+    }
+
     use super::*;
     use bytes::BufMut;
     use proptest::prelude::*;

@@ -519,13 +519,16 @@ impl OutQueue {
     /// user frames that were never taken, and the user lane's buffer (for
     /// the pool). Wakes every waiting sender.
     pub(crate) fn close(&self) -> (u64, BytesMut) {
-        let taken = {
+        let buf = {
             let mut q = self.lock();
             q.state = OutState::Closed;
-            (mem::take(&mut q.frames), mem::take(&mut q.buf))
+            q.frames = 0;
+            mem::take(&mut q.buf)
         };
         self.space.notify_waiters();
-        taken
+        // The queue holds whole frames; only application data counts as
+        // lost (see `frame::unwritten_messages`).
+        (frame::unwritten_messages(&buf, 0), buf)
     }
 }
 

@@ -196,7 +196,11 @@ pub(crate) async fn run<R: ReadIo, H: Handler>(
     match result {
         Ok(()) => {}
         Err(e) => {
-            if let Some(s) = CLOSED_ON_ERROR.sample() {
+            if !shared.out.is_open() {
+                // Either side had begun closing: the expected end of a
+                // race between two closes (a reset), not worth a warning.
+                tracing::debug!(peer = %shared.peer.socket_addr, error = %e, "connection ended while closing");
+            } else if let Some(s) = CLOSED_ON_ERROR.sample() {
                 tracing::warn!(peer = %shared.peer.socket_addr, error = %e, total = s.total, suppressed = s.suppressed, "closing connection");
             }
             shared.abort(CloseReason::Error(Arc::new(e)));

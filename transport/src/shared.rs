@@ -159,8 +159,9 @@ pub struct ConnStats {
     pub bytes_in: u64,
     /// `read` calls that returned data.
     pub reads: u64,
-    /// Frames that were queued but never written because the connection
-    /// ended first. Never silent: also logged.
+    /// `Message` frames (application data) that were queued but never
+    /// wholly written because the connection ended first. Never silent:
+    /// also logged. System and control frames are not counted.
     pub frames_dropped: u64,
 }
 

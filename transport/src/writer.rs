@@ -87,7 +87,9 @@ async fn drive<W: AsyncWrite + Unpin>(
         if !matches!(done, Ok(true)) {
             // Cancelled (an abort) or failed mid-batch: the frames not
             // wholly written are lost, and counted with the queue's.
-            shared.stats.record_dropped(unwritten_frames(spare, pos));
+            shared
+                .stats
+                .record_dropped(frame::unwritten_messages(spare, pos));
             return done.map(|_| ());
         }
         tokio::select! {
@@ -166,24 +168,6 @@ async fn write_batch<W: AsyncWrite + Unpin>(
     Ok(true)
 }
 
-/// The frames of `batch` (whole frames, as the queue holds them) that
-/// were not wholly written when only its first `written` bytes were: a
-/// frame cut short is lost as surely as one never started. Walks the
-/// headers; runs only when a connection ends mid-batch.
-fn unwritten_frames(batch: &[u8], written: usize) -> u64 {
-    let mut start = 0;
-    let mut lost = 0;
-    while start < batch.len() {
-        let (_, len) = frame::peek_header(&batch[start..])
-            .expect("the queue holds whole frames: a header starts at every boundary");
-        start += HEADER_LEN + len;
-        if start > written {
-            lost += 1;
-        }
-    }
-    lost
-}
-
 /// Writes all of `buf`; false if the connection was cancelled meanwhile.
 async fn write_all<W: AsyncWrite + Unpin>(
     io: &mut W,
@@ -211,7 +195,7 @@ async fn write_all<W: AsyncWrite + Unpin>(
 mod tests {
     use bytes::BytesMut;
 
-    use super::unwritten_frames;
+    use crate::frame::unwritten_messages as unwritten_frames;
     use crate::frame::{self, FrameKind, HEADER_LEN};
 
     #[test]

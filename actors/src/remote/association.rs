@@ -47,6 +47,10 @@ use crate::{
 /// Pending messages moved from the connect buffer to a new link per lock.
 const FLUSH_CHUNK: usize = 1024;
 
+/// The quarantine reason of a peer that announced its shutdown: the
+/// ordinary end of a node, logged at `info`.
+const PEER_SHUT_DOWN: &str = "peer shut down";
+
 /// The reason a connection that lost a simultaneous connect is closed with.
 pub(super) const DUPLICATE: &str = "duplicate connection";
 
@@ -336,7 +340,12 @@ impl Association {
         if uid == 0 || !lock(&self.quarantined).insert(uid) {
             return;
         }
-        tracing::warn!(node = %self.node, uid, reason, "incarnation quarantined");
+        if reason == PEER_SHUT_DOWN {
+            // The peer said so itself: the ordinary end of a node.
+            tracing::info!(node = %self.node, uid, reason, "incarnation quarantined");
+        } else {
+            tracing::warn!(node = %self.node, uid, reason, "incarnation quarantined");
+        }
         self.emit(RemoteEvent::Quarantined {
             node: self.node.to_string(),
             uid,
@@ -1057,7 +1066,7 @@ impl Peer for Association {
     }
 
     fn on_shutdown(&self, uid: u64) {
-        self.quarantine(uid, "peer shut down");
+        self.quarantine(uid, PEER_SHUT_DOWN);
     }
 
     fn on_large_ack(&self, msg: u32, received: u32) {

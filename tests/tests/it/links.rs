@@ -34,3 +34,31 @@ async fn first_contact_brings_one_link_up_on_each_node_and_closes_none() {
     assert_eq!((a_up, a_down), (1, 0), "a's link events");
     assert_eq!((b_up, b_down), (1, 0), "b's link events");
 }
+
+/// Two nodes that talk and then shut down, one after the other: the
+/// ordinary end of a node is not a warning, and nothing counts as lost
+/// (the frames that cross a closing link are system frames, which their
+/// own protocols resend or replace).
+// One thread: the log capture is the thread's, and every task runs on it.
+#[tokio::test]
+async fn a_graceful_shutdown_logs_no_warnings_and_loses_nothing() {
+    use integration_tests::LogCapture;
+    let logs = LogCapture::install(tracing::Level::WARN);
+    for _ in 0..5 {
+        let a = actor_system_with("a", SystemConfig::default()).await;
+        let b = actor_system_with("b", SystemConfig::default()).await;
+        b.spawn_named("counter", Counter::default()).expect("free");
+        let on_b = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+            .await
+            .expect("resolves");
+        for _ in 0..1_000 {
+            on_b.tell(Count::Add(1)).expect("room");
+        }
+        assert_eq!(total(&on_b).await, 1_000);
+        within("b shuts down", b.shutdown()).await;
+        within("a shuts down", a.shutdown()).await;
+        assert_eq!((a.dead_letters(), b.dead_letters()), (0, 0));
+    }
+    let text = logs.text();
+    assert!(!text.contains(" WARN "), "{text}");
+}
