@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     cell::{Cell, Promise},
-    error::{AskError, ResolveError, SendError, SerializationError},
+    error::{AskError, ResolveError, SendError, SerializationError, StopError},
     lifecycle::{StopReason, Terminated},
     mailbox::{Queued, Refused, SystemMsg},
     node::Node,
@@ -56,7 +56,8 @@ enum Inner<M> {
 /// Method groups:
 /// - sending: [`tell`](Self::tell) (never waits), [`send`](Self::send)
 ///   (waits for room), [`ask`](Self::ask) (request-reply with timeout);
-/// - life: [`stop`](Self::stop), [`watch`](Self::watch);
+/// - life: [`stop`](Self::stop), [`stop_after_queued`](Self::stop_after_queued),
+///   [`watch`](Self::watch);
 /// - identity: [`path`](Self::path), [`is_local`](Self::is_local).
 pub struct ActorRef<M> {
     inner: Inner<M>,
@@ -246,7 +247,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 Ok(()) => Ok(false),
                 Err((Refused::Full, Queued::Local(m))) => Err(SendError::MailboxFull(m)),
                 Err((Refused::Closed, Queued::Local(m))) => Err(self.gone(m, "actor stopped")),
-                Err((_, Queued::Batch(..))) => unreachable!("pushed a local envelope"),
+                Err((_, _)) => unreachable!("pushed a local envelope"),
             },
             Inner::Promise(p) => p
                 .complete(msg)
@@ -304,7 +305,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Local(c) => match c.mailbox.push_wait(Queued::Local(msg)).await {
                 Ok(()) => Ok(()),
                 Err(Queued::Local(m)) => Err(self.gone(m, "actor stopped")),
-                Err(Queued::Batch(..)) => unreachable!("pushed a local envelope"),
+                Err(_) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) => {
                 let assoc = &r.assoc;
@@ -452,8 +453,9 @@ impl<M: Send + 'static> ActorRef<M> {
     }
 
     /// Stops the actor after the message it is handling; messages still
-    /// queued become dead letters. Remote actors are stopped through their
-    /// node.
+    /// queued become dead letters (to handle them first, use
+    /// [`stop_after_queued`](Self::stop_after_queued)). Remote actors are
+    /// stopped through their node.
     pub fn stop(&self) {
         match &self.inner {
             Inner::Local(c) => {
@@ -464,6 +466,51 @@ impl<M: Send + 'static> ActorRef<M> {
             }
             Inner::Remote(r) => r.assoc.send_stop(&r.recipient),
             Inner::Dead(..) => {}
+        }
+    }
+
+    /// Stops the actor once it has handled the messages already in its
+    /// mailbox (Akka's `PoisonPill`), where [`stop`](Self::stop) jumps the
+    /// queue. A marker goes into the mailbox behind them: it is never
+    /// refused for a full mailbox, and messages that arrive after it
+    /// become dead letters when the actor stops. System messages (and an
+    /// immediate `stop`) still come first. For an ask's reply slot this is
+    /// `stop`.
+    ///
+    /// ```
+    /// # use actors::{Actor, ActorSystem, Ctx};
+    /// # struct Printer;
+    /// # impl Actor for Printer {
+    /// #     type Msg = String;
+    /// #     async fn handle(&mut self, line: String, _: &mut Ctx<Self>) { println!("{line}"); }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::local("doc").unwrap();
+    /// let printer = system.spawn(Printer);
+    /// printer.tell("last words".to_owned()).unwrap();
+    /// printer.stop_after_queued().unwrap();
+    /// printer.watch().await; // "last words" was printed
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`StopError::ActorGone`]: the actor had already stopped.
+    /// - [`StopError::RemoteNotSupported`]: the actor is on another node;
+    ///   a graceful remote stop needs a new system message on the wire and
+    ///   is not supported yet. Send it a message on which it calls
+    ///   [`Ctx::stop`](crate::Ctx::stop), or use `stop`.
+    pub fn stop_after_queued(&self) -> Result<(), StopError> {
+        match &self.inner {
+            Inner::Local(c) => c
+                .mailbox
+                .push_unbounded(Queued::Stop)
+                .map_err(|_| StopError::ActorGone),
+            Inner::Promise(_) => {
+                self.stop();
+                Ok(())
+            }
+            Inner::Remote(_) => Err(StopError::RemoteNotSupported),
+            Inner::Dead(..) => Err(StopError::ActorGone),
         }
     }
 

@@ -113,6 +113,21 @@ pub enum AskError {
     Undeliverable(String),
 }
 
+/// Why [`ActorRef::stop_after_queued`](crate::ActorRef::stop_after_queued)
+/// did not queue a stop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StopError {
+    /// The actor had already stopped; nothing to do.
+    #[error("actor is gone")]
+    ActorGone,
+    /// The actor is on another node, where a stop after its queued
+    /// messages is not supported yet. Use `stop` (immediate), or send it a
+    /// message on which it calls `Ctx::stop`.
+    #[error("a stop after queued messages is not supported for remote actors yet")]
+    RemoteNotSupported,
+}
+
 /// Why a path could not be resolved to a ref.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

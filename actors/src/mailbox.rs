@@ -10,7 +10,9 @@
 //! with the message, `send().await` waits for room, and the remote reader
 //! stops reading (so TCP pushes back on the sending node). System messages
 //! (termination notices) are never refused and are handled before any
-//! queued user message.
+//! queued user message. The actor's own timer messages and the marker of
+//! a graceful stop (`stop_after_queued`) are not refused either, but queue
+//! among user messages, in order of arrival.
 
 use std::{
     collections::VecDeque,
@@ -24,10 +26,12 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::lifecycle::Terminated;
+use crate::{lifecycle::Terminated, timer::TimerKey};
 
-/// What sits in a mailbox: a message, or a batch of remote messages that
-/// arrived in one socket read, which the actor's own task decodes.
+/// What sits in a mailbox: a message, a batch of remote messages that
+/// arrived in one socket read (which the actor's own task decodes), a
+/// message of one of the actor's timers, or the marker of a stop after
+/// the messages queued before it.
 ///
 /// A batch is one buffer of `[len u32 LE][payload]` records: one
 /// reference-counted allocation per read, not one per message, so the
@@ -35,6 +39,22 @@ use crate::lifecycle::Terminated;
 pub(crate) enum Queued<M> {
     Local(M),
     Batch(Bytes, usize),
+    /// Handled only if the timer was not cancelled since (see `timer`).
+    Timer(TimerKey, M),
+    /// `ActorRef::stop_after_queued`: the actor stops when it reaches it.
+    Stop,
+}
+
+impl<M> Queued<M> {
+    /// User messages this entry holds, as counted against the capacity
+    /// and in dead letters.
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            Self::Local(_) | Self::Timer(..) => 1,
+            Self::Batch(_, n) => *n,
+            Self::Stop => 0,
+        }
+    }
 }
 
 /// Iterates the `(start, end)` ranges of the records of a batch buffer.
@@ -165,6 +185,23 @@ impl<M> Mailbox<M> {
                 Err((Refused::Full, m)) => m,
             };
         }
+    }
+
+    /// Appends an entry the actor queued for itself (a timer message) or a
+    /// stop marker, whatever the capacity: it is never refused for a full
+    /// mailbox, so a full mailbox can be stopped gracefully, and a timer
+    /// cannot lose its message. Each timer has at most one message per due
+    /// time in flight, so the overshoot is bounded by the timers set.
+    /// Refused only once the mailbox is closed.
+    pub(crate) fn push_unbounded(&self, m: Queued<M>) -> Result<(), Queued<M>> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err(m);
+        }
+        st.queued += m.count();
+        st.user.push_back(m);
+        self.wake_if_idle(st);
+        Ok(())
     }
 
     /// Appends a batch of `n` remote messages (one socket read's worth) if
