@@ -227,8 +227,11 @@ impl<M: Send + 'static> ActorRef<M> {
     /// Sends `msg` without waiting.
     ///
     /// # Errors
-    /// - [`SendError::MailboxFull`]: the mailbox (or the link to a remote
-    ///   node) is at capacity; the message comes back.
+    /// - [`SendError::MailboxFull`]: the mailbox is at capacity (a remote
+    ///   recipient has used its window on the link); the message comes back.
+    /// - [`SendError::LinkFull`]: the link to a remote recipient's node is
+    ///   full (its queue, or the buffer of messages waiting for the
+    ///   connection); the message comes back.
     /// - [`SendError::ActorGone`]: the actor has stopped; the message comes
     ///   back and is also counted as a dead letter.
     /// - [`SendError::Serialization`]: a remote message did not encode (or
@@ -258,7 +261,8 @@ impl<M: Send + 'static> ActorRef<M> {
                     (r.encode)(&msg, b, limit)
                 }) {
                     Ok(yield_now) => Ok(yield_now),
-                    Err(TellError::Full | TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Full) => Err(SendError::LinkFull(msg)),
                     Err(TellError::Gone) => {
                         Err(self.gone(msg, "its node's incarnation is quarantined"))
                     }
@@ -284,7 +288,8 @@ impl<M: Send + 'static> ActorRef<M> {
     /// `transport::TransportConfig::set_producer_yield_bytes`).
     ///
     /// # Errors
-    /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
+    /// As [`tell`](Self::tell), except that `MailboxFull` and `LinkFull` are
+    /// never returned.
     pub fn send(&self, msg: M) -> SendFuture<'_, M> {
         let state = match self.tell_hint(msg) {
             Ok(false) => SendState::Sent,
@@ -293,7 +298,9 @@ impl<M: Send + 'static> ActorRef<M> {
                 tokio::task::yield_now().await;
                 Ok(())
             })),
-            Err(SendError::MailboxFull(msg)) => SendState::Waiting(Box::pin(self.send_slow(msg))),
+            Err(SendError::MailboxFull(msg) | SendError::LinkFull(msg)) => {
+                SendState::Waiting(Box::pin(self.send_slow(msg)))
+            }
             Err(e) => SendState::Failed(Some(Box::new(e))),
         };
         SendFuture { state }
@@ -361,8 +368,14 @@ impl<M: Send + 'static> ActorRef<M> {
     /// ```
     ///
     /// # Errors
-    /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient stopped
-    /// or dropped the reply ref), [`AskError::MailboxFull`],
+    /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient had
+    /// stopped, failed at once, or it stopped or dropped the reply ref
+    /// while the ask waited), [`AskError::MailboxFull`] and
+    /// [`AskError::LinkFull`] (the request waited for room, as
+    /// [`send`](Self::send) does, for the whole timeout and was not sent;
+    /// a remote request that had to wait goes without its reply slot's
+    /// path, like one buffered while connecting, so a dead letter there
+    /// shows as a timeout rather than `Undeliverable`),
     /// [`AskError::Serialization`], [`AskError::NodeUnreachable`] (a
     /// remote recipient's incarnation is already quarantined), and
     /// [`AskError::NodeDown`]: a remote recipient's node went down while
@@ -374,6 +387,7 @@ impl<M: Send + 'static> ActorRef<M> {
         make: impl FnOnce(ActorRef<R>) -> M,
         timeout: Duration,
     ) -> Result<R, AskError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let registry = self.registry().ok_or(AskError::ActorGone)?;
         let (reply, promise, rx) =
             ActorRef::<R>::promise(registry.temp_path(), Arc::downgrade(&registry));
@@ -400,7 +414,8 @@ impl<M: Send + 'static> ActorRef<M> {
                     &reply_path,
                 ) {
                     Ok(()) => Ok(()),
-                    Err(TellError::Full | TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Full) => Err(SendError::LinkFull(msg)),
                     Err(TellError::Gone) => {
                         Err(self.gone(msg, "its node's incarnation is quarantined"))
                     }
@@ -409,9 +424,25 @@ impl<M: Send + 'static> ActorRef<M> {
             }
             _ => self.tell(make(reply)),
         };
+        // No room: wait for it as `send` does, within the timeout. A
+        // remote request that had to wait goes without its reply path (as
+        // one buffered while connecting), so a dead letter there is seen
+        // at the timeout rather than at once.
+        let sent = match sent {
+            Err(SendError::MailboxFull(msg)) => {
+                tokio::time::timeout_at(deadline, self.send_slow(msg))
+                    .await
+                    .map_err(|_| AskError::MailboxFull)?
+            }
+            Err(SendError::LinkFull(msg)) => tokio::time::timeout_at(deadline, self.send_slow(msg))
+                .await
+                .map_err(|_| AskError::LinkFull)?,
+            other => other,
+        };
         match sent {
             Ok(()) => {}
             Err(SendError::MailboxFull(_)) => return Err(AskError::MailboxFull),
+            Err(SendError::LinkFull(_)) => return Err(AskError::LinkFull),
             Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
             Err(SendError::ActorGone(_)) => {
                 return Err(match &self.inner {
@@ -438,7 +469,7 @@ impl<M: Send + 'static> ActorRef<M> {
                         reason,
                     })
                 };
-                tokio::time::timeout(timeout, async {
+                tokio::time::timeout_at(deadline, async {
                     tokio::select! {
                         biased;
                         answer = reply => answer,
@@ -447,7 +478,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 })
                 .await
             }
-            _ => tokio::time::timeout(timeout, reply).await,
+            _ => tokio::time::timeout_at(deadline, reply).await,
         };
         answer.unwrap_or(Err(AskError::Timeout(timeout)))
     }

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use actors::{
-    Actor, ActorRef, ActorSystem, Ctx, SendError, StopError, StopReason, SystemConfig, TimerKey,
+    Actor, ActorRef, ActorSystem, AskError, Ctx, RemoteMessage, SendError, StopError, StopReason,
+    SystemConfig, TimerKey,
 };
-use integration_tests::{eventually, within};
+use integration_tests::{actor_path, actor_system_with, eventually, proxy::Mode, within};
+use serde::{Deserialize, Serialize};
 use tokio::{
     sync::{mpsc, oneshot},
     time::Instant,
@@ -25,6 +27,8 @@ enum P {
     Hold(oneshot::Sender<()>, oneshot::Receiver<()>),
     /// Logged as `(ms since the probe started, n)`.
     Tag(u32),
+    /// Replies with `n`.
+    Echo(ActorRef<u32>, u32),
 }
 
 /// Arms and cancels timers as told; logs each `Tag` with its time.
@@ -56,6 +60,9 @@ impl Actor for Probe {
             P::Hold(entered, gate) => {
                 let _ = entered.send(());
                 let _ = gate.await;
+            }
+            P::Echo(reply, n) => {
+                let _ = reply.tell(n);
             }
             P::Tag(n) => {
                 let ms = self.start.elapsed().as_millis() as u64;
@@ -236,4 +243,232 @@ async fn messages_behind_a_graceful_stop_are_dead_letters_and_stop_jumps_the_que
     assert_eq!(within("the total", total).await, Ok(0));
     within("terminated", summer.watch()).await;
     assert_eq!(sys.dead_letters(), dead_before + 5);
+}
+
+/// A local system with mailboxes of `cap` and a [`Probe`] held inside a
+/// message, its mailbox filled to `cap`.
+async fn full_probe(cap: usize) -> (ActorSystem, ActorRef<P>, oneshot::Sender<()>) {
+    let mut config = SystemConfig::default();
+    config.set_mailbox_capacity(cap);
+    let sys = ActorSystem::with_config("full", None, config)
+        .await
+        .expect("local system");
+    let (probe, _log) = probe(&sys);
+    let open = hold(&probe).await;
+    for n in 0..cap as u32 {
+        probe.tell(P::Tag(n)).expect("under capacity");
+    }
+    assert!(matches!(
+        probe.tell(P::Tag(99)),
+        Err(SendError::MailboxFull(_))
+    ));
+    (sys, probe, open)
+}
+
+#[tokio::test]
+async fn ask_on_a_full_mailbox_waits_for_room() {
+    let (_sys, probe, open) = full_probe(2).await;
+    let asked = tokio::spawn({
+        let probe = probe.clone();
+        async move {
+            probe
+                .ask(|r| P::Echo(r, 5), integration_tests::TIMEOUT)
+                .await
+        }
+    });
+    open.send(()).expect("the probe waits");
+    assert_eq!(within("the answer", asked).await.expect("no panic"), Ok(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ask_on_a_mailbox_full_for_the_whole_timeout_fails_at_the_timeout() {
+    let (_sys, probe, _open) = full_probe(2).await;
+    let t0 = Instant::now();
+    let r = probe.ask(|r| P::Echo(r, 5), 3 * S).await;
+    assert_eq!(r, Err(AskError::MailboxFull));
+    assert_eq!(t0.elapsed(), 3 * S);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ask_fails_at_once_on_a_stopped_actor_even_while_waiting_for_room() {
+    let (sys, probe, open) = full_probe(2).await;
+    let t0 = Instant::now();
+    let asked = tokio::spawn({
+        let probe = probe.clone();
+        async move { probe.ask(|r| P::Echo(r, 5), 10 * S).await }
+    });
+    probe.stop();
+    open.send(()).expect("the probe waits");
+    assert_eq!(
+        within("the ask", asked).await.expect("no panic"),
+        Err(AskError::ActorGone)
+    );
+    assert!(t0.elapsed() < 10 * S, "waited {:?}", t0.elapsed());
+    // And at once on one already stopped.
+    let (stopped, _log) = probe_stopped(&sys).await;
+    let t0 = Instant::now();
+    let r = stopped.ask(|r| P::Echo(r, 5), 10 * S).await;
+    assert_eq!(r, Err(AskError::ActorGone));
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+}
+
+async fn probe_stopped(sys: &ActorSystem) -> (ActorRef<P>, mpsc::UnboundedReceiver<(u64, u32)>) {
+    let (p, log) = probe(sys);
+    p.stop();
+    within("stopped", p.watch()).await;
+    (p, log)
+}
+
+/// A remote actor's messages.
+#[derive(Debug, Serialize, Deserialize)]
+enum Job {
+    /// Counted; the first one holds the actor until its gate opens.
+    Work(u64),
+    /// Replies with the count.
+    Count(ActorRef<u64>),
+}
+
+impl RemoteMessage for Job {
+    const MANIFEST: &'static str = "it.runtime.Job";
+}
+
+/// Counts `Work`; held inside the first one until `gate` opens.
+struct Gate {
+    gate: Option<oneshot::Receiver<()>>,
+    count: u64,
+}
+
+impl Actor for Gate {
+    type Msg = Job;
+
+    async fn handle(&mut self, msg: Job, _: &mut Ctx<Self>) {
+        match msg {
+            Job::Work(_) => {
+                if let Some(gate) = self.gate.take() {
+                    let _ = gate.await;
+                }
+                self.count += 1;
+            }
+            Job::Count(reply) => {
+                let _ = reply.tell(self.count);
+            }
+        }
+    }
+}
+
+/// Tells `Work` until a tell is refused; returns how many were taken and
+/// the refusal.
+async fn tell_until_refused(remote: &ActorRef<Job>) -> (u64, SendError<Job>) {
+    let mut sent = 0u64;
+    within("a tell is refused", async {
+        loop {
+            match remote.tell(Job::Work(sent)) {
+                Ok(()) => sent += 1,
+                Err(e) => return (sent, e),
+            }
+            if sent.is_multiple_of(64) {
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+    .await
+}
+
+/// Nodes `a` and `b` with a small recipient window, `b` holding a [`Gate`]
+/// that `a` has a ref to and that is held in its first message.
+async fn gated_pair() -> (ActorSystem, ActorSystem, ActorRef<Job>, oneshot::Sender<()>) {
+    let mut config = SystemConfig::default();
+    config.set_recipient_window(16 * 1024);
+    let b = actor_system_with("b", config.clone()).await;
+    let (open, gate) = oneshot::channel();
+    b.spawn_named(
+        "gate",
+        Gate {
+            gate: Some(gate),
+            count: 0,
+        },
+    )
+    .expect("free");
+    let a = actor_system_with("a", config).await;
+    let remote: ActorRef<Job> = within("resolve", a.resolve(&actor_path(&b, "gate")))
+        .await
+        .expect("resolves");
+    (a, b, remote, open)
+}
+
+#[tokio::test]
+async fn a_remote_recipient_out_of_credit_is_mailbox_full() {
+    let (_a, _b, remote, open) = gated_pair().await;
+    let (sent, refused) = tell_until_refused(&remote).await;
+    assert!(
+        matches!(refused, SendError::MailboxFull(_)),
+        "after {sent} tells: {refused:?}"
+    );
+    // And an ask waits for credit instead of failing.
+    let asked = tokio::spawn({
+        let remote = remote.clone();
+        async move { remote.ask(Job::Count, integration_tests::TIMEOUT).await }
+    });
+    open.send(()).expect("the gate waits");
+    assert_eq!(
+        within("the count", asked).await.expect("no panic"),
+        Ok(sent)
+    );
+}
+
+#[tokio::test]
+async fn a_full_link_is_link_full_not_mailbox_full() {
+    let mut config = SystemConfig::default();
+    // A window far larger than the link's queue, so the queue fills first.
+    config.set_recipient_window(1 << 40);
+    config
+        .transport_mut()
+        .set_queue_capacity(64 * 1024)
+        .set_send_buffer_size(Some(16 * 1024));
+    let p = super::faults_net::Proxied::new(config).await;
+    p.b.spawn_named(
+        "gate",
+        Gate {
+            gate: None,
+            count: 0,
+        },
+    )
+    .expect("free");
+    let remote: ActorRef<Job> = within("resolve", p.a.resolve(&actor_path(&p.b, "gate")))
+        .await
+        .expect("resolves");
+    // b stops reading the link.
+    p.to_b.set_mode(Mode::StallToTarget);
+    let (mut sent, refused) = tell_until_refused(&remote).await;
+    assert!(
+        matches!(refused, SendError::LinkFull(_)),
+        "after {sent} tells: {refused:?}"
+    );
+    // An ask waits for the link instead of failing at once, and says why
+    // it timed out without sending. Until the kernel's buffers are full
+    // too, the writer may take the queue while the ask waits (then the
+    // request goes, and times out unanswered): fill again and retry.
+    let mut asks = 0u64;
+    within("an ask that finds the link full throughout", async {
+        loop {
+            let r = remote.ask(Job::Count, Duration::from_millis(100)).await;
+            match r {
+                Err(AskError::LinkFull) => return,
+                Err(AskError::Timeout(_)) => asks += 1,
+                other => panic!("{other:?}"),
+            }
+            let (more, refused) = tell_until_refused(&remote).await;
+            assert!(matches!(refused, SendError::LinkFull(_)), "{refused:?}");
+            sent += more;
+        }
+    })
+    .await;
+    p.to_b.heal();
+    let n = within(
+        "the count",
+        remote.ask(Job::Count, integration_tests::TIMEOUT),
+    )
+    .await
+    .expect("the link drains");
+    assert_eq!(n, sent);
 }
