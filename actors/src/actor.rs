@@ -192,7 +192,9 @@ fn fire_due<M: Send + 'static>(timers: &mut Timers<M>, cell: &Cell<M>) {
         // The mailbox closes only after the actor's task ends, so this
         // push, from that task, is never refused; if it were, dropping the
         // message is right: the actor is gone.
-        let _ = cell.mailbox.push_unbounded(Queued::Timer(key, msg));
+        let _ = cell
+            .mailbox
+            .push_unbounded(Queued::Timer(Box::new((key, msg))));
     }
 }
 
@@ -384,7 +386,8 @@ async fn run_actor<A: Actor>(
                 match user.pop_front() {
                     None => break,
                     Some(Queued::Local(m)) => m,
-                    Some(Queued::Timer(key, m)) => {
+                    Some(Queued::Timer(timer)) => {
+                        let (key, m) = *timer;
                         if !ctx.timers.take_delivered(key) {
                             // Cancelled after it was queued.
                             continue;
