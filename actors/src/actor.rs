@@ -120,10 +120,11 @@ impl<A: Actor> Ctx<A> {
 
     /// Sends `msg` to this actor once, after `delay` (Akka's
     /// `timers.startSingleTimer`, ractor's `send_after`). The message goes
-    /// through the mailbox like any other: it is queued when the delay is
-    /// up (behind what arrived before it) and is never refused for a full
-    /// mailbox. Returns the key to [`cancel_timer`](Self::cancel_timer)
-    /// it with.
+    /// through the mailbox like any other, queued behind what arrived
+    /// before it: when the delay is up if the actor is idle then, or else
+    /// as soon as the message it is handling is done (its own task queues
+    /// it). It is never refused for a full mailbox. Returns the key to
+    /// [`cancel_timer`](Self::cancel_timer) it with.
     ///
     /// Timers die with the actor: none fires after it stops, and nothing is
     /// left running. There is no task or tokio timer per timer: the
@@ -165,7 +166,9 @@ impl<A: Actor> Ctx<A> {
     /// Ticks keep to the schedule (`start + n * interval`) while the actor
     /// keeps up; an actor busy for longer than an interval gets one message
     /// for the missed ticks, and the next one an interval later (no
-    /// catch-up burst). A zero interval is taken as 1 ms. Costs: as
+    /// catch-up burst). While a tick's message waits in the mailbox, later
+    /// ticks are skipped, so an actor slower than its timer holds at most
+    /// one of its messages. A zero interval is taken as 1 ms. Costs: as
     /// [`schedule_once`](Self::schedule_once).
     pub fn schedule_repeatedly(
         &mut self,

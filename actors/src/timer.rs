@@ -50,6 +50,11 @@ struct Entry<M> {
     /// `None` once a one-shot timer's message is queued (the entry stays
     /// until it is handled, so that a cancel can still drop it).
     deadline: Option<Instant>,
+    /// A message of this timer is in the mailbox, not yet handled. A
+    /// repeated timer skips its ticks meanwhile, so an actor slower than
+    /// its own timer holds at most one of its messages, not a growing
+    /// backlog.
+    queued: bool,
     kind: Kind<M>,
 }
 
@@ -93,6 +98,7 @@ impl<M> Timers<M> {
             key,
             Entry {
                 deadline: Some(deadline),
+                queued: false,
                 kind,
             },
         );
@@ -145,28 +151,35 @@ impl<M> Timers<M> {
     /// The next timer due at `now` and its message, rescheduling a
     /// repeated one. A repeated timer that fell behind (the actor was busy
     /// for more than an interval) fires once and resumes an interval after
-    /// `now`: no burst of catch-up messages.
+    /// `now`: no burst of catch-up messages. A repeated timer whose last
+    /// message is still queued skips the tick.
     pub(crate) fn poll_due(&mut self, now: Instant) -> Option<(TimerKey, M)> {
-        let &(deadline, key) = self.schedule.first().filter(|(d, _)| *d <= now)?;
-        self.schedule.remove(&(deadline, key));
-        let entry = self
-            .entries
-            .get_mut(&key)
-            .expect("every scheduled key has an entry (cancel removes both)");
-        match &mut entry.kind {
-            Kind::Once(msg) => {
-                entry.deadline = None;
-                let msg = msg.take().expect("a one-shot timer is scheduled once");
-                Some((key, msg))
-            }
-            Kind::Repeat { interval, make } => {
-                let mut next = deadline + *interval;
-                if next <= now {
-                    next = now + *interval;
+        loop {
+            let &(deadline, key) = self.schedule.first().filter(|(d, _)| *d <= now)?;
+            self.schedule.remove(&(deadline, key));
+            let entry = self
+                .entries
+                .get_mut(&key)
+                .expect("every scheduled key has an entry (cancel removes both)");
+            match &mut entry.kind {
+                Kind::Once(msg) => {
+                    entry.deadline = None;
+                    entry.queued = true;
+                    let msg = msg.take().expect("a one-shot timer is scheduled once");
+                    return Some((key, msg));
                 }
-                entry.deadline = Some(next);
-                self.schedule.insert((next, key));
-                Some((key, make()))
+                Kind::Repeat { interval, make } => {
+                    let mut next = deadline + *interval;
+                    if next <= now {
+                        next = now + *interval;
+                    }
+                    entry.deadline = Some(next);
+                    self.schedule.insert((next, key));
+                    if !entry.queued {
+                        entry.queued = true;
+                        return Some((key, make()));
+                    }
+                }
             }
         }
     }
@@ -184,7 +197,12 @@ impl<M> Timers<M> {
                 self.entries.remove(&key);
                 true
             }
-            Some(_) => true,
+            Some(_) => {
+                if let Some(e) = self.entries.get_mut(&key) {
+                    e.queued = false;
+                }
+                true
+            }
         }
     }
 }
@@ -232,6 +250,7 @@ mod tests {
             }),
         );
         assert_eq!(t.poll_due(t0 + 10 * MS), Some((k, 1)));
+        assert!(t.take_delivered(k));
         assert_eq!(t.next_deadline(), Some(t0 + 20 * MS));
         // 5 intervals late: one message, next one an interval later.
         assert_eq!(t.poll_due(t0 + 70 * MS), Some((k, 2)));
@@ -239,6 +258,20 @@ mod tests {
         assert_eq!(t.next_deadline(), Some(t0 + 80 * MS));
         assert!(t.take_delivered(k));
         assert!(!t.is_empty());
+    }
+
+    #[test]
+    fn repeat_skips_ticks_while_its_last_message_waits() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        let k = t.repeat(t0, 10 * MS, Box::new(|| ()));
+        assert_eq!(t.poll_due(t0 + 10 * MS), Some((k, ())));
+        // Not handled yet: the next ticks are skipped, not queued.
+        assert_eq!(t.poll_due(t0 + 20 * MS), None);
+        assert_eq!(t.poll_due(t0 + 30 * MS), None);
+        assert_eq!(t.next_deadline(), Some(t0 + 40 * MS));
+        assert!(t.take_delivered(k));
+        assert_eq!(t.poll_due(t0 + 40 * MS), Some((k, ())));
     }
 
     #[test]

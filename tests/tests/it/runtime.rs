@@ -131,6 +131,55 @@ async fn a_cancelled_timer_sends_nothing_even_if_already_queued() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_timer_message_queues_behind_what_arrived_before_it() {
+    let sys = ActorSystem::local("order").expect("valid name");
+    let (probe, mut log) = probe(&sys);
+    // Idle at the deadline: queued then, between what came before and
+    // after.
+    probe.tell(P::Once(S, 0)).expect("room");
+    // Armed at 0 ms: the probe has handled `Once` when it answers.
+    let armed = probe.ask(|r| P::Echo(r, 0), integration_tests::TIMEOUT);
+    assert_eq!(within("the probe", armed).await, Ok(0));
+    tokio::time::advance(S / 2).await;
+    probe.tell(P::Tag(1)).expect("room");
+    assert_eq!(within("tag", log.recv()).await, Some((500, 1)));
+    assert_eq!(within("timer", log.recv()).await, Some((1000, 0)));
+    probe.tell(P::Tag(2)).expect("room");
+    assert_eq!(within("tag", log.recv()).await, Some((1000, 2)));
+    // Busy at the deadline: queued behind `Tag(3)`, which arrived before
+    // it was due, not handled ahead of it.
+    probe.tell(P::Once(S, 4)).expect("room");
+    let open = hold(&probe).await;
+    probe.tell(P::Tag(3)).expect("room");
+    tokio::time::advance(2 * S).await;
+    open.send(()).expect("the probe waits");
+    assert_eq!(within("tag", log.recv()).await, Some((3000, 3)));
+    assert_eq!(within("timer", log.recv()).await, Some((3000, 4)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_actor_holds_at_most_one_message_of_a_repeated_timer() {
+    let sys = ActorSystem::local("slow").expect("valid name");
+    let (probe, mut log) = probe(&sys);
+    probe.tell(P::Every(S, 1)).expect("room");
+    // Two messages that each take 1.5 intervals, back to back.
+    let open1 = hold(&probe).await;
+    let (entered_tx, entered) = oneshot::channel();
+    let (open2, gate) = oneshot::channel();
+    probe.tell(P::Hold(entered_tx, gate)).expect("room");
+    tokio::time::advance(3 * S / 2).await;
+    // The tick due at 1 s is queued behind the second hold.
+    open1.send(()).expect("the probe waits");
+    within("the second hold", entered).await.expect("it runs");
+    tokio::time::advance(3 * S / 2).await;
+    // The tick due at 2 s is skipped (the one due at 1 s still waits), and
+    // the next is an interval from now.
+    open2.send(()).expect("the probe waits");
+    assert_eq!(within("tick", log.recv()).await, Some((3000, 1)));
+    assert_eq!(within("tick", log.recv()).await, Some((4000, 1)));
+}
+
+#[tokio::test(start_paused = true)]
 async fn timers_die_with_their_actor() {
     let metrics = tokio::runtime::Handle::current().metrics();
     let sys = ActorSystem::local("die").expect("valid name");
@@ -413,6 +462,11 @@ async fn a_remote_recipient_out_of_credit_is_mailbox_full() {
     assert_eq!(
         within("the count", asked).await.expect("no panic"),
         Ok(sent)
+    );
+    // A graceful stop is local only for now.
+    assert_eq!(
+        remote.stop_after_queued(),
+        Err(StopError::RemoteNotSupported)
     );
 }
 
