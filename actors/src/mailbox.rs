@@ -192,8 +192,10 @@ impl<M> Mailbox<M> {
     /// Appends an entry the actor queued for itself (a timer message) or a
     /// stop marker, whatever the capacity: it is never refused for a full
     /// mailbox, so a full mailbox can be stopped gracefully, and a timer
-    /// cannot lose its message. Each timer has at most one message per due
-    /// time in flight, so the overshoot is bounded by the timers set.
+    /// cannot lose its message. Each timer has at most one message in the
+    /// mailbox (a repeated timer skips ticks while its last one waits), so
+    /// the overshoot is bounded by the timers set, plus one stop marker
+    /// per `stop_after_queued` call.
     /// Refused only once the mailbox is closed.
     pub(crate) fn push_unbounded(&self, m: Queued<M>) -> Result<(), Queued<M>> {
         let mut st = self.lock();
