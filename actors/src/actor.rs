@@ -179,9 +179,10 @@ impl<A: Actor> Ctx<A> {
             .repeat(tokio::time::Instant::now(), interval, Box::new(make))
     }
 
-    /// Cancels a timer of this actor; false if it was not set (fired
-    /// already, once, or cancelled). No message of a cancelled timer is
-    /// handled afterwards, not even one already in the mailbox.
+    /// Cancels a timer of this actor; false if it was not set (a one-shot
+    /// timer whose message was handled, or one cancelled already). No
+    /// message of a cancelled timer is handled afterwards, not even one
+    /// already in the mailbox.
     pub fn cancel_timer(&mut self, key: TimerKey) -> bool {
         self.timers.cancel(key)
     }
