@@ -9,6 +9,7 @@ use std::{
         Arc, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
+    time::Duration,
 };
 
 use crate::{
@@ -21,6 +22,7 @@ use crate::{
     registry::Target,
     serialization::{RemoteMessage, manifests, with_decode_scope},
     system::{ActorSystem, Stoppable},
+    timer::{TimerKey, Timers},
     watch::{WatchSink, Watchers},
 };
 
@@ -69,13 +71,21 @@ pub trait Actor: Send + Sized + 'static {
     }
 }
 
-/// What an actor's hooks can reach: itself, its system, and control of its
-/// own life.
+/// What an actor's hooks can reach: itself, its system, control of its
+/// own life, and its timers.
+///
+/// Method groups:
+/// - identity: [`myself`](Self::myself), [`system`](Self::system);
+/// - life: [`stop`](Self::stop), [`watch`](Self::watch);
+/// - timers: [`schedule_once`](Self::schedule_once),
+///   [`schedule_repeatedly`](Self::schedule_repeatedly),
+///   [`cancel_timer`](Self::cancel_timer).
 pub struct Ctx<A: Actor> {
     pub(crate) myself: ActorRef<A::Msg>,
     pub(crate) system: ActorSystem,
     pub(crate) stop: bool,
     pub(crate) sink: WatchSink,
+    pub(crate) timers: Timers<A::Msg>,
 }
 
 impl<A: Actor> fmt::Debug for Ctx<A> {
@@ -114,6 +124,89 @@ impl<A: Actor> Ctx<A> {
     /// still delivered.
     pub fn unwatch<N: Send + 'static>(&self, other: &ActorRef<N>) {
         other.remove_watcher(&self.sink);
+    }
+
+    /// Sends `msg` to this actor once, after `delay` (Akka's
+    /// `timers.startSingleTimer`, ractor's `send_after`). The message goes
+    /// through the mailbox like any other, queued behind what arrived
+    /// before it: when the delay is up if the actor is idle then, or else
+    /// as soon as the message it is handling is done (its own task queues
+    /// it). It is never refused for a full mailbox. Returns the key to
+    /// [`cancel_timer`](Self::cancel_timer) it with.
+    ///
+    /// Timers die with the actor: none fires after it stops, and nothing is
+    /// left running. There is no task or tokio timer per timer: the
+    /// actor's own task keeps one ordered schedule and sleeps until its
+    /// first deadline or a message. Costs: a map entry and a boxed closure
+    /// (repeated) per timer; while any timer is set, one clock read per
+    /// handled message and one `Sleep` per idle wait.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use actors::{Actor, Ctx};
+    /// struct Session;
+    /// enum Msg { Touch, Expire }
+    /// impl Actor for Session {
+    ///     type Msg = Msg;
+    ///     async fn started(&mut self, ctx: &mut Ctx<Self>) {
+    ///         ctx.schedule_once(Duration::from_secs(30), Msg::Expire);
+    ///     }
+    ///     async fn handle(&mut self, msg: Msg, ctx: &mut Ctx<Self>) {
+    ///         if let Msg::Expire = msg {
+    ///             ctx.stop();
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub fn schedule_once(&mut self, delay: Duration, msg: A::Msg) -> TimerKey {
+        self.timers.once(tokio::time::Instant::now(), delay, msg)
+    }
+
+    /// Sends `make()` to this actor every `interval`, the first time one
+    /// interval from now, until cancelled or the actor stops (Akka's
+    /// `startTimerAtFixedRate`, ractor's `send_interval`).
+    ///
+    /// The message is made by a closure rather than cloned, so that any
+    /// message type works, including ones that are not `Clone` (holding a
+    /// one-shot sender, say); for a `Clone` message write
+    /// `move || msg.clone()`.
+    ///
+    /// Ticks keep to the schedule (`start + n * interval`) while the actor
+    /// keeps up; an actor busy for longer than an interval gets one message
+    /// for the missed ticks, and the next one an interval later (no
+    /// catch-up burst). While a tick's message waits in the mailbox, later
+    /// ticks are skipped, so an actor slower than its timer holds at most
+    /// one of its messages. A zero interval is taken as 1 ms. Costs: as
+    /// [`schedule_once`](Self::schedule_once).
+    pub fn schedule_repeatedly(
+        &mut self,
+        interval: Duration,
+        make: impl FnMut() -> A::Msg + Send + 'static,
+    ) -> TimerKey {
+        self.timers
+            .repeat(tokio::time::Instant::now(), interval, Box::new(make))
+    }
+
+    /// Cancels a timer of this actor; false if it was not set (a one-shot
+    /// timer whose message was handled, or one cancelled already). No
+    /// message of a cancelled timer is handled afterwards, not even one
+    /// already in the mailbox.
+    pub fn cancel_timer(&mut self, key: TimerKey) -> bool {
+        self.timers.cancel(key)
+    }
+}
+
+/// Queues the message of every timer due now into the actor's own
+/// mailbox, behind what already arrived.
+fn fire_due<M: Send + 'static>(timers: &mut Timers<M>, cell: &Cell<M>) {
+    let now = tokio::time::Instant::now();
+    while let Some((key, msg)) = timers.poll_due(now) {
+        // The mailbox closes only after the actor's task ends, so this
+        // push, from that task, is never refused; if it were, dropping the
+        // message is right: the actor is gone.
+        let _ = cell
+            .mailbox
+            .push_unbounded(Queued::Timer(Box::new((key, msg))));
     }
 }
 
@@ -259,6 +352,7 @@ async fn run_actor<A: Actor>(
         system,
         stop: false,
         sink: WatchSink::Actor(cell.clone()),
+        timers: Timers::default(),
     };
     actor.started(&mut ctx).await;
     let mut user: VecDeque<Queued<A::Msg>> = VecDeque::new();
@@ -270,7 +364,22 @@ async fn run_actor<A: Actor>(
         if ctx.stop {
             break StopReason::Stopped;
         }
-        if !cell.mailbox.recv_all(&mut user, &mut sys).await {
+        if !ctx.timers.is_empty() {
+            fire_due(&mut ctx.timers, &cell);
+        }
+        // Without timers waiting, the actor waits on its mailbox alone.
+        let received = match ctx.timers.next_deadline() {
+            None => cell.mailbox.recv_all(&mut user, &mut sys).await,
+            Some(deadline) => {
+                tokio::select! {
+                    biased;
+                    received = cell.mailbox.recv_all(&mut user, &mut sys) => received,
+                    // Queued at the top of the next round.
+                    () = tokio::time::sleep_until(deadline) => continue 'run,
+                }
+            }
+        };
+        if !received {
             break StopReason::Stopped;
         }
         loop {
@@ -289,6 +398,15 @@ async fn run_actor<A: Actor>(
                 match user.pop_front() {
                     None => break,
                     Some(Queued::Local(m)) => m,
+                    Some(Queued::Timer(timer)) => {
+                        let (key, m) = *timer;
+                        if !ctx.timers.take_delivered(key) {
+                            // Cancelled after it was queued.
+                            continue;
+                        }
+                        m
+                    }
+                    Some(Queued::Stop) => break 'run StopReason::Stopped,
                     Some(Queued::Batch(bytes, _)) => {
                         let decode = cell.decode.get().expect(
                             "remote messages reach only registered actors, which have a decoder",
@@ -318,6 +436,9 @@ async fn run_actor<A: Actor>(
             if ctx.stop {
                 break 'run StopReason::Stopped;
             }
+            if !ctx.timers.is_empty() {
+                fire_due(&mut ctx.timers, &cell);
+            }
             if cell.mailbox.system_pending() {
                 cell.mailbox.take_system(&mut sys);
             }
@@ -326,10 +447,7 @@ async fn run_actor<A: Actor>(
     let mut left = decoded.len() as u64;
     decoded.clear();
     for env in user.drain(..) {
-        left += match env {
-            Queued::Local(_) => 1,
-            Queued::Batch(_, n) => n as u64,
-        };
+        left += env.count() as u64;
     }
     registry.dead_letters_n(
         left,

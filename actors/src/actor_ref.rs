@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     cell::{Cell, Promise},
-    error::{AskError, ResolveError, SendError, SerializationError},
+    error::{AskError, ResolveError, SendError, SerializationError, StopError},
     lifecycle::{StopReason, Terminated},
     mailbox::{Queued, Refused, SystemMsg},
     node::Node,
@@ -56,7 +56,8 @@ enum Inner<M> {
 /// Method groups:
 /// - sending: [`tell`](Self::tell) (never waits), [`send`](Self::send)
 ///   (waits for room), [`ask`](Self::ask) (request-reply with timeout);
-/// - life: [`stop`](Self::stop), [`watch`](Self::watch);
+/// - life: [`stop`](Self::stop), [`stop_after_queued`](Self::stop_after_queued),
+///   [`watch`](Self::watch);
 /// - identity: [`path`](Self::path), [`is_local`](Self::is_local).
 pub struct ActorRef<M> {
     inner: Inner<M>,
@@ -226,8 +227,11 @@ impl<M: Send + 'static> ActorRef<M> {
     /// Sends `msg` without waiting.
     ///
     /// # Errors
-    /// - [`SendError::MailboxFull`]: the mailbox (or the link to a remote
-    ///   node) is at capacity; the message comes back.
+    /// - [`SendError::MailboxFull`]: the mailbox is at capacity (a remote
+    ///   recipient has used its window on the link); the message comes back.
+    /// - [`SendError::LinkFull`]: the link to a remote recipient's node is
+    ///   full (its queue, or the buffer of messages waiting for the
+    ///   connection); the message comes back.
     /// - [`SendError::ActorGone`]: the actor has stopped; the message comes
     ///   back and is also counted as a dead letter.
     /// - [`SendError::Serialization`]: a remote message did not encode (or
@@ -246,7 +250,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 Ok(()) => Ok(false),
                 Err((Refused::Full, Queued::Local(m))) => Err(SendError::MailboxFull(m)),
                 Err((Refused::Closed, Queued::Local(m))) => Err(self.gone(m, "actor stopped")),
-                Err((_, Queued::Batch(..))) => unreachable!("pushed a local envelope"),
+                Err((_, _)) => unreachable!("pushed a local envelope"),
             },
             Inner::Promise(p) => p
                 .complete(msg)
@@ -257,7 +261,8 @@ impl<M: Send + 'static> ActorRef<M> {
                     (r.encode)(&msg, b, limit)
                 }) {
                     Ok(yield_now) => Ok(yield_now),
-                    Err(TellError::Full | TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Full) => Err(SendError::LinkFull(msg)),
                     Err(TellError::Gone) => {
                         Err(self.gone(msg, "its node's incarnation is quarantined"))
                     }
@@ -283,7 +288,8 @@ impl<M: Send + 'static> ActorRef<M> {
     /// `transport::TransportConfig::set_producer_yield_bytes`).
     ///
     /// # Errors
-    /// As [`tell`](Self::tell), except that `MailboxFull` is never returned.
+    /// As [`tell`](Self::tell), except that `MailboxFull` and `LinkFull` are
+    /// never returned.
     pub fn send(&self, msg: M) -> SendFuture<'_, M> {
         let state = match self.tell_hint(msg) {
             Ok(false) => SendState::Sent,
@@ -292,7 +298,9 @@ impl<M: Send + 'static> ActorRef<M> {
                 tokio::task::yield_now().await;
                 Ok(())
             })),
-            Err(SendError::MailboxFull(msg)) => SendState::Waiting(Box::pin(self.send_slow(msg))),
+            Err(SendError::MailboxFull(msg) | SendError::LinkFull(msg)) => {
+                SendState::Waiting(Box::pin(self.send_slow(msg)))
+            }
             Err(e) => SendState::Failed(Some(Box::new(e))),
         };
         SendFuture { state }
@@ -304,7 +312,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Local(c) => match c.mailbox.push_wait(Queued::Local(msg)).await {
                 Ok(()) => Ok(()),
                 Err(Queued::Local(m)) => Err(self.gone(m, "actor stopped")),
-                Err(Queued::Batch(..)) => unreachable!("pushed a local envelope"),
+                Err(_) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) => {
                 let assoc = &r.assoc;
@@ -360,8 +368,14 @@ impl<M: Send + 'static> ActorRef<M> {
     /// ```
     ///
     /// # Errors
-    /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient stopped
-    /// or dropped the reply ref), [`AskError::MailboxFull`],
+    /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient had
+    /// stopped, failed at once, or it stopped or dropped the reply ref
+    /// while the ask waited), [`AskError::MailboxFull`] and
+    /// [`AskError::LinkFull`] (the request waited for room, as
+    /// [`send`](Self::send) does, for the whole timeout and was not sent;
+    /// a remote request that had to wait goes without its reply slot's
+    /// path, like one buffered while connecting, so a dead letter there
+    /// shows as a timeout rather than `Undeliverable`),
     /// [`AskError::Serialization`], [`AskError::NodeUnreachable`] (a
     /// remote recipient's incarnation is already quarantined), and
     /// [`AskError::NodeDown`]: a remote recipient's node went down while
@@ -373,6 +387,7 @@ impl<M: Send + 'static> ActorRef<M> {
         make: impl FnOnce(ActorRef<R>) -> M,
         timeout: Duration,
     ) -> Result<R, AskError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let registry = self.registry().ok_or(AskError::ActorGone)?;
         let (reply, promise, rx) =
             ActorRef::<R>::promise(registry.temp_path(), Arc::downgrade(&registry));
@@ -399,7 +414,8 @@ impl<M: Send + 'static> ActorRef<M> {
                     &reply_path,
                 ) {
                     Ok(()) => Ok(()),
-                    Err(TellError::Full | TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
+                    Err(TellError::Full) => Err(SendError::LinkFull(msg)),
                     Err(TellError::Gone) => {
                         Err(self.gone(msg, "its node's incarnation is quarantined"))
                     }
@@ -408,9 +424,25 @@ impl<M: Send + 'static> ActorRef<M> {
             }
             _ => self.tell(make(reply)),
         };
+        // No room: wait for it as `send` does, within the timeout. A
+        // remote request that had to wait goes without its reply path (as
+        // one buffered while connecting), so a dead letter there is seen
+        // at the timeout rather than at once.
+        let sent = match sent {
+            Err(SendError::MailboxFull(msg)) => {
+                tokio::time::timeout_at(deadline, self.send_slow(msg))
+                    .await
+                    .map_err(|_| AskError::MailboxFull)?
+            }
+            Err(SendError::LinkFull(msg)) => tokio::time::timeout_at(deadline, self.send_slow(msg))
+                .await
+                .map_err(|_| AskError::LinkFull)?,
+            other => other,
+        };
         match sent {
             Ok(()) => {}
             Err(SendError::MailboxFull(_)) => return Err(AskError::MailboxFull),
+            Err(SendError::LinkFull(_)) => return Err(AskError::LinkFull),
             Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
             Err(SendError::ActorGone(_)) => {
                 return Err(match &self.inner {
@@ -437,7 +469,7 @@ impl<M: Send + 'static> ActorRef<M> {
                         reason,
                     })
                 };
-                tokio::time::timeout(timeout, async {
+                tokio::time::timeout_at(deadline, async {
                     tokio::select! {
                         biased;
                         answer = reply => answer,
@@ -446,14 +478,15 @@ impl<M: Send + 'static> ActorRef<M> {
                 })
                 .await
             }
-            _ => tokio::time::timeout(timeout, reply).await,
+            _ => tokio::time::timeout_at(deadline, reply).await,
         };
         answer.unwrap_or(Err(AskError::Timeout(timeout)))
     }
 
     /// Stops the actor after the message it is handling; messages still
-    /// queued become dead letters. Remote actors are stopped through their
-    /// node.
+    /// queued become dead letters (to handle them first, use
+    /// [`stop_after_queued`](Self::stop_after_queued)). Remote actors are
+    /// stopped through their node.
     pub fn stop(&self) {
         match &self.inner {
             Inner::Local(c) => {
@@ -464,6 +497,51 @@ impl<M: Send + 'static> ActorRef<M> {
             }
             Inner::Remote(r) => r.assoc.send_stop(&r.recipient),
             Inner::Dead(..) => {}
+        }
+    }
+
+    /// Stops the actor once it has handled the messages already in its
+    /// mailbox (Akka's `PoisonPill`), where [`stop`](Self::stop) jumps the
+    /// queue. A marker goes into the mailbox behind them: it is never
+    /// refused for a full mailbox, and messages that arrive after it
+    /// become dead letters when the actor stops. System messages (and an
+    /// immediate `stop`) still come first. For an ask's reply slot this is
+    /// `stop`.
+    ///
+    /// ```
+    /// # use actors::{Actor, ActorSystem, Ctx};
+    /// # struct Printer;
+    /// # impl Actor for Printer {
+    /// #     type Msg = String;
+    /// #     async fn handle(&mut self, line: String, _: &mut Ctx<Self>) { println!("{line}"); }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::local("doc").unwrap();
+    /// let printer = system.spawn(Printer);
+    /// printer.tell("last words".to_owned()).unwrap();
+    /// printer.stop_after_queued().unwrap();
+    /// printer.watch().await; // "last words" was printed
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`StopError::ActorGone`]: the actor had already stopped.
+    /// - [`StopError::RemoteNotSupported`]: the actor is on another node;
+    ///   a graceful remote stop needs a new system message on the wire and
+    ///   is not supported yet. Send it a message on which it calls
+    ///   [`Ctx::stop`](crate::Ctx::stop), or use `stop`.
+    pub fn stop_after_queued(&self) -> Result<(), StopError> {
+        match &self.inner {
+            Inner::Local(c) => c
+                .mailbox
+                .push_unbounded(Queued::Stop)
+                .map_err(|_| StopError::ActorGone),
+            Inner::Promise(_) => {
+                self.stop();
+                Ok(())
+            }
+            Inner::Remote(_) => Err(StopError::RemoteNotSupported),
+            Inner::Dead(..) => Err(StopError::ActorGone),
         }
     }
 

@@ -11,7 +11,8 @@ pub const DEFAULT_MAILBOX_CAPACITY: usize = 64 * 1024;
 /// Default time `resolve` waits for a remote node's answer.
 pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default messages buffered per remote node while its link is being
-/// established; beyond this `tell` reports `MailboxFull`.
+/// established; beyond this `tell` reports `LinkFull` (`send` and `ask`
+/// wait).
 pub const DEFAULT_PENDING_CAPACITY: usize = 16 * 1024;
 /// Default malformed envelopes a connection may carry per second before it
 /// is closed: 100. A correct peer sends none; a few can come from a peer

@@ -47,10 +47,19 @@ pub enum SerializationError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError<M> {
-    /// The recipient's mailbox (or the link to its node) is full; retry, or
-    /// use `send().await`, which waits for room.
+    /// The recipient's mailbox is full (for a remote recipient: it has used
+    /// its window on the link, so its mailbox on the other node is full or
+    /// its credit is on the way). Retry, or use `send().await`, which
+    /// waits for room.
     #[error("mailbox full")]
     MailboxFull(M),
+    /// The link to the recipient's node is full: its outbound queue, or
+    /// the buffer of messages waiting for the connection
+    /// (`SystemConfig::set_pending_capacity`). The node or the network is
+    /// behind, not necessarily this actor; other recipients on that node
+    /// are refused too. Retry, or use `send().await`, which waits for room.
+    #[error("link to the recipient's node full")]
+    LinkFull(M),
     /// The recipient has stopped (or its node's link is gone).
     #[error("actor is gone")]
     ActorGone(M),
@@ -63,7 +72,7 @@ impl<M> SendError<M> {
     /// The undelivered message, if the error carries it.
     pub fn into_message(self) -> Option<M> {
         match self {
-            Self::MailboxFull(m) | Self::ActorGone(m) => Some(m),
+            Self::MailboxFull(m) | Self::LinkFull(m) | Self::ActorGone(m) => Some(m),
             Self::Serialization(_) => None,
         }
     }
@@ -79,9 +88,15 @@ pub enum AskError {
     /// The recipient stopped, or dropped the reply ref without answering.
     #[error("actor is gone")]
     ActorGone,
-    /// The recipient's mailbox is full.
+    /// The recipient's mailbox was full (for a remote recipient: it had no
+    /// credit on the link) for the whole timeout; the request was not sent.
     #[error("mailbox full")]
     MailboxFull,
+    /// The link to the recipient's node was full (its queue, or the buffer
+    /// of messages waiting for the connection) for the whole timeout; the
+    /// request was not sent.
+    #[error("link to the recipient's node full")]
+    LinkFull,
     /// The recipient's node cannot be reached: its incarnation was
     /// quarantined before the request was sent; nothing was sent.
     #[error("node unreachable: {0}")]
@@ -111,6 +126,21 @@ pub enum AskError {
     /// handled.
     #[error("request undeliverable: {0}")]
     Undeliverable(String),
+}
+
+/// Why [`ActorRef::stop_after_queued`](crate::ActorRef::stop_after_queued)
+/// did not queue a stop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StopError {
+    /// The actor had already stopped; nothing to do.
+    #[error("actor is gone")]
+    ActorGone,
+    /// The actor is on another node, where a stop after its queued
+    /// messages is not supported yet. Use `stop` (immediate), or send it a
+    /// message on which it calls `Ctx::stop`.
+    #[error("a stop after queued messages is not supported for remote actors yet")]
+    RemoteNotSupported,
 }
 
 /// Why a path could not be resolved to a ref.

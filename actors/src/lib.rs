@@ -110,6 +110,7 @@ mod registry;
 mod remote;
 mod serialization;
 mod system;
+mod timer;
 mod watch;
 
 // Lets `actors::` paths in `differential.rs` (shared with the fuzz target)
@@ -127,7 +128,9 @@ pub use config::{
     DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
 };
 pub use config_file::{ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG};
-pub use error::{AskError, ResolveError, SendError, SerializationError, SpawnError, SystemError};
+pub use error::{
+    AskError, ResolveError, SendError, SerializationError, SpawnError, StopError, SystemError,
+};
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};
 pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
@@ -136,6 +139,7 @@ pub use remote::fuzz_decode_envelope;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
 pub use system::ActorSystem;
+pub use timer::TimerKey;
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;
 

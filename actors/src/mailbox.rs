@@ -10,7 +10,9 @@
 //! with the message, `send().await` waits for room, and the remote reader
 //! stops reading (so TCP pushes back on the sending node). System messages
 //! (termination notices) are never refused and are handled before any
-//! queued user message.
+//! queued user message. The actor's own timer messages and the marker of
+//! a graceful stop (`stop_after_queued`) are not refused either, but queue
+//! among user messages, in order of arrival.
 
 use std::{
     collections::VecDeque,
@@ -24,10 +26,12 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::lifecycle::Terminated;
+use crate::{lifecycle::Terminated, timer::TimerKey};
 
-/// What sits in a mailbox: a message, or a batch of remote messages that
-/// arrived in one socket read, which the actor's own task decodes.
+/// What sits in a mailbox: a message, a batch of remote messages that
+/// arrived in one socket read (which the actor's own task decodes), a
+/// message of one of the actor's timers, or the marker of a stop after
+/// the messages queued before it.
 ///
 /// A batch is one buffer of `[len u32 LE][payload]` records: one
 /// reference-counted allocation per read, not one per message, so the
@@ -35,6 +39,24 @@ use crate::lifecycle::Terminated;
 pub(crate) enum Queued<M> {
     Local(M),
     Batch(Bytes, usize),
+    /// Handled only if the timer was not cancelled since (see `timer`).
+    /// Boxed: timer messages are rare next to tells, and unboxed the key
+    /// would grow every entry of a mailbox whose message is over 32 bytes.
+    Timer(Box<(TimerKey, M)>),
+    /// `ActorRef::stop_after_queued`: the actor stops when it reaches it.
+    Stop,
+}
+
+impl<M> Queued<M> {
+    /// User messages this entry holds, as counted against the capacity
+    /// and in dead letters.
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            Self::Local(_) | Self::Timer(..) => 1,
+            Self::Batch(_, n) => *n,
+            Self::Stop => 0,
+        }
+    }
 }
 
 /// Iterates the `(start, end)` ranges of the records of a batch buffer.
@@ -167,6 +189,25 @@ impl<M> Mailbox<M> {
         }
     }
 
+    /// Appends an entry the actor queued for itself (a timer message) or a
+    /// stop marker, whatever the capacity: it is never refused for a full
+    /// mailbox, so a full mailbox can be stopped gracefully, and a timer
+    /// cannot lose its message. Each timer has at most one message in the
+    /// mailbox (a repeated timer skips ticks while its last one waits), so
+    /// the overshoot is bounded by the timers set, plus one stop marker
+    /// per `stop_after_queued` call.
+    /// Refused only once the mailbox is closed.
+    pub(crate) fn push_unbounded(&self, m: Queued<M>) -> Result<(), Queued<M>> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err(m);
+        }
+        st.queued += m.count();
+        st.user.push_back(m);
+        self.wake_if_idle(st);
+        Ok(())
+    }
+
     /// Appends a batch of `n` remote messages (one socket read's worth) if
     /// the mailbox is under capacity, in messages and in bytes; the batch
     /// may overshoot either.
@@ -281,5 +322,19 @@ impl<M> Mailbox<M> {
     /// User messages queued now.
     pub(crate) fn len(&self) -> usize {
         self.lock().queued
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Queued;
+
+    #[test]
+    fn a_timer_entry_does_not_grow_the_mailbox_entry() {
+        // One word for the variant, then the largest of a message and a
+        // batch (`Bytes` + count): as before timers existed.
+        let size = |m: usize| m.max(40) + 8;
+        assert!(std::mem::size_of::<Queued<[u8; 64]>>() <= size(64));
+        assert!(std::mem::size_of::<Queued<u64>>() <= size(8));
     }
 }

@@ -159,9 +159,12 @@ impl Actor for Receiver {
 
 /// Echoes like Akka's `sender() ! msg`: a `tell`, so the handler never
 /// waits (and its future stays small). Should the sender's mailbox ever be
-/// full, the echo waits for room on a task of its own instead of being lost.
+/// full, or the link to its node, the echo waits for room on a task of its
+/// own instead of being lost.
 fn echo(reply: &ActorRef<ToSender>, msg: ToSender) {
-    if let Err(actors::SendError::MailboxFull(msg)) = reply.tell(msg) {
+    if let Err(actors::SendError::MailboxFull(msg) | actors::SendError::LinkFull(msg)) =
+        reply.tell(msg)
+    {
         let reply = reply.clone();
         tokio::spawn(async move {
             let _ = reply.send(msg).await;

@@ -26,6 +26,7 @@ mod it {
     mod node_identity;
     mod ordering;
     mod push;
+    mod runtime;
     mod tls;
     mod trust;
     mod typed_refs;

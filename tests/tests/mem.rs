@@ -158,7 +158,7 @@ fn fill(counter: &ActorRef<PeerCount>) -> usize {
     for i in 0..100_000 {
         match counter.tell(PeerCount::Blob(blob.clone())) {
             Ok(()) => {}
-            Err(SendError::MailboxFull(_)) => return i,
+            Err(SendError::LinkFull(_)) => return i,
             Err(e) => panic!("unexpected {e:?}"),
         }
     }

@@ -140,7 +140,7 @@ async fn messages_lost_when_an_unreachable_link_is_aborted_are_counted_as_dead_l
                 match remote.tell(Count::Add(1)) {
                     Ok(()) => sent += 1,
                     // The queue is full: b reads nothing.
-                    Err(SendError::MailboxFull(_)) => tokio::task::yield_now().await,
+                    Err(SendError::LinkFull(_)) => tokio::task::yield_now().await,
                     Err(e) => panic!("tell: {e}"),
                 }
             }
