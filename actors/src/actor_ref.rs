@@ -308,6 +308,12 @@ impl<M: Send + 'static> ActorRef<M> {
 
     #[inline(never)]
     async fn send_slow(&self, msg: M) -> Result<(), SendError<M>> {
+        self.send_slow_with(msg, None).await
+    }
+
+    /// `send`'s wait for room; `reply`: an ask's reply slot, carried by a
+    /// remote request (see `Association::tell_ask`).
+    async fn send_slow_with(&self, msg: M, reply: Option<&str>) -> Result<(), SendError<M>> {
         match &self.inner {
             Inner::Local(c) => match c.mailbox.push_wait(Queued::Local(msg)).await {
                 Ok(()) => Ok(()),
@@ -330,7 +336,10 @@ impl<M: Send + 'static> ActorRef<M> {
                         unreachable!("encoding never reports full")
                     }
                 };
-                match assoc.send_payload(&r.recipient, r.manifest, payload).await {
+                match assoc
+                    .send_payload(&r.recipient, r.manifest, payload, reply)
+                    .await
+                {
                     Ok(()) => Ok(()),
                     Err(TellError::Full | TellError::NoCredit) => {
                         unreachable!("send waits instead of reporting full")
@@ -372,10 +381,10 @@ impl<M: Send + 'static> ActorRef<M> {
     /// stopped, failed at once, or it stopped or dropped the reply ref
     /// while the ask waited), [`AskError::MailboxFull`] and
     /// [`AskError::LinkFull`] (the request waited for room, as
-    /// [`send`](Self::send) does, for the whole timeout and was not sent;
-    /// a remote request that had to wait goes without its reply slot's
-    /// path, like one buffered while connecting, so a dead letter there
-    /// shows as a timeout rather than `Undeliverable`),
+    /// [`send`](Self::send) does, for the whole timeout and was not sent),
+    /// [`AskError::Undeliverable`] (the recipient's node turned the request
+    /// into a dead letter and said why; a request buffered while the link
+    /// connects does not carry what that needs, and shows as a timeout),
     /// [`AskError::Serialization`], [`AskError::NodeUnreachable`] (a
     /// remote recipient's incarnation is already quarantined), and
     /// [`AskError::NodeDown`]: a remote recipient's node went down while
@@ -401,17 +410,19 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Remote(r) => Some(r.assoc.watch_downs()),
             _ => None,
         };
+        // A remote request carries its reply slot's path, so that the node
+        // can say at once why it is a dead letter there.
+        let reply_path =
+            matches!(self.inner, Inner::Remote(_)).then(|| reply.path().elements().to_owned());
         let sent = match &self.inner {
-            // The request carries its reply slot's path, so that the node
-            // can say at once why it is a dead letter there.
             Inner::Remote(r) => {
-                let reply_path = reply.path().elements().to_owned();
+                let reply_path = reply_path.as_deref().unwrap_or_default();
                 let msg = make(reply);
                 match r.assoc.tell_ask(
                     &r.recipient,
                     r.manifest,
                     &|b, limit| (r.encode)(&msg, b, limit),
-                    &reply_path,
+                    reply_path,
                 ) {
                     Ok(()) => Ok(()),
                     Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
@@ -424,19 +435,20 @@ impl<M: Send + 'static> ActorRef<M> {
             }
             _ => self.tell(make(reply)),
         };
-        // No room: wait for it as `send` does, within the timeout. A
-        // remote request that had to wait goes without its reply path (as
-        // one buffered while connecting), so a dead letter there is seen
-        // at the timeout rather than at once.
+        // No room: wait for it as `send` does, within the timeout; the
+        // request still carries its reply path.
+        let reply_path = reply_path.as_deref();
         let sent = match sent {
             Err(SendError::MailboxFull(msg)) => {
-                tokio::time::timeout_at(deadline, self.send_slow(msg))
+                tokio::time::timeout_at(deadline, self.send_slow_with(msg, reply_path))
                     .await
                     .map_err(|_| AskError::MailboxFull)?
             }
-            Err(SendError::LinkFull(msg)) => tokio::time::timeout_at(deadline, self.send_slow(msg))
-                .await
-                .map_err(|_| AskError::LinkFull)?,
+            Err(SendError::LinkFull(msg)) => {
+                tokio::time::timeout_at(deadline, self.send_slow_with(msg, reply_path))
+                    .await
+                    .map_err(|_| AskError::LinkFull)?
+            }
             other => other,
         };
         match sent {

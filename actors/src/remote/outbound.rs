@@ -311,11 +311,13 @@ impl Association {
     /// Remote `send` of an encoded message: waits while the recipient has no
     /// credit (its mailbox on the other node is full, see `flow`), while
     /// the link's queue is full, or while the connect buffer is.
+    /// `reply`: an ask's reply slot, carried as `tell_ask` does.
     pub(crate) async fn send_payload(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
         manifest: u32,
         payload: Bytes,
+        reply: Option<&str>,
     ) -> Result<(), TellError> {
         if self.is_large(r, payload.len()) {
             return self.send_large_wait(r, manifest, payload).await;
@@ -332,7 +334,11 @@ impl Association {
             let credits = link.as_ref().map(|l| l.credits.clone());
             let granted = credits.as_ref().map(|c| c.notify.notified());
             tokio::pin!(changed, granted);
-            match self.tell(r, manifest, &copy) {
+            let tried = match reply {
+                Some(reply) => self.tell_ask(r, manifest, &copy, reply),
+                None => self.tell(r, manifest, &copy),
+            };
+            match tried {
                 Err(TellError::NoCredit) => {
                     let Some(granted) = granted.as_mut().as_pin_mut() else {
                         continue;

@@ -89,3 +89,68 @@ async fn an_ask_to_an_actor_of_another_type_fails_at_once_naming_both() {
         started.elapsed()
     );
 }
+
+/// Handles nothing until its gate opens; stops when the gate is dropped.
+struct Gated(tokio::sync::watch::Receiver<bool>);
+
+impl Actor for Gated {
+    type Msg = Count;
+
+    async fn handle(&mut self, _: Count, ctx: &mut Ctx<Self>) {
+        if self.0.wait_for(|open| *open).await.is_err() {
+            ctx.stop();
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_ask_that_waited_for_credit_still_hears_why_it_is_undeliverable() {
+    let mut config = SystemConfig::default();
+    config.set_recipient_window(2048).set_mailbox_capacity(4);
+    let a = actor_system_with("a", config.clone()).await;
+    let b = actor_system_with("b", config).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    b.spawn_named("gated", Gated(gate)).expect("free");
+    let gated = within("resolve", a.resolve::<Count>(&actor_path(&b, "gated")))
+        .await
+        .expect("resolves");
+    // Its window used up: an ask must wait for credit.
+    within("the window fills", async {
+        while gated.tell(Count::Add(1)).is_ok() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let asking = tokio::spawn({
+        let gated = gated.clone();
+        async move { gated.ask(Count::Get, LONG).await }
+    });
+    // The actor stops: what was parked for it is given up on (credit comes
+    // back), the waiting request goes, and finds no actor.
+    drop(open);
+    gone_locally_as::<Count>(&b, "gated").await;
+    let err = within("the ask ends", asking)
+        .await
+        .expect("no panic")
+        .expect_err("no actor answers");
+    assert!(
+        matches!(&err, AskError::Undeliverable(why) if why.contains("no such actor")),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < FAST,
+        "failed after {:?}",
+        started.elapsed()
+    );
+}
+
+async fn gone_locally_as<M: actors::RemoteMessage>(b: &ActorSystem, name: &str) {
+    let path = actor_path(b, name);
+    within("the actor is gone", async {
+        while !matches!(b.resolve::<M>(&path).await, Err(ResolveError::NotFound(_))) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
