@@ -261,12 +261,7 @@ impl<M: Send + 'static> ActorRef<M> {
                     (r.encode)(&msg, b, limit)
                 }) {
                     Ok(yield_now) => Ok(yield_now),
-                    Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
-                    Err(TellError::Full) => Err(SendError::LinkFull(msg)),
-                    Err(TellError::Gone) => {
-                        Err(self.gone(msg, "its node's incarnation is quarantined"))
-                    }
-                    Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
+                    Err(e) => Err(self.remote_error(e, msg)),
                 }
             }
             Inner::Dead(..) => Err(self.gone(msg, "no such actor")),
@@ -326,31 +321,34 @@ impl<M: Send + 'static> ActorRef<M> {
                 // borrow of the message (`M` need not be `Sync`).
                 let encoded =
                     assoc.encode_payload(&r.recipient, &|b, limit| (r.encode)(&msg, b, limit));
+                // Neither reports a full link or mailbox: encoding does not
+                // queue, and `send_payload` waits instead.
                 let payload = match encoded {
                     Ok(p) => p,
-                    Err(TellError::Serialization(e)) => return Err(SendError::Serialization(e)),
-                    Err(TellError::Gone) => {
-                        return Err(self.gone(msg, "its node's incarnation is quarantined"));
-                    }
-                    Err(TellError::Full | TellError::NoCredit) => {
-                        unreachable!("encoding never reports full")
-                    }
+                    Err(e) => return Err(self.remote_error(e, msg)),
                 };
                 match assoc
                     .send_payload(&r.recipient, r.manifest, payload, reply)
                     .await
                 {
                     Ok(()) => Ok(()),
-                    Err(TellError::Full | TellError::NoCredit) => {
-                        unreachable!("send waits instead of reporting full")
-                    }
-                    Err(TellError::Gone) => {
-                        Err(self.gone(msg, "its node's incarnation is quarantined"))
-                    }
-                    Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
+                    Err(e) => Err(self.remote_error(e, msg)),
                 }
             }
             _ => self.tell(msg),
+        }
+    }
+
+    /// What a remote send's failure means to its caller, with the message
+    /// handed back.
+    #[cold]
+    fn remote_error(&self, e: TellError, msg: M) -> SendError<M> {
+        match e {
+            // The recipient used its window: its mailbox is full.
+            TellError::NoCredit => SendError::MailboxFull(msg),
+            TellError::Full => SendError::LinkFull(msg),
+            TellError::Gone => self.gone(msg, "its node's incarnation is quarantined"),
+            TellError::Serialization(e) => SendError::Serialization(e),
         }
     }
 
@@ -425,12 +423,7 @@ impl<M: Send + 'static> ActorRef<M> {
                     reply_path,
                 ) {
                     Ok(()) => Ok(()),
-                    Err(TellError::NoCredit) => Err(SendError::MailboxFull(msg)),
-                    Err(TellError::Full) => Err(SendError::LinkFull(msg)),
-                    Err(TellError::Gone) => {
-                        Err(self.gone(msg, "its node's incarnation is quarantined"))
-                    }
-                    Err(TellError::Serialization(e)) => Err(SendError::Serialization(e)),
+                    Err(e) => Err(self.remote_error(e, msg)),
                 }
             }
             _ => self.tell(make(reply)),

@@ -300,9 +300,14 @@ impl Association {
         let node = self.node.clone();
         tokio::spawn(async move {
             conn.closed().await;
-            let lost = conn.stats().frames_dropped;
-            registry.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
+            count_dropped(&registry, &node, &conn, &why);
         });
+    }
+
+    /// The system this association belongs to has shut down (or is gone):
+    /// it dials nothing any more.
+    fn shut_down(&self) -> bool {
+        self.ctx.upgrade().is_none_or(|c| c.cancel.is_cancelled())
     }
 
     /// An ask to a recipient on this node starts waiting: subscribed
@@ -445,7 +450,7 @@ impl Association {
     fn spawn_attempt(self: &Arc<Self>, paced: bool) {
         // A system that shut down dials nothing: its attempts fail at once,
         // and each failure would start the next.
-        if self.ctx.upgrade().is_none_or(|c| c.cancel.is_cancelled()) {
+        if self.shut_down() {
             return;
         }
         if self.connecting.swap(true, Ordering::AcqRel) {
@@ -459,7 +464,7 @@ impl Association {
             let res = assoc.connect_when_due(paced).await;
             assoc.connecting.store(false, Ordering::Release);
             if let Err(failed) = res {
-                if assoc.ctx.upgrade().is_none_or(|c| c.cancel.is_cancelled()) {
+                if assoc.shut_down() {
                     // Shut down meanwhile: not worth a warning; what waited
                     // is still counted, and nothing retries.
                     tracing::debug!(node = %assoc.node, reason = %failed.reason, "connect given up: system shut down");
@@ -736,8 +741,7 @@ impl Association {
             tokio::spawn(async move {
                 c.close(DUPLICATE).await;
                 if let Some(r) = registry {
-                    let lost = c.stats().frames_dropped;
-                    r.dead_letters_n(lost, "(queued on a lost link)", &node, DUPLICATE);
+                    count_dropped(&r, &node, &c, DUPLICATE);
                 }
             });
         }
@@ -815,16 +819,8 @@ impl Association {
         // Outside the state lock: dropping aborts a live connection. What it
         // still had queued is counted as dead letters once it has ended.
         let conn = lock(&self.conns).remove(&generation);
-        if let Some(conn) = conn
-            && let Some(registry) = self.registry()
-        {
-            let node = self.node.clone();
-            let why = reason.to_string();
-            tokio::spawn(async move {
-                conn.closed().await;
-                let lost = conn.stats().frames_dropped;
-                registry.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
-            });
+        if let Some(conn) = conn {
+            self.count_lost(conn, reason.to_string());
         }
         let duplicate =
             matches!(reason, CloseReason::Remote(r) | CloseReason::Local(r) if r == DUPLICATE);
@@ -1151,6 +1147,13 @@ impl LaneHost for Association {
             .map(|c| c.cancel.clone())
             .unwrap_or_default()
     }
+}
+
+/// Counts the user messages `conn` (ended) dropped as dead letters of
+/// `node`, for `why`: a link's losses are never silent.
+pub(super) fn count_dropped(registry: &Registry, node: &str, conn: &Connection, why: &str) {
+    let lost = conn.stats().frames_dropped;
+    registry.dead_letters_n(lost, "(queued on a lost link)", &node, why);
 }
 
 /// Why a connect attempt failed, and whether the node's address refused

@@ -440,13 +440,7 @@ impl Remoting {
                 closing.spawn(async move {
                     c.close("actor system shut down").await;
                     // What a close that timed out dropped: never silent.
-                    let lost = c.stats().frames_dropped;
-                    registry.dead_letters_n(
-                        lost,
-                        "(queued on a lost link)",
-                        &node,
-                        "actor system shut down",
-                    );
+                    association::count_dropped(&registry, &node, &c, "actor system shut down");
                 });
             }
         }
