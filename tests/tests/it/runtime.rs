@@ -294,6 +294,25 @@ async fn messages_behind_a_graceful_stop_are_dead_letters_and_stop_jumps_the_que
     assert_eq!(sys.dead_letters(), dead_before + 5);
 }
 
+#[tokio::test]
+async fn a_message_behind_a_graceful_stop_is_a_dead_letter_and_those_before_it_run() {
+    let (sys, summer, open, total) = held_summer(8).await;
+    for _ in 0..4 {
+        summer.tell(1).expect("under capacity");
+    }
+    summer.stop_after_queued().expect("the actor runs");
+    summer
+        .tell(100)
+        .expect("the mailbox is open until the actor reaches the stop");
+    let dead_before = sys.dead_letters();
+    open.send(()).expect("the summer waits");
+    // The four before the stop ran (an immediate stop would run none);
+    // the one behind it did not (no stop would run it) and is counted.
+    assert_eq!(within("the total", total).await, Ok(4));
+    within("terminated", summer.watch()).await;
+    assert_eq!(sys.dead_letters(), dead_before + 1);
+}
+
 /// A local system with mailboxes of `cap` and a [`Probe`] held inside a
 /// message, its mailbox filled to `cap`.
 async fn full_probe(cap: usize) -> (ActorSystem, ActorRef<P>, oneshot::Sender<()>) {
