@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage};
+use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage};
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_main};
 use serde::{Deserialize, Serialize};
@@ -39,13 +39,14 @@ struct Counter(u64);
 impl Actor for Counter {
     type Msg = Count;
 
-    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) -> ActorResult {
         match msg {
             Count::Add(n) => self.0 += n,
             Count::Get(reply) => {
                 let _ = reply.tell(self.0);
             }
         }
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::{collections::HashMap, process::ExitCode, time::Duration};
 
-use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, Terminated};
+use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, Terminated};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -47,13 +47,14 @@ struct KvServer {
 impl Actor for KvServer {
     type Msg = Kv;
 
-    async fn handle(&mut self, msg: Kv, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Kv, _: &mut Ctx<Self>) -> ActorResult {
         let (reply, answer) = match msg {
             Kv::Put { key, value, reply } => (reply, self.map.insert(key, value)),
             Kv::Get { key, reply } => (reply, self.map.get(&key).cloned()),
             Kv::Delete { key, reply } => (reply, self.map.remove(&key)),
         };
         let _ = reply.tell(answer);
+        Ok(())
     }
 
     async fn stopped(&mut self, reason: &actors::StopReason) {
@@ -70,19 +71,23 @@ struct Monitor {
 impl Actor for Monitor {
     type Msg = ();
 
-    async fn started(&mut self, ctx: &mut Ctx<Self>) {
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
         ctx.watch(&self.server);
         println!("monitor: watching {}", self.server.path());
+        Ok(())
     }
 
-    async fn handle(&mut self, (): (), _: &mut Ctx<Self>) {}
+    async fn handle(&mut self, (): (), _: &mut Ctx<Self>) -> ActorResult {
+        Ok(())
+    }
 
-    async fn terminated(&mut self, t: Terminated, ctx: &mut Ctx<Self>) {
+    async fn terminated(&mut self, t: Terminated, ctx: &mut Ctx<Self>) -> ActorResult {
         println!("monitor: {} terminated: {}", t.path, t.reason);
         if let Some(done) = self.done.take() {
             let _ = done.send(t);
         }
         ctx.stop();
+        Ok(())
     }
 }
 

@@ -22,7 +22,7 @@
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration, time::Instant};
 
-use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage};
+use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage};
 use serde::{Deserialize, Serialize};
 
 /// The pong actor's message: echo `seq` to `reply`.
@@ -42,8 +42,9 @@ struct Pong;
 impl Actor for Pong {
     type Msg = Ping;
 
-    async fn handle(&mut self, Ping { seq, reply }: Ping, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Ping { seq, reply }: Ping, _: &mut Ctx<Self>) -> ActorResult {
         let _ = reply.tell(seq);
+        Ok(())
     }
 }
 

@@ -26,42 +26,64 @@ use crate::{
     watch::{WatchSink, Watchers},
 };
 
+/// What a hook returns when it fails: any error, boxed (`?` converts
+/// every `std::error::Error + Send + Sync` into it, and a `&str` or
+/// `String` converts with `.into()`).
+pub type ActorError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What [`Actor::started`], [`Actor::handle`] and [`Actor::terminated`]
+/// return: `Ok(())`, or the failure that stops the actor (see
+/// [`StopReason::Failed`]).
+pub type ActorResult = Result<(), ActorError>;
+
 /// An actor: state plus a handler for its messages, run one message at a
 /// time on its own task.
 ///
 /// ```
-/// use actors::{Actor, Ctx};
+/// use actors::{Actor, ActorResult, Ctx};
 /// struct Counter(u64);
 /// impl Actor for Counter {
 ///     type Msg = u64;
-///     async fn handle(&mut self, n: u64, _ctx: &mut Ctx<Self>) {
-///         self.0 += n;
+///     async fn handle(&mut self, n: u64, _ctx: &mut Ctx<Self>) -> ActorResult {
+///         self.0 = self.0.checked_add(n).ok_or("counter overflow")?;
+///         Ok(())
 ///     }
 /// }
 /// ```
+///
+/// # Failures
+/// A hook that returns an error, or panics, fails the actor: it stops
+/// with [`StopReason::Failed`] (or [`StopReason::Panicked`]), its
+/// watchers see that reason, and the rest of the system goes on. The
+/// message being handled is not handled again.
 pub trait Actor: Send + Sized + 'static {
     /// The messages this actor takes.
     type Msg: Send + 'static;
 
-    /// Runs once before the first message.
-    fn started(&mut self, ctx: &mut Ctx<Self>) -> impl Future<Output = ()> + Send {
+    /// Runs once before the first message. An error fails the actor
+    /// before it handles anything.
+    fn started(&mut self, ctx: &mut Ctx<Self>) -> impl Future<Output = ActorResult> + Send {
         let _ = ctx;
-        async {}
+        async { Ok(()) }
     }
 
-    /// Handles one message. A panic here stops the actor with
-    /// [`StopReason::Panicked`]; its watchers see that reason and the rest
-    /// of the system goes on.
-    fn handle(&mut self, msg: Self::Msg, ctx: &mut Ctx<Self>) -> impl Future<Output = ()> + Send;
+    /// Handles one message. An error or a panic here fails the actor (see
+    /// the trait's docs).
+    fn handle(
+        &mut self,
+        msg: Self::Msg,
+        ctx: &mut Ctx<Self>,
+    ) -> impl Future<Output = ActorResult> + Send;
 
-    /// An actor this one watches (see [`Ctx::watch`]) has terminated.
+    /// An actor this one watches (see [`Ctx::watch`]) has terminated. An
+    /// error fails this actor.
     fn terminated(
         &mut self,
         t: Terminated,
         ctx: &mut Ctx<Self>,
-    ) -> impl Future<Output = ()> + Send {
+    ) -> impl Future<Output = ActorResult> + Send {
         let _ = (t, ctx);
-        async {}
+        async { Ok(()) }
     }
 
     /// Runs once after the last message, unless the actor panicked.
@@ -143,18 +165,20 @@ impl<A: Actor> Ctx<A> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use actors::{Actor, Ctx};
+    /// use actors::{Actor, ActorResult, Ctx};
     /// struct Session;
     /// enum Msg { Touch, Expire }
     /// impl Actor for Session {
     ///     type Msg = Msg;
-    ///     async fn started(&mut self, ctx: &mut Ctx<Self>) {
+    ///     async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
     ///         ctx.schedule_once(Duration::from_secs(30), Msg::Expire);
+    ///         Ok(())
     ///     }
-    ///     async fn handle(&mut self, msg: Msg, ctx: &mut Ctx<Self>) {
+    ///     async fn handle(&mut self, msg: Msg, ctx: &mut Ctx<Self>) -> ActorResult {
     ///         if let Msg::Expire = msg {
     ///             ctx.stop();
     ///         }
+    ///         Ok(())
     ///     }
     /// }
     /// ```
@@ -336,6 +360,14 @@ impl ActorSystem {
     }
 }
 
+/// Logs a hook's error and makes it the actor's stop reason.
+#[cold]
+#[inline(never)]
+fn fail(path: &crate::path::ActorPath, e: &(dyn std::error::Error + Send + Sync)) -> StopReason {
+    tracing::error!(actor = %path, error = %e, "actor failed; stopped");
+    StopReason::Failed(e.to_string())
+}
+
 /// An actor's task: hooks, then batches of messages until stopped.
 async fn run_actor<A: Actor>(
     mut actor: A,
@@ -354,13 +386,16 @@ async fn run_actor<A: Actor>(
         sink: WatchSink::Actor(cell.clone()),
         timers: Timers::default(),
     };
-    actor.started(&mut ctx).await;
+    let mut failed = actor.started(&mut ctx).await.err();
     let mut user: VecDeque<Queued<A::Msg>> = VecDeque::new();
     let mut sys: VecDeque<SystemMsg> = VecDeque::new();
     // The messages of the remote batch being worked through, decoded
     // together (one decode context per batch, no await in between).
     let mut decoded: VecDeque<A::Msg> = VecDeque::new();
     let reason = 'run: loop {
+        if let Some(e) = failed.take() {
+            break fail(&cell.path, &*e);
+        }
         if ctx.stop {
             break StopReason::Stopped;
         }
@@ -386,7 +421,11 @@ async fn run_actor<A: Actor>(
             while let Some(s) = sys.pop_front() {
                 match s {
                     SystemMsg::Stop => break 'run StopReason::Stopped,
-                    SystemMsg::Terminated(t) => actor.terminated(t, &mut ctx).await,
+                    SystemMsg::Terminated(t) => {
+                        if let Err(e) = actor.terminated(t, &mut ctx).await {
+                            break 'run fail(&cell.path, &*e);
+                        }
+                    }
                 }
                 if ctx.stop {
                     break 'run StopReason::Stopped;
@@ -432,7 +471,9 @@ async fn run_actor<A: Actor>(
                     }
                 }
             };
-            actor.handle(msg, &mut ctx).await;
+            if let Err(e) = actor.handle(msg, &mut ctx).await {
+                break 'run fail(&cell.path, &*e);
+            }
             if ctx.stop {
                 break 'run StopReason::Stopped;
             }

@@ -357,13 +357,14 @@ impl<M: Send + 'static> ActorRef<M> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use actors::{Actor, ActorRef, ActorSystem, Ctx};
+    /// # use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx};
     /// struct Doubler;
     /// struct Double(u64, ActorRef<u64>);
     /// impl Actor for Doubler {
     ///     type Msg = Double;
-    ///     async fn handle(&mut self, Double(n, reply): Double, _: &mut Ctx<Self>) {
+    ///     async fn handle(&mut self, Double(n, reply): Double, _: &mut Ctx<Self>) -> ActorResult {
     ///         let _ = reply.tell(n * 2);
+    ///         Ok(())
     ///     }
     /// }
     /// # #[tokio::main] async fn main() {
@@ -514,11 +515,14 @@ impl<M: Send + 'static> ActorRef<M> {
     /// `stop`.
     ///
     /// ```
-    /// # use actors::{Actor, ActorSystem, Ctx};
+    /// # use actors::{Actor, ActorResult, ActorSystem, Ctx};
     /// # struct Printer;
     /// # impl Actor for Printer {
     /// #     type Msg = String;
-    /// #     async fn handle(&mut self, line: String, _: &mut Ctx<Self>) { println!("{line}"); }
+    /// #     async fn handle(&mut self, line: String, _: &mut Ctx<Self>) -> ActorResult {
+    /// #         println!("{line}");
+    /// #         Ok(())
+    /// #     }
     /// # }
     /// # #[tokio::main] async fn main() {
     /// let system = ActorSystem::local("doc").unwrap();

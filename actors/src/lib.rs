@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage};
+//! use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -12,8 +12,9 @@
 //! struct G;
 //! impl Actor for G {
 //!     type Msg = Greeter;
-//!     async fn handle(&mut self, Greeter::Greet(who, reply): Greeter, _: &mut Ctx<Self>) {
+//!     async fn handle(&mut self, Greeter::Greet(who, reply): Greeter, _: &mut Ctx<Self>) -> ActorResult {
 //!         let _ = reply.tell(format!("hello, {who}"));
+//!         Ok(())
 //!     }
 //! }
 //! # #[tokio::main] async fn main() {
@@ -118,7 +119,7 @@ mod watch;
 #[cfg(test)]
 extern crate self as actors;
 
-pub use actor::{Actor, Ctx};
+pub use actor::{Actor, ActorError, ActorResult, Ctx};
 pub use actor_ref::{ActorRef, SendFuture};
 pub use config::{
     DEFAULT_ASSOCIATION_IDLE_TIMEOUT, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_CAPACITY,

@@ -22,6 +22,9 @@ pub enum StopReason {
     NodeUnreachable(String),
     /// There was no such actor when it was watched.
     NotFound,
+    /// A hook returned an error ([`ActorError`](crate::ActorError)), with
+    /// its message.
+    Failed(String),
 }
 
 impl fmt::Display for StopReason {
@@ -32,6 +35,7 @@ impl fmt::Display for StopReason {
             Self::SystemShutdown => f.write_str("system shut down"),
             Self::NodeUnreachable(r) => write!(f, "node unreachable: {r}"),
             Self::NotFound => f.write_str("no such actor"),
+            Self::Failed(m) => write!(f, "failed: {m}"),
         }
     }
 }

@@ -11,7 +11,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, SharedBytes, StopReason, SystemConfig,
+    Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, SharedBytes, StopReason,
+    SystemConfig,
 };
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -131,7 +132,7 @@ impl Receiver {
 impl Actor for Receiver {
     type Msg = ToReceiver;
 
-    async fn handle(&mut self, msg: ToReceiver, _ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: ToReceiver, _ctx: &mut Ctx<Self>) -> ActorResult {
         match msg {
             ToReceiver::Payload(_) => self.count += 1,
             ToReceiver::Marker(marker) => {
@@ -154,6 +155,7 @@ impl Actor for Receiver {
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -230,11 +232,12 @@ impl SenderActor {
 impl Actor for SenderActor {
     type Msg = ToSender;
 
-    async fn started(&mut self, ctx: &mut Ctx<Self>) {
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
         ctx.watch(&self.receiver);
+        Ok(())
     }
 
-    async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) -> ActorResult {
         let step = match msg {
             ToSender::Go => Ok(self.pattern.begin()),
             ToSender::Echo(w) => Marker::try_from(w).and_then(|m| self.pattern.on_echo(m)),
@@ -242,9 +245,9 @@ impl Actor for SenderActor {
                 if let Some(r) = &mut self.per_message {
                     r.record_rtt(Duration::from_nanos(now_ns().saturating_sub(t)));
                 }
-                return;
+                return Ok(());
             }
-            ToSender::PacedEcho(..) => return,
+            ToSender::PacedEcho(..) => return Ok(()),
         };
         let res = match step {
             Ok(step) => self.perform(step, ctx).await,
@@ -255,14 +258,16 @@ impl Actor for SenderActor {
             Ok(false) => {}
             Err(e) => self.fail(e, ctx),
         }
+        Ok(())
     }
 
-    async fn terminated(&mut self, t: actors::Terminated, ctx: &mut Ctx<Self>) {
+    async fn terminated(&mut self, t: actors::Terminated, ctx: &mut Ctx<Self>) -> ActorResult {
         let e = match t.reason {
             StopReason::NodeUnreachable(r) => anyhow!("receiver node unreachable: {r}"),
             other => anyhow!("receiver {} terminated: {other}", t.path),
         };
         self.fail(e, ctx);
+        Ok(())
     }
 }
 
@@ -391,7 +396,7 @@ struct Collector {
 impl Actor for Collector {
     type Msg = ToSender;
 
-    async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: ToSender, ctx: &mut Ctx<Self>) -> ActorResult {
         if let ToSender::PacedEcho(due, sent) = msg {
             let now = now_ns();
             self.hist
@@ -406,6 +411,7 @@ impl Actor for Collector {
                 ctx.stop();
             }
         }
+        Ok(())
     }
 }
 

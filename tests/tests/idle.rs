@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use actors::SystemConfig;
+use actors::{ActorResult, SystemConfig};
 use integration_tests::{actor_path, actor_system_with, within};
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +35,9 @@ struct Sink;
 impl actors::Actor for Sink {
     type Msg = Ping;
 
-    async fn handle(&mut self, _: Ping, _: &mut actors::Ctx<Self>) {}
+    async fn handle(&mut self, _: Ping, _: &mut actors::Ctx<Self>) -> ActorResult {
+        Ok(())
+    }
 }
 
 /// CPU used over `d` of wall time.

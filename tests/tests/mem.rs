@@ -19,8 +19,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteMessage, SendError,
-    SharedBytes, StopReason, SystemConfig,
+    Actor, ActorRef, ActorResult, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteMessage,
+    SendError, SharedBytes, StopReason, SystemConfig,
 };
 use bytes::Bytes;
 use integration_tests::{
@@ -191,9 +191,10 @@ impl RemoteMessage for Ping {
 impl Actor for Echo {
     type Msg = Ping;
 
-    async fn handle(&mut self, Ping(reply): Ping, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Ping(reply): Ping, _: &mut Ctx<Self>) -> ActorResult {
         self.0 += 1;
         let _ = reply.tell(self.0);
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{
     atomic::{AtomicU64, Ordering},
 };
 
-use actors::{Actor, Ctx, RemoteMessage, SharedBytes, SystemConfig};
+use actors::{Actor, ActorResult, Ctx, RemoteMessage, SharedBytes, SystemConfig};
 use integration_tests::{actor_path, actor_system, actor_system_with, within};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, Semaphore};
@@ -49,7 +49,7 @@ struct Slow {
 impl Actor for Slow {
     type Msg = Chunk;
 
-    async fn handle(&mut self, Chunk(bytes): Chunk, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Chunk(bytes): Chunk, _: &mut Ctx<Self>) -> ActorResult {
         assert_eq!(bytes.len(), CHUNK);
         self.permits
             .acquire()
@@ -58,6 +58,7 @@ impl Actor for Slow {
             .forget();
         self.consumed.fetch_add(1, Ordering::Relaxed);
         self.progress.notify_one();
+        Ok(())
     }
 }
 

@@ -33,7 +33,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteEvent, SystemConfig,
+    Actor, ActorRef, ActorResult, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteEvent,
+    SystemConfig,
 };
 use integration_tests::PeerCount;
 
@@ -43,7 +44,7 @@ struct Counter(u64, Vec<ActorRef<u64>>);
 impl Actor for Counter {
     type Msg = PeerCount;
 
-    async fn handle(&mut self, msg: PeerCount, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: PeerCount, _: &mut Ctx<Self>) -> ActorResult {
         match msg {
             PeerCount::Add(n) => self.0 += n,
             PeerCount::Get(reply) => {
@@ -52,6 +53,7 @@ impl Actor for Counter {
             PeerCount::Blob(_) => {}
             PeerCount::Hold(reply) => self.1.push(reply),
         }
+        Ok(())
     }
 }
 

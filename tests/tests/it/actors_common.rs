@@ -1,6 +1,6 @@
 //! Actors and messages shared by the actor tests.
 
-use actors::{Actor, ActorRef, ActorSystem, Ctx, RemoteMessage, Terminated};
+use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, Terminated};
 use integration_tests::within;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -24,6 +24,8 @@ pub(crate) enum Count {
     Stop,
     /// Drops the reply ref without answering.
     Ignore(ActorRef<u64>),
+    /// Fails: the handler returns this error.
+    Fail(String),
 }
 
 impl RemoteMessage for Count {
@@ -39,7 +41,7 @@ pub(crate) struct Counter {
 impl Actor for Counter {
     type Msg = Count;
 
-    async fn handle(&mut self, msg: Count, ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Count, ctx: &mut Ctx<Self>) -> ActorResult {
         match msg {
             Count::Add(n) => self.total += n,
             Count::Get(reply) => {
@@ -51,7 +53,9 @@ impl Actor for Counter {
             Count::Panic(m) => panic!("{m}"),
             Count::Stop => ctx.stop(),
             Count::Ignore(_) => {}
+            Count::Fail(e) => return Err(e.into()),
         }
+        Ok(())
     }
 }
 
@@ -73,17 +77,21 @@ struct Watcher<N: Send + 'static> {
 impl<N: Send + 'static> Actor for Watcher<N> {
     type Msg = ();
 
-    async fn started(&mut self, ctx: &mut Ctx<Self>) {
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
         ctx.watch(&self.target);
         if let Some(tx) = self.ready.take() {
             let _ = tx.send(());
         }
+        Ok(())
     }
 
-    async fn handle(&mut self, (): (), _: &mut Ctx<Self>) {}
+    async fn handle(&mut self, (): (), _: &mut Ctx<Self>) -> ActorResult {
+        Ok(())
+    }
 
-    async fn terminated(&mut self, t: Terminated, _: &mut Ctx<Self>) {
+    async fn terminated(&mut self, t: Terminated, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.seen.send(t);
+        Ok(())
     }
 }
 
@@ -116,8 +124,9 @@ pub(crate) struct Collector<T> {
 impl<T: Send + 'static> Actor for Collector<T> {
     type Msg = T;
 
-    async fn handle(&mut self, msg: T, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: T, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.out.send(msg);
+        Ok(())
     }
 }
 
@@ -158,7 +167,7 @@ pub(crate) struct SeqCheck {
 impl Actor for SeqCheck {
     type Msg = Seq;
 
-    async fn handle(&mut self, msg: Seq, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Seq, _: &mut Ctx<Self>) -> ActorResult {
         match msg {
             Seq::Next(n) => {
                 self.received += 1;
@@ -174,5 +183,6 @@ impl Actor for SeqCheck {
                 });
             }
         }
+        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! Actors failing across nodes: death watch, panics, dead letters for
 //! mistyped or undecodable messages, and shutdown.
 
-use actors::{Actor, ActorRef, Ctx, RemoteMessage, ResolveError, StopReason};
+use actors::{Actor, ActorRef, ActorResult, Ctx, RemoteMessage, ResolveError, StopReason};
 use integration_tests::{actor_path, actor_system, within};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -87,6 +87,57 @@ async fn remote_panic_reaches_watchers_and_the_node_keeps_working() {
     assert_eq!(total(&again).await, 0);
 }
 
+#[tokio::test]
+async fn a_handler_error_stops_the_actor_and_reaches_remote_watchers() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    b.spawn_named("failing", Counter::default()).expect("free");
+    let failing = within("resolve", a.resolve::<Count>(&actor_path(&b, "failing")))
+        .await
+        .expect("resolves");
+    let watch = failing.watch();
+    let mut watcher = spawn_watcher(&a, &failing).await;
+    failing.tell(Count::Add(1)).expect("room");
+    failing.tell(Count::Fail("bad input".into())).expect("room");
+    // Queued behind the failure: never handled, a dead letter there.
+    failing.tell(Count::Add(2)).expect("room");
+    let want = StopReason::Failed("bad input".into());
+    assert_eq!(within("watch future", watch).await.reason, want);
+    let t = within("terminated()", watcher.recv())
+        .await
+        .expect("a notice");
+    assert_eq!(t.reason, want);
+    // What followed the failure was not handled by anyone.
+    integration_tests::eventually("the message behind the failure is a dead letter", || {
+        b.dead_letters() >= 1
+    })
+    .await;
+}
+
+/// An actor whose `started` fails.
+struct FailsToStart;
+
+impl Actor for FailsToStart {
+    type Msg = u64;
+
+    async fn started(&mut self, _: &mut Ctx<Self>) -> ActorResult {
+        Err("no config".into())
+    }
+
+    async fn handle(&mut self, _: u64, _: &mut Ctx<Self>) -> ActorResult {
+        panic!("a failed start handles nothing");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_start_stops_the_actor_before_any_message() {
+    let a = actor_system("a").await;
+    let r = a.spawn(FailsToStart);
+    let _ = r.tell(1);
+    let t = within("watch", r.watch()).await;
+    assert_eq!(t.reason, StopReason::Failed("no config".into()));
+}
+
 /// A message type no actor in these tests takes. `Other(0, 7)` encodes
 /// to the same bytes as `Count::Add(7)`: only the manifest tells them apart.
 #[derive(Debug, Serialize, Deserialize)]
@@ -122,8 +173,9 @@ struct Holder {
 impl Actor for Holder {
     type Msg = HoldRef;
 
-    async fn handle(&mut self, HoldRef(to): HoldRef, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, HoldRef(to): HoldRef, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.told.send(to.tell(Other(0, 7)).is_ok());
+        Ok(())
     }
 }
 

@@ -4,8 +4,8 @@
 use std::{future::Future, pin::pin, task::Poll, time::Duration};
 
 use actors::{
-    Actor, ActorSystem, AskError, Ctx, ResolveError, SendError, SpawnError, StopReason,
-    SystemConfig,
+    Actor, ActorResult, ActorSystem, AskError, Ctx, ResolveError, SendError, SpawnError,
+    StopReason, SystemConfig,
 };
 use integration_tests::within;
 use tokio::sync::{mpsc, oneshot};
@@ -66,13 +66,14 @@ struct Gated {
 impl Actor for Gated {
     type Msg = u64;
 
-    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) -> ActorResult {
         if let Some(entered) = self.entered.take() {
             let _ = entered.send(());
             let gate = self.gate.take().expect("taken with `entered`");
             let _ = gate.await;
         }
         let _ = self.log.send(n);
+        Ok(())
     }
 }
 

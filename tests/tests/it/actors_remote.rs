@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use actors::{Actor, ActorRef, AskError, Ctx, ResolveError, SystemConfig};
+use actors::{Actor, ActorRef, ActorResult, AskError, Ctx, ResolveError, SystemConfig};
 use integration_tests::{actor_path, actor_system, actor_system_with, within};
 use tokio::sync::mpsc;
 
@@ -94,8 +94,9 @@ struct Forwarder {
 impl Actor for Forwarder {
     type Msg = Count;
 
-    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.to.tell(msg);
+        Ok(())
     }
 }
 

@@ -2,7 +2,7 @@
 //! (compression), the paths that name recipients, watches, mailboxes, and
 //! the association table (idle entries make room for new nodes).
 
-use actors::{ActorRef, SystemConfig};
+use actors::{ActorRef, ActorResult, SystemConfig};
 use integration_tests::{actor_path, actor_system_with, within};
 use tokio::sync::mpsc;
 
@@ -151,10 +151,11 @@ struct Gated {
 impl actors::Actor for Gated {
     type Msg = Blob;
 
-    async fn handle(&mut self, _: Blob, _: &mut actors::Ctx<Self>) {
+    async fn handle(&mut self, _: Blob, _: &mut actors::Ctx<Self>) -> ActorResult {
         if let Some(gate) = self.gate.take() {
             let _ = gate.await;
         }
+        Ok(())
     }
 }
 

@@ -15,8 +15,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorSystem, AskError, Backoff, Ctx, HeartbeatConfig, RemoteEvent,
-    RemoteMessage, SendError, StopReason, SystemConfig,
+    Actor, ActorRef, ActorResult, ActorSystem, AskError, Backoff, Ctx, HeartbeatConfig,
+    RemoteEvent, RemoteMessage, SendError, StopReason, SystemConfig,
 };
 use integration_tests::{
     PeerCount, PeerProcess, TIMEOUT, actor_path, actor_system, actor_system_with, next_event,
@@ -50,9 +50,10 @@ struct Holder {
 impl Actor for Holder {
     type Msg = Hold;
 
-    async fn handle(&mut self, Hold(reply): Hold, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Hold(reply): Hold, _: &mut Ctx<Self>) -> ActorResult {
         self.refs.push(reply);
         let _ = self.held.send(());
+        Ok(())
     }
 }
 

@@ -11,8 +11,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteEvent, StopReason,
-    SystemConfig, Terminated,
+    Actor, ActorRef, ActorResult, ActorSystem, Backoff, Ctx, HeartbeatConfig, RemoteEvent,
+    StopReason, SystemConfig, Terminated,
 };
 use integration_tests::{
     TIMEOUT, actor_path, actor_system_with, proxy::Mode, proxy::Proxy, secured_system, within,
@@ -258,16 +258,19 @@ struct CountingWatcher {
 impl Actor for CountingWatcher {
     type Msg = ActorRef<Vec<StopReason>>;
 
-    async fn started(&mut self, ctx: &mut Ctx<Self>) {
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
         ctx.watch(&self.target);
+        Ok(())
     }
 
-    async fn handle(&mut self, reply: ActorRef<Vec<StopReason>>, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, reply: ActorRef<Vec<StopReason>>, _: &mut Ctx<Self>) -> ActorResult {
         let _ = reply.tell(self.seen.clone());
+        Ok(())
     }
 
-    async fn terminated(&mut self, t: Terminated, _: &mut Ctx<Self>) {
+    async fn terminated(&mut self, t: Terminated, _: &mut Ctx<Self>) -> ActorResult {
         self.seen.push(t.reason);
+        Ok(())
     }
 }
 

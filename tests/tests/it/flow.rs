@@ -12,7 +12,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, Ctx, HeartbeatConfig, RemoteEvent, RemoteMessage, SendError, SystemConfig,
+    Actor, ActorRef, ActorResult, Ctx, HeartbeatConfig, RemoteEvent, RemoteMessage, SendError,
+    SystemConfig,
 };
 use integration_tests::{actor_path, actor_system_with, eventually, within};
 use serde::{Deserialize, Serialize};
@@ -41,9 +42,10 @@ struct Gated {
 impl Actor for Gated {
     type Msg = Work;
 
-    async fn handle(&mut self, _: Work, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, _: Work, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.gate.wait_for(|open| *open).await;
         self.got.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -57,9 +59,10 @@ struct Slow {
 impl Actor for Slow {
     type Msg = Work;
 
-    async fn handle(&mut self, _: Work, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, _: Work, _: &mut Ctx<Self>) -> ActorResult {
         tokio::time::sleep(self.per_message).await;
         self.got.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -80,11 +83,12 @@ struct Fast {
 impl Actor for Fast {
     type Msg = Stamp;
 
-    async fn handle(&mut self, Stamp(sent): Stamp, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Stamp(sent): Stamp, _: &mut Ctx<Self>) -> ActorResult {
         let now = self.epoch.elapsed().as_nanos() as u64;
         let _ = self
             .late
             .send(Duration::from_nanos(now.saturating_sub(sent)));
+        Ok(())
     }
 }
 

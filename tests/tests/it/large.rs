@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use actors::{
-    Actor, ActorRef, Bincode, Ctx, RemoteMessage, SendError, SerializationError, Serializer,
-    SharedBytes, SystemConfig, manifest_id,
+    Actor, ActorRef, ActorResult, Bincode, Ctx, RemoteMessage, SendError, SerializationError,
+    Serializer, SharedBytes, SystemConfig, manifest_id,
 };
 use bytes::BytesMut;
 use integration_tests::{
@@ -51,11 +51,12 @@ struct Sink {
 impl Actor for Sink {
     type Msg = Big;
 
-    async fn handle(&mut self, Big(b): Big, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Big(b): Big, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.out.send(Seen {
             at: Instant::now(),
             data: b,
         });
+        Ok(())
     }
 }
 
@@ -331,8 +332,9 @@ struct FlakySum(mpsc::UnboundedSender<u64>);
 impl Actor for FlakySum {
     type Msg = Flaky;
 
-    async fn handle(&mut self, m: Flaky, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, m: Flaky, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.0.send(m.n);
+        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! Size limits seen through the actor API: oversized messages are refused
 //! to the sender with a typed error, and the link keeps working.
 
-use actors::{Actor, Ctx, RemoteMessage, SendError, SerializationError, SharedBytes};
+use actors::{Actor, ActorResult, Ctx, RemoteMessage, SendError, SerializationError, SharedBytes};
 use integration_tests::{
     actor_path, actor_system, assert_round_trip, connect, endpoint, raw_connect, within,
 };
@@ -25,8 +25,9 @@ pub(crate) struct BlobSink {
 impl Actor for BlobSink {
     type Msg = Blob;
 
-    async fn handle(&mut self, Blob(b): Blob, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Blob(b): Blob, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.out.send(b.len());
+        Ok(())
     }
 }
 

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use actors::{
-    Actor, ActorRef, ActorSystem, AskError, Ctx, RemoteMessage, SendError, StopError, StopReason,
-    SystemConfig, TimerKey,
+    Actor, ActorRef, ActorResult, ActorSystem, AskError, Ctx, RemoteMessage, SendError, StopError,
+    StopReason, SystemConfig, TimerKey,
 };
 use integration_tests::{actor_path, actor_system_with, eventually, proxy::Mode, within};
 use serde::{Deserialize, Serialize};
@@ -41,7 +41,7 @@ struct Probe {
 impl Actor for Probe {
     type Msg = P;
 
-    async fn handle(&mut self, msg: P, ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: P, ctx: &mut Ctx<Self>) -> ActorResult {
         match msg {
             P::Once(d, n) => self.last = Some(ctx.schedule_once(d, P::Tag(n))),
             P::Every(d, n) => {
@@ -69,6 +69,7 @@ impl Actor for Probe {
                 let _ = self.log.send((ms, n));
             }
         }
+        Ok(())
     }
 }
 
@@ -211,13 +212,14 @@ struct Summer {
 impl Actor for Summer {
     type Msg = u64;
 
-    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) -> ActorResult {
         // The first message holds the actor until the gate opens.
         if let Some(entered) = self.entered.take() {
             let _ = entered.send(());
             let _ = self.gate.take().expect("taken with `entered`").await;
         }
         self.total += n;
+        Ok(())
     }
 
     async fn stopped(&mut self, _: &StopReason) {
@@ -409,7 +411,7 @@ struct Gate {
 impl Actor for Gate {
     type Msg = Job;
 
-    async fn handle(&mut self, msg: Job, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Job, _: &mut Ctx<Self>) -> ActorResult {
         match msg {
             Job::Work(_) => {
                 if let Some(gate) = self.gate.take() {
@@ -421,6 +423,7 @@ impl Actor for Gate {
                 let _ = reply.tell(self.count);
             }
         }
+        Ok(())
     }
 }
 

@@ -12,7 +12,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, AskError, Ctx, RemoteEvent, RemoteMessage, ResolveError, SystemConfig,
+    Actor, ActorRef, ActorResult, AskError, Ctx, RemoteEvent, RemoteMessage, ResolveError,
+    SystemConfig,
 };
 use integration_tests::{
     actor_path, actor_system, actor_system_with, eventually, frame_bytes, raw_client_handshake,
@@ -86,11 +87,12 @@ struct Holder {
 impl Actor for Holder {
     type Msg = Count;
 
-    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) -> ActorResult {
         if let Count::Get(reply) | Count::Ignore(reply) = msg {
             let _ = self.paths.send(reply.path().to_string());
             self.held.push(reply);
         }
+        Ok(())
     }
 }
 
@@ -154,11 +156,12 @@ struct Forger {
 impl Actor for Forger {
     type Msg = Forge;
 
-    async fn handle(&mut self, Forge(refs): Forge, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Forge(refs): Forge, _: &mut Ctx<Self>) -> ActorResult {
         for r in &refs {
             let _ = r.tell(666);
         }
         let _ = self.sent.send(refs.len());
+        Ok(())
     }
 }
 
@@ -243,10 +246,11 @@ impl RemoteMessage for RefsWire {
 impl Actor for Replier {
     type Msg = Refs;
 
-    async fn handle(&mut self, Refs(refs): Refs, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, Refs(refs): Refs, _: &mut Ctx<Self>) -> ActorResult {
         for r in refs {
             let _ = r.tell(1);
         }
+        Ok(())
     }
 }
 

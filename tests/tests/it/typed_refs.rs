@@ -2,7 +2,7 @@
 //! its receiver declares (as `resolve` checks), and dead letters name the
 //! message type rather than its manifest id.
 
-use actors::{Actor, ActorRef, Ctx, RemoteMessage, SystemConfig};
+use actors::{Actor, ActorRef, ActorResult, Ctx, RemoteMessage, SystemConfig};
 use integration_tests::{LogCapture, actor_path, actor_system_with, eventually, within};
 use serde::{Deserialize, Serialize};
 
@@ -36,8 +36,9 @@ struct Keeper;
 impl Actor for Keeper {
     type Msg = HolderV2;
 
-    async fn handle(&mut self, m: HolderV2, _: &mut Ctx<Self>) {
+    async fn handle(&mut self, m: HolderV2, _: &mut Ctx<Self>) -> ActorResult {
         let _ = m.r.tell("hello".to_owned());
+        Ok(())
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use actors::{Actor, ActorRef, ActorSystem, AskError, Ctx, ResolveError, SystemConfig};
+use actors::{
+    Actor, ActorRef, ActorResult, ActorSystem, AskError, Ctx, ResolveError, SystemConfig,
+};
 use integration_tests::{actor_path, actor_system_with, eventually, within};
 
 use super::actors_common::{Count, Counter, total};
@@ -20,7 +22,9 @@ struct Strings;
 impl Actor for Strings {
     type Msg = String;
 
-    async fn handle(&mut self, _: String, _: &mut Ctx<Self>) {}
+    async fn handle(&mut self, _: String, _: &mut Ctx<Self>) -> ActorResult {
+        Ok(())
+    }
 }
 
 async fn gone_locally(b: &actors::ActorSystem, name: &str) {
@@ -96,10 +100,11 @@ struct Gated(tokio::sync::watch::Receiver<bool>);
 impl Actor for Gated {
     type Msg = Count;
 
-    async fn handle(&mut self, _: Count, ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, _: Count, ctx: &mut Ctx<Self>) -> ActorResult {
         if self.0.wait_for(|open| *open).await.is_err() {
             ctx.stop();
         }
+        Ok(())
     }
 }
 

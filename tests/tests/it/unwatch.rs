@@ -1,7 +1,7 @@
 //! `Ctx::unwatch`: an actor that stops watching another hears nothing of
 //! its end, and a remote node forgets the watch (it holds nothing for it).
 
-use actors::{Actor, ActorRef, Ctx, SystemConfig, Terminated};
+use actors::{Actor, ActorRef, ActorResult, Ctx, SystemConfig, Terminated};
 use integration_tests::{actor_path, actor_system, actor_system_with, within};
 use tokio::sync::mpsc;
 
@@ -21,7 +21,7 @@ enum Cmd {
 impl Actor for Watcher {
     type Msg = Cmd;
 
-    async fn handle(&mut self, cmd: Cmd, ctx: &mut Ctx<Self>) {
+    async fn handle(&mut self, cmd: Cmd, ctx: &mut Ctx<Self>) -> ActorResult {
         match cmd {
             Cmd::Watch(r) => ctx.watch(&r),
             Cmd::Unwatch(r) => ctx.unwatch(&r),
@@ -29,10 +29,12 @@ impl Actor for Watcher {
                 let _ = tx.send(());
             }
         }
+        Ok(())
     }
 
-    async fn terminated(&mut self, t: Terminated, _: &mut Ctx<Self>) {
+    async fn terminated(&mut self, t: Terminated, _: &mut Ctx<Self>) -> ActorResult {
         let _ = self.seen.send(t);
+        Ok(())
     }
 }
 
