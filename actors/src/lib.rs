@@ -98,6 +98,7 @@ mod actor;
 mod actor_ref;
 mod bincode_format;
 mod cell;
+pub mod cluster;
 mod config;
 mod config_file;
 #[cfg(test)]

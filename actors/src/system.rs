@@ -142,7 +142,7 @@ impl ActorSystem {
         &self.inner.node.registry
     }
 
-    fn remoting(&self) -> Option<&Arc<Remoting>> {
+    pub(crate) fn remoting(&self) -> Option<&Arc<Remoting>> {
         self.inner.node.remoting.as_ref()
     }
 

@@ -11,6 +11,7 @@ mod it {
     mod bad_input;
     mod bounds;
     mod close;
+    mod cluster;
     mod control;
     mod cookie;
     mod fail_fast;

@@ -132,6 +132,24 @@ impl SharedSecret {
         &self.source
     }
 
+    /// A 32-byte key for another protocol, derived from each secret this
+    /// one accepts (the current first): HMAC-SHA256 keyed with the secret
+    /// over `label`. The secret itself never leaves this type; a key
+    /// derived for one label tells nothing of the secret or of another
+    /// label's key. Used by the actor runtime's cluster membership to
+    /// authenticate its UDP packets with the nodes' shared secret.
+    pub fn derive_keys(&self, label: &[u8]) -> Vec<[u8; 32]> {
+        self.keys
+            .iter()
+            .map(|k| {
+                let mut m =
+                    <Hmac<Sha256> as Mac>::new_from_slice(k).expect("hmac takes any key length");
+                m.update(label);
+                m.finalize().into_bytes().into()
+            })
+            .collect()
+    }
+
     /// This secret, recorded as coming from `source`.
     pub(crate) fn with_source(self, source: SecretSource) -> Self {
         Self { source, ..self }

@@ -195,6 +195,40 @@ impl Remoting {
         self.shared.endpoint.local_addr()
     }
 
+    /// This node's address as peers see it (`name@host:port`).
+    pub(crate) fn node_addr(&self) -> &str {
+        self.shared.endpoint.advertised_addr()
+    }
+
+    /// Cancelled when the node shuts down.
+    pub(crate) fn cancel_token(&self) -> CancellationToken {
+        self.shared.cancel.clone()
+    }
+
+    /// This incarnation's uid.
+    pub(crate) fn uid(&self) -> u64 {
+        self.shared.endpoint.uid()
+    }
+
+    /// Keys derived from the shared secret in force for `label` (see
+    /// `SharedSecret::derive_keys`), the current one first; `None`
+    /// without a shared secret.
+    pub(crate) fn derived_keys(&self, label: &[u8]) -> Option<Vec<[u8; 32]>> {
+        self.shared
+            .endpoint
+            .shared_secret()
+            .map(|s| s.derive_keys(label))
+    }
+
+    /// Quarantines incarnation `uid` of `node`, as the link's own failure
+    /// detector would (the cluster's view judged it down): its watchers
+    /// get `Terminated`, and it is never talked to again.
+    pub(crate) fn quarantine_incarnation(&self, node: &str, uid: u64, reason: &str) {
+        if let Some(a) = self.association(node) {
+            a.quarantine(uid, reason);
+        }
+    }
+
     /// The association with `node`, made if there is none, unless the
     /// system keeps `SystemConfig::set_max_associations` already.
     fn association(&self, node: &str) -> Option<Arc<Association>> {

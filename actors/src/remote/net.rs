@@ -39,6 +39,10 @@ impl Incoming {
 pub(crate) trait Net: Send + Sync + 'static {
     fn local_addr(&self) -> SocketAddr;
     fn advertised_addr(&self) -> &str;
+    /// This incarnation's uid, as the handshake tells peers.
+    fn uid(&self) -> u64;
+    /// The shared secret in force (resolved at bind), if any.
+    fn shared_secret(&self) -> Option<&transport::SharedSecret>;
     fn accept(&self) -> BoxFuture<'_, Option<Result<Incoming, AcceptError>>>;
     fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, Result<Incoming, TransportError>>;
     fn close(&self);
@@ -51,6 +55,14 @@ impl<S: Security> Net for Endpoint<S> {
 
     fn advertised_addr(&self) -> &str {
         Endpoint::advertised_addr(self)
+    }
+
+    fn uid(&self) -> u64 {
+        Endpoint::uid(self)
+    }
+
+    fn shared_secret(&self) -> Option<&transport::SharedSecret> {
+        Endpoint::shared_secret(self)
     }
 
     fn accept(&self) -> BoxFuture<'_, Option<Result<Incoming, AcceptError>>> {

@@ -1,0 +1,828 @@
+//! Cluster membership: which nodes are up, from seed nodes, on
+//! [foca](https://docs.rs/foca) (SWIM with the Inf. and Susp.
+//! extensions).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use actors::{ActorSystem, cluster::{Cluster, ClusterConfig, MemberState}};
+//! let system = ActorSystem::remote("orders", "10.0.0.5:2552".parse()?).await?;
+//! let cluster = Cluster::join(&system, ClusterConfig::new().seeds(["10.0.0.1:2552"])).await?;
+//! let mut events = cluster.subscribe();
+//! while let Ok(e) = events.recv().await {
+//!     if e.member.state == MemberState::Down {
+//!         println!("{} is down", e.member.node);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Model
+//! - Each node runs one membership task and one UDP socket, by default on
+//!   the same IP address and port number as its TCP endpoint. Membership
+//!   packets never use the TCP links, so a member keeps no TCP connection
+//!   for membership: SWIM probes one random member per probe period (and
+//!   a few others indirectly when that fails), whatever the cluster size.
+//! - Every packet is authenticated: HMAC-SHA256 with a key derived from
+//!   the nodes' shared secret (the same secret the TCP handshake proves).
+//!   A node without the secret cannot join, and forged, altered or
+//!   malformed packets are refused and counted ([`ClusterStats`]).
+//! - A member is identified by its node address (`name@host:port`, as in
+//!   actor paths) and the uid of its incarnation. States: [`MemberState`].
+//!   Members judged down stay down: their incarnation is quarantined in
+//!   remoting (watchers of their actors get `Terminated` with reason
+//!   "quarantined: member down"), and only a restart (a new uid) rejoins.
+//!   The other way round, when remoting quarantines an incarnation (its
+//!   link's failure detector, or the node restarting), membership
+//!   declares it down: one view of who is alive.
+//! - [`Cluster::leave`] tells every member directly and gossips the
+//!   leave, so the others remove it at once ([`MemberState::Left`])
+//!   instead of after a failure detector's timeout.
+//!
+//! # Costs and bounds
+//! - One task, one socket and a member table per node; the table holds
+//!   every member and, for [`ClusterConfig::remove_down_after`], the
+//!   members that went down. Only authenticated packets reach foca, so
+//!   only nodes that know the secret can add members.
+//! - Traffic per node: about one probe and its answer per probe period
+//!   plus gossip, each packet at most
+//!   [`ClusterConfig::max_packet_size`] bytes; independent of cluster
+//!   size except for the piggybacked updates.
+
+mod wire;
+
+use std::{
+    collections::{BTreeMap, BinaryHeap, HashSet},
+    fmt,
+    net::SocketAddr,
+    num::{NonZeroU32, NonZeroUsize},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::BytesMut;
+use foca::{AccumulatingRuntime, Foca, Timer};
+use rand::{SeedableRng, rngs::SmallRng};
+use tokio::{
+    net::UdpSocket,
+    sync::{broadcast, mpsc, oneshot},
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{remote::RemoteEvent, system::ActorSystem};
+use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
+
+/// A member's state, as this node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemberState {
+    /// This node, before any other member answered it.
+    Joining,
+    /// Alive: it answers probes.
+    Up,
+    /// It missed probes and is suspected; it becomes [`Down`](Self::Down)
+    /// unless it refutes the suspicion within
+    /// [`ClusterConfig::suspect_timeout`]. Akka calls this unreachable.
+    Suspect,
+    /// Judged dead (by the failure detector, or by remoting quarantining
+    /// its incarnation). Its incarnation never comes back.
+    Down,
+    /// This node, after [`Cluster::leave`].
+    Leaving,
+    /// It left gracefully ([`Cluster::leave`]).
+    Left,
+    /// Forgotten: down or left for longer than
+    /// [`ClusterConfig::remove_down_after`]. The last event about it.
+    Removed,
+}
+
+impl fmt::Display for MemberState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Joining => "joining",
+            Self::Up => "up",
+            Self::Suspect => "suspect",
+            Self::Down => "down",
+            Self::Leaving => "leaving",
+            Self::Left => "left",
+            Self::Removed => "removed",
+        })
+    }
+}
+
+/// A member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its node address, as in actor paths (`name@host:port`).
+    pub node: String,
+    /// The uid of its incarnation (a restarted node has a new one).
+    pub uid: u64,
+    /// Where its membership packets go.
+    pub udp: SocketAddr,
+    /// Its state.
+    pub state: MemberState,
+}
+
+/// A change of one member's state, in the order this node saw them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterEvent {
+    /// The member, in its new state.
+    pub member: Member,
+    /// Its state before; `None` for a member this node did not know.
+    pub from: Option<MemberState>,
+}
+
+/// Membership counters of one node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Packets sent, and their bytes (with headers).
+    pub packets_out: u64,
+    /// Bytes sent.
+    pub bytes_out: u64,
+    /// Packets received that were authenticated and handled.
+    pub packets_in: u64,
+    /// Bytes received (every packet, refused or not).
+    pub bytes_in: u64,
+    /// Packets refused: not a membership packet, or undecodable.
+    pub malformed: u64,
+    /// Packets refused: the tag did not verify (no secret, wrong secret,
+    /// or altered).
+    pub unauthenticated: u64,
+}
+
+/// How a node joins and runs membership. Defaults suit a LAN; tests and
+/// benchmarks shorten the periods.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    seeds: Vec<String>,
+    udp_bind: Option<SocketAddr>,
+    probe_period: Duration,
+    probe_rtt: Duration,
+    suspect_timeout: Duration,
+    remove_down_after: Duration,
+    announce_interval: Duration,
+    max_packet_size: usize,
+    event_capacity: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClusterConfig {
+    /// No seeds (the first node of a cluster), UDP on the TCP endpoint's
+    /// address, foca's LAN periods: probe every 1.5 s, answer within
+    /// 0.5 s, down 10 s after suspicion (`suspect_timeout`), forgotten
+    /// 15 s after.
+    pub fn new() -> Self {
+        Self {
+            seeds: Vec::new(),
+            udp_bind: None,
+            probe_period: Duration::from_millis(1500),
+            probe_rtt: Duration::from_millis(500),
+            suspect_timeout: Duration::from_secs(10),
+            remove_down_after: Duration::from_secs(15),
+            announce_interval: Duration::from_secs(1),
+            max_packet_size: 1400,
+            event_capacity: 1024,
+        }
+    }
+
+    /// Seed nodes' membership addresses (`host:port`, UDP; by default a
+    /// node's TCP address): the node announces itself to them until one
+    /// answers. Any member can be a seed; a seed list may name this node.
+    pub fn seeds<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Self {
+        self.seeds = seeds.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Seeds from a comma- or whitespace-separated list (an environment
+    /// variable's value, say); empty entries are skipped.
+    pub fn seeds_from_list(self, list: &str) -> Self {
+        self.seeds(
+            list.split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        )
+    }
+
+    /// The UDP address to bind; default: the TCP endpoint's bound address
+    /// (same IP and port number). Needed when that address is a wildcard.
+    pub fn udp_bind(mut self, addr: SocketAddr) -> Self {
+        self.udp_bind = Some(addr);
+        self
+    }
+
+    /// How often a member probes another; default 1.5 s.
+    pub fn probe_period(mut self, d: Duration) -> Self {
+        self.probe_period = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a probe waits for an answer before asking others to probe
+    /// indirectly; default 0.5 s. Kept below the probe period.
+    pub fn probe_rtt(mut self, d: Duration) -> Self {
+        self.probe_rtt = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a suspect member has to refute before it is down;
+    /// default 10 s.
+    pub fn suspect_timeout(mut self, d: Duration) -> Self {
+        self.suspect_timeout = d;
+        self
+    }
+
+    /// How long a down or left member is remembered before it is
+    /// forgotten ([`MemberState::Removed`]); default 15 s.
+    pub fn remove_down_after(mut self, d: Duration) -> Self {
+        self.remove_down_after = d;
+        self
+    }
+
+    /// How often a node with no member yet announces itself to its seeds;
+    /// default 1 s.
+    pub fn announce_interval(mut self, d: Duration) -> Self {
+        self.announce_interval = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The largest membership packet, payload and header; default 1400
+    /// bytes (under a typical MTU). At least 512.
+    pub fn max_packet_size(mut self, bytes: usize) -> Self {
+        self.max_packet_size = bytes.max(512);
+        self
+    }
+
+    /// How many events a slow subscriber may fall behind before it misses
+    /// some (`RecvError::Lagged`); default 1024.
+    pub fn event_capacity(mut self, n: usize) -> Self {
+        self.event_capacity = n.max(1);
+        self
+    }
+
+    fn foca(&self) -> foca::Config {
+        let mut c = foca::Config::new_lan(NonZeroU32::new(32).expect("non-zero"));
+        c.probe_period = self.probe_period;
+        c.probe_rtt = self
+            .probe_rtt
+            .min(self.probe_period / 2)
+            .max(Duration::from_millis(1));
+        c.suspect_to_down_after = self.suspect_timeout;
+        c.remove_down_after = self.remove_down_after;
+        c.max_packet_size =
+            NonZeroUsize::new(self.max_packet_size - wire::HEADER_LEN).expect("at least 512");
+        c.notify_down_members = true;
+        if let Some(p) = c.periodic_gossip.as_mut() {
+            p.frequency = (self.probe_period / 7).max(Duration::from_millis(1));
+        }
+        if let Some(p) = c.periodic_announce.as_mut() {
+            p.frequency = self.probe_period * 20;
+        }
+        c.periodic_announce_to_down_members = None;
+        c
+    }
+}
+
+/// Why a node could not join.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The system has no remoting (`ActorSystem::local`).
+    #[error("the actor system has no remoting")]
+    NoRemoting,
+    /// The node has no shared secret: membership packets could not be
+    /// authenticated.
+    #[error("membership needs a shared secret (SystemConfig transport shared secret or cookie)")]
+    NoSecret,
+    /// The UDP address is a wildcard and none was configured to advertise.
+    #[error("bound to a wildcard address ({0}): set ClusterConfig::udp_bind")]
+    Wildcard(SocketAddr),
+    /// A seed address does not resolve.
+    #[error("seed {0:?} does not resolve: {1}")]
+    Seed(String, std::io::Error),
+    /// The UDP socket could not be bound.
+    #[error("cannot bind membership socket {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// This node already left, or its system shut down.
+    #[error("membership has stopped")]
+    Stopped,
+}
+
+/// A node's membership: its view of the cluster and its subscription.
+/// Cheap to clone; membership runs until [`leave`](Self::leave), the
+/// system's shutdown, or the last clone is dropped.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+    cmds: mpsc::UnboundedSender<Cmd>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.shared.me.node)
+            .field("udp", &self.shared.me.udp)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    me: Id,
+    view: Mutex<View>,
+    events: broadcast::Sender<ClusterEvent>,
+    stats: Stats,
+}
+
+/// The member table as subscribers see it, and this node's own state.
+struct View {
+    members: BTreeMap<String, Member>,
+    me: MemberState,
+}
+
+#[derive(Default)]
+struct Stats {
+    packets_out: AtomicU64,
+    bytes_out: AtomicU64,
+    packets_in: AtomicU64,
+    bytes_in: AtomicU64,
+    malformed: AtomicU64,
+    unauthenticated: AtomicU64,
+}
+
+enum Cmd {
+    Leave(oneshot::Sender<()>),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Cluster {
+    /// Starts membership for `system` and announces it to the seeds (until
+    /// one answers). Returns once the socket is bound; joining goes on in
+    /// the background (watch [`members`](Self::members) or
+    /// [`subscribe`](Self::subscribe)).
+    ///
+    /// # Errors
+    /// See [`ClusterError`].
+    pub async fn join(system: &ActorSystem, config: ClusterConfig) -> Result<Self, ClusterError> {
+        let remoting = system.remoting().ok_or(ClusterError::NoRemoting)?.clone();
+        let keys = remoting
+            .derived_keys(wire::KEY_LABEL)
+            .ok_or(ClusterError::NoSecret)?;
+        let bind = config.udp_bind.unwrap_or_else(|| remoting.local_addr());
+        if bind.ip().is_unspecified() {
+            return Err(ClusterError::Wildcard(bind));
+        }
+        let mut seeds = Vec::new();
+        for s in &config.seeds {
+            let addrs = tokio::net::lookup_host(s.as_str())
+                .await
+                .map_err(|e| ClusterError::Seed(s.clone(), e))?;
+            seeds.extend(addrs);
+        }
+        let socket = UdpSocket::bind(bind)
+            .await
+            .map_err(|e| ClusterError::Bind(bind, e))?;
+        let udp = socket
+            .local_addr()
+            .map_err(|e| ClusterError::Bind(bind, e))?;
+        seeds.retain(|s| *s != udp);
+        let started_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .max(1);
+        let me = Id {
+            node: remoting.node_addr().to_owned(),
+            uid: remoting.uid(),
+            udp,
+            started_ms,
+        };
+        let (events, _) = broadcast::channel(config.event_capacity);
+        let shared = Arc::new(Shared {
+            me: me.clone(),
+            view: Mutex::new(View {
+                members: BTreeMap::new(),
+                me: MemberState::Joining,
+            }),
+            events,
+            stats: Stats::default(),
+        });
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed)
+            .map_err(|e| ClusterError::Bind(bind, std::io::Error::other(e.to_string())))?;
+        let foca = Foca::new(
+            me,
+            config.foca(),
+            SmallRng::from_seed(seed),
+            Codec::default(),
+        );
+        let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let task = Task {
+            foca,
+            rt: AccumulatingRuntime::new(),
+            socket,
+            keys,
+            seeds,
+            timers: BinaryHeap::new(),
+            seq: 0,
+            shared: shared.clone(),
+            remoting: Arc::downgrade(&remoting),
+            left: HashSet::new(),
+            known: BTreeMap::new(),
+            packet: BytesMut::new(),
+            max_packet: config.max_packet_size,
+        };
+        tokio::spawn(task.run(
+            config.announce_interval,
+            cmd_rx,
+            system.subscribe_remote_events(),
+            remoting.cancel_token(),
+        ));
+        Ok(Self { shared, cmds })
+    }
+
+    /// This node as a member.
+    pub fn myself(&self) -> Member {
+        let me = &self.shared.me;
+        Member {
+            node: me.node.clone(),
+            uid: me.uid,
+            udp: me.udp,
+            state: lock(&self.shared.view).me,
+        }
+    }
+
+    /// The other members this node knows, by node address, in every state
+    /// but [`Removed`](MemberState::Removed).
+    pub fn members(&self) -> Vec<Member> {
+        lock(&self.shared.view).members.values().cloned().collect()
+    }
+
+    /// The other members that are [`Up`](MemberState::Up).
+    pub fn up_members(&self) -> Vec<Member> {
+        lock(&self.shared.view)
+            .members
+            .values()
+            .filter(|m| m.state == MemberState::Up)
+            .cloned()
+            .collect()
+    }
+
+    /// Membership changes from now on, in order. A subscriber more than
+    /// [`ClusterConfig::event_capacity`] events behind misses the oldest
+    /// (`RecvError::Lagged` says how many); [`members`](Self::members)
+    /// is the current view.
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Membership counters.
+    pub fn stats(&self) -> ClusterStats {
+        let s = &self.shared.stats;
+        ClusterStats {
+            packets_out: s.packets_out.load(Ordering::Relaxed),
+            bytes_out: s.bytes_out.load(Ordering::Relaxed),
+            packets_in: s.packets_in.load(Ordering::Relaxed),
+            bytes_in: s.bytes_in.load(Ordering::Relaxed),
+            malformed: s.malformed.load(Ordering::Relaxed),
+            unauthenticated: s.unauthenticated.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Leaves the cluster gracefully: tells every member at once (they
+    /// see this node [`Left`](MemberState::Left) without waiting for a
+    /// failure detector), gossips the leave, and stops membership. Then
+    /// drain and stop the node's actors (`ActorRef::stop_after_queued`)
+    /// and shut the system down.
+    ///
+    /// # Errors
+    /// [`ClusterError::Stopped`] if membership had stopped already.
+    pub async fn leave(&self) -> Result<(), ClusterError> {
+        let (tx, rx) = oneshot::channel();
+        self.cmds
+            .send(Cmd::Leave(tx))
+            .map_err(|_| ClusterError::Stopped)?;
+        rx.await.map_err(|_| ClusterError::Stopped)
+    }
+}
+
+/// A foca timer, due at `at`; the heap pops the earliest first.
+struct Due {
+    at: Instant,
+    seq: u64,
+    timer: Timer<Id>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// The membership task's state.
+struct Task {
+    foca: Foca<Id, Codec, SmallRng, foca::NoCustomBroadcast>,
+    rt: AccumulatingRuntime<Id>,
+    socket: UdpSocket,
+    keys: Vec<[u8; 32]>,
+    seeds: Vec<SocketAddr>,
+    timers: BinaryHeap<Due>,
+    seq: u64,
+    shared: Arc<Shared>,
+    remoting: std::sync::Weak<crate::remote::Remoting>,
+    /// Incarnations that told us they leave (bounded by the members that
+    /// can authenticate; cleared when they are forgotten).
+    left: HashSet<(String, u64)>,
+    /// The last state handed to subscribers, per node: the view's shadow
+    /// with the full identity.
+    known: BTreeMap<String, (Id, MemberState)>,
+    packet: BytesMut,
+    max_packet: usize,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        announce_every: Duration,
+        mut cmds: mpsc::UnboundedReceiver<Cmd>,
+        mut remote: broadcast::Receiver<RemoteEvent>,
+        cancel: CancellationToken,
+    ) {
+        let mut buf = vec![0u8; 65_536];
+        let mut announce = tokio::time::interval(announce_every);
+        announce.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let next = self.timers.peek().map(|d| d.at);
+            tokio::select! {
+                r = self.socket.recv_from(&mut buf) => {
+                    if let Ok((n, _from)) = r {
+                        self.on_packet(&buf[..n]);
+                    }
+                }
+                () = sleep_until(next), if next.is_some() => self.on_timers(),
+                _ = announce.tick() => self.announce(),
+                cmd = cmds.recv() => match cmd {
+                    Some(Cmd::Leave(done)) => {
+                        self.leave();
+                        // The socket is closed when `leave` returns.
+                        drop(self);
+                        let _ = done.send(());
+                        return;
+                    }
+                    // Every handle dropped.
+                    None => return,
+                },
+                ev = remote.recv() => match ev {
+                    Ok(RemoteEvent::Quarantined { node, uid, .. }) => self.quarantined(&node, uid),
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                () = cancel.cancelled() => return,
+            }
+            self.drain();
+        }
+    }
+
+    fn on_packet(&mut self, packet: &[u8]) {
+        let shared = self.shared.clone();
+        let stats = &shared.stats;
+        stats
+            .bytes_in
+            .fetch_add(packet.len() as u64, Ordering::Relaxed);
+        let (kind, payload) = match wire::open(&self.keys, packet) {
+            Ok(p) => p,
+            Err(e) => return self.refused(&e),
+        };
+        let result = match kind {
+            KIND_SWIM => self
+                .foca
+                .handle_data(payload, &mut self.rt)
+                .map_err(|e| WireError::Decode(e.to_string())),
+            KIND_LEAVE => wire::decode_leave(payload).map(|id| self.on_leave(id)),
+            other => Err(WireError::UnknownKind(other)),
+        };
+        match result {
+            Ok(()) => {
+                stats.packets_in.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self.refused(&e),
+        }
+    }
+
+    #[cold]
+    fn refused(&self, e: &WireError) {
+        let stats = &self.shared.stats;
+        let n = match e {
+            WireError::Unauthenticated => stats.unauthenticated.fetch_add(1, Ordering::Relaxed),
+            _ => stats.malformed.fetch_add(1, Ordering::Relaxed),
+        } + 1;
+        // Sampled: a flood of bad packets logs a few lines.
+        if n.is_power_of_two() {
+            tracing::warn!(node = %transport::PeerText(&self.shared.me.node), error = %e, refused = n, "membership packet refused");
+        }
+    }
+
+    fn on_leave(&mut self, id: Id) {
+        if id == self.shared.me || id.is_seed() {
+            return;
+        }
+        let known = self.foca.iter_membership_state().any(|m| m.id() == &id);
+        if !known {
+            return;
+        }
+        self.left.insert((id.node.clone(), id.uid));
+        let _ = self.foca.apply_many(
+            std::iter::once(foca::Member::new(id, 0, foca::State::Down)),
+            true,
+            &mut self.rt,
+        );
+    }
+
+    /// Remoting quarantined an incarnation: it is down here too.
+    fn quarantined(&mut self, node: &str, uid: u64) {
+        let id = self
+            .foca
+            .iter_membership_state()
+            .find(|m| m.id().node == node && m.id().uid == uid && m.state() != foca::State::Down)
+            .map(|m| m.id().clone());
+        if let Some(id) = id {
+            let _ = self.foca.apply_many(
+                std::iter::once(foca::Member::new(id, 0, foca::State::Down)),
+                true,
+                &mut self.rt,
+            );
+        }
+    }
+
+    fn on_timers(&mut self) {
+        let now = Instant::now();
+        while self.timers.peek().is_some_and(|d| d.at <= now) {
+            if let Some(d) = self.timers.pop() {
+                let _ = self.foca.handle_timer(d.timer, &mut self.rt);
+            }
+        }
+    }
+
+    /// Announces this node to its seeds while it knows no member.
+    fn announce(&mut self) {
+        if self.foca.num_members() > 0 {
+            return;
+        }
+        for s in self.seeds.clone() {
+            let _ = self.foca.announce(Id::seed(s), &mut self.rt);
+        }
+    }
+
+    fn leave(&mut self) {
+        lock(&self.shared.view).me = MemberState::Leaving;
+        let notice = wire::encode_leave(&self.shared.me);
+        let targets: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().udp).collect();
+        for t in targets {
+            self.send(t, KIND_LEAVE, &notice);
+        }
+        let _ = self.foca.leave_cluster(&mut self.rt);
+        self.drain();
+        lock(&self.shared.view).me = MemberState::Left;
+    }
+
+    fn send(&mut self, to: SocketAddr, kind: u8, payload: &[u8]) {
+        wire::seal(&self.keys[0], kind, payload, &mut self.packet);
+        if self.packet.len() > self.max_packet.max(payload.len() + wire::HEADER_LEN) {
+            return;
+        }
+        // UDP: a full socket buffer drops the packet, as the network may.
+        if self.socket.try_send_to(&self.packet, to).is_ok() {
+            let s = &self.shared.stats;
+            s.packets_out.fetch_add(1, Ordering::Relaxed);
+            s.bytes_out
+                .fetch_add(self.packet.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Carries out what foca asked for, then tells subscribers what
+    /// changed.
+    fn drain(&mut self) {
+        while let Some((to, data)) = self.rt.to_send() {
+            self.send(to.udp, KIND_SWIM, &data);
+        }
+        let now = Instant::now();
+        while let Some((delay, timer)) = self.rt.to_schedule() {
+            self.seq += 1;
+            self.timers.push(Due {
+                at: now + delay,
+                seq: self.seq,
+                timer,
+            });
+        }
+        while self.rt.to_notify().is_some() {}
+        self.publish();
+    }
+
+    /// Compares foca's member table with what subscribers were told.
+    fn publish(&mut self) {
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut changes: Vec<(Id, Option<MemberState>, MemberState)> = Vec::new();
+        for m in self.foca.iter_membership_state() {
+            let id = m.id();
+            if id.is_seed() {
+                continue;
+            }
+            let state = match m.state() {
+                foca::State::Alive => MemberState::Up,
+                foca::State::Suspect => MemberState::Suspect,
+                foca::State::Down if self.left.contains(&(id.node.clone(), id.uid)) => {
+                    MemberState::Left
+                }
+                foca::State::Down => MemberState::Down,
+            };
+            seen.insert(id.node.clone());
+            match self.known.get(&id.node) {
+                Some((old, s)) if old == id && *s == state => {}
+                Some((old, s)) if old == id => changes.push((id.clone(), Some(*s), state)),
+                Some((old, s)) => {
+                    // A new incarnation of the node: the old one is gone.
+                    let old = old.clone();
+                    let from = *s;
+                    if from != MemberState::Down && from != MemberState::Left {
+                        changes.push((old.clone(), Some(from), MemberState::Down));
+                    }
+                    changes.push((old, Some(MemberState::Down), MemberState::Removed));
+                    changes.push((id.clone(), None, state));
+                }
+                None => changes.push((id.clone(), None, state)),
+            }
+        }
+        let gone: Vec<String> = self
+            .known
+            .keys()
+            .filter(|n| !seen.contains(*n))
+            .cloned()
+            .collect();
+        for n in gone {
+            if let Some((id, s)) = self.known.get(&n) {
+                changes.push((id.clone(), Some(*s), MemberState::Removed));
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let remoting = self.remoting.upgrade();
+        let mut view = lock(&self.shared.view);
+        if view.me == MemberState::Joining && self.foca.num_members() > 0 {
+            view.me = MemberState::Up;
+        }
+        for (id, from, state) in changes {
+            let member = Member {
+                node: id.node.clone(),
+                uid: id.uid,
+                udp: id.udp,
+                state,
+            };
+            if state == MemberState::Removed {
+                if self.known.get(&id.node).is_some_and(|(k, _)| *k == id) {
+                    self.known.remove(&id.node);
+                    view.members.remove(&id.node);
+                }
+                self.left.remove(&(id.node.clone(), id.uid));
+            } else {
+                self.known.insert(id.node.clone(), (id.clone(), state));
+                view.members.insert(id.node.clone(), member.clone());
+            }
+            // A member that left is not quarantined: it is still
+            // delivering what it had queued, and says goodbye on its
+            // links when it shuts down.
+            if state == MemberState::Down
+                && let Some(r) = &remoting
+            {
+                r.quarantine_incarnation(&id.node, id.uid, "member down");
+            }
+            tracing::info!(node = %transport::PeerText(&id.node), uid = id.uid, %state, "cluster member");
+            let _ = self.shared.events.send(ClusterEvent { member, from });
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,274 @@
+//! Cluster membership (`actors::cluster`) on loopback: nodes join through
+//! a seed, converge, see a silent node go down, a leaving node leave
+//! without a detector timeout, a restarted node rejoin as a new
+//! incarnation, and refuse packets from strangers.
+
+use std::{net::SocketAddr, time::Duration};
+
+use actors::{
+    ActorSystem, RemoteEvent, SystemConfig,
+    cluster::{Cluster, ClusterConfig, ClusterEvent, MemberState},
+};
+use integration_tests::{actor_system, actor_system_with, eventually, within};
+use tokio::net::UdpSocket;
+use transport::SharedSecret;
+
+/// Short periods, so that tests finish quickly; the suspect timeout is a
+/// parameter because some tests must tell a detector verdict from a leave.
+fn fast(suspect: Duration) -> ClusterConfig {
+    ClusterConfig::new()
+        .probe_period(Duration::from_millis(200))
+        .probe_rtt(Duration::from_millis(100))
+        .suspect_timeout(suspect)
+        .remove_down_after(Duration::from_secs(30))
+        .announce_interval(Duration::from_millis(50))
+}
+
+/// `n` nodes, the first one the seed of the others.
+async fn cluster_of(n: usize, config: &ClusterConfig) -> Vec<(ActorSystem, Cluster)> {
+    let mut nodes = Vec::with_capacity(n);
+    let first = actor_system("n0").await;
+    let seed_cluster = Cluster::join(&first, config.clone()).await.expect("joins");
+    let seed = seed_cluster.myself().udp.to_string();
+    nodes.push((first, seed_cluster));
+    for i in 1..n {
+        let s = actor_system(&format!("n{i}")).await;
+        let c = Cluster::join(&s, config.clone().seeds([seed.clone()]))
+            .await
+            .expect("joins");
+        nodes.push((s, c));
+    }
+    nodes
+}
+
+async fn converged(nodes: &[(ActorSystem, Cluster)], up: usize) {
+    let counts = || -> Vec<usize> { nodes.iter().map(|(_, c)| c.up_members().len()).collect() };
+    let done = tokio::time::timeout(integration_tests::TIMEOUT, async {
+        while counts().iter().any(|&n| n != up) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let downs: Vec<usize> = nodes
+        .iter()
+        .map(|(_, c)| {
+            c.members()
+                .iter()
+                .filter(|m| m.state == MemberState::Down)
+                .count()
+        })
+        .collect();
+    assert!(
+        done.is_ok(),
+        "not every node sees {up} members up: {:?}, down: {downs:?}",
+        counts()
+    );
+}
+
+#[tokio::test]
+async fn five_nodes_join_through_a_seed_and_converge() {
+    let nodes = cluster_of(5, &fast(Duration::from_secs(5))).await;
+    converged(&nodes, 4).await;
+    for (s, c) in &nodes {
+        assert_eq!(c.myself().state, MemberState::Up);
+        assert_eq!(c.myself().node, s.node());
+        // Each member maps to its node address and uid.
+        for m in c.up_members() {
+            let (other, oc) = nodes
+                .iter()
+                .find(|(o, _)| o.node() == m.node)
+                .expect("a real node");
+            assert_eq!(m.uid, oc.myself().uid, "{} has another uid", other.node());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_nodes_converge() {
+    let nodes = cluster_of(20, &fast(Duration::from_secs(10))).await;
+    converged(&nodes, 19).await;
+}
+
+#[tokio::test]
+async fn a_silent_node_is_seen_down_by_all_and_quarantined() {
+    let mut nodes = cluster_of(5, &fast(Duration::from_millis(300))).await;
+    converged(&nodes, 4).await;
+    let mut quarantines = nodes[0].0.subscribe_remote_events();
+    let (dead_system, dead) = nodes.pop().expect("five");
+    let dead_node = dead.myself().node.clone();
+    let dead_uid = dead.myself().uid;
+    // Membership stops without a word, as if the process died (its
+    // TCP endpoint stays up, so only membership can tell).
+    drop(dead);
+    eventually("every node sees the silent one down", || {
+        nodes.iter().all(|(_, c)| {
+            c.members()
+                .iter()
+                .any(|m| m.node == dead_node && m.state == MemberState::Down)
+        })
+    })
+    .await;
+    // Remoting agrees: the incarnation is quarantined, "member down".
+    within("quarantine", async {
+        loop {
+            if let Ok(RemoteEvent::Quarantined { node, uid, reason }) = quarantines.recv().await
+                && node == dead_node
+            {
+                assert_eq!(uid, dead_uid);
+                assert!(reason.contains("member down"), "{reason}");
+                return;
+            }
+        }
+    })
+    .await;
+    dead_system.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_leaving_node_is_removed_without_a_detector_timeout() {
+    // A detector would take a minute: only the leave can be seen in time.
+    let nodes = cluster_of(4, &fast(Duration::from_secs(60))).await;
+    converged(&nodes, 3).await;
+    let mut events = nodes[0].1.subscribe();
+    let leaving = nodes[3].1.myself().node.clone();
+    within("leave", nodes[3].1.leave()).await.expect("leaves");
+    assert_eq!(nodes[3].1.myself().state, MemberState::Left);
+    eventually("the others see it left", || {
+        nodes[..3].iter().all(|(_, c)| {
+            c.members()
+                .iter()
+                .any(|m| m.node == leaving && m.state == MemberState::Left)
+        })
+    })
+    .await;
+    let e: ClusterEvent = within("event", async {
+        loop {
+            let e = events.recv().await.expect("events");
+            if e.member.node == leaving {
+                return e;
+            }
+        }
+    })
+    .await;
+    assert_eq!(e.member.state, MemberState::Left);
+    assert_eq!(e.from, Some(MemberState::Up));
+    // Leaving twice is an error, not a hang.
+    assert!(nodes[3].1.leave().await.is_err());
+}
+
+#[tokio::test]
+async fn a_restarted_node_rejoins_as_a_new_incarnation() {
+    let config = fast(Duration::from_millis(300));
+    let mut nodes = cluster_of(3, &config).await;
+    converged(&nodes, 2).await;
+    let seed = nodes[0].1.myself().udp.to_string();
+    let (old_system, old) = nodes.pop().expect("three");
+    let addr = old_system.local_addr().expect("remote");
+    let old_uid = old.myself().uid;
+    within("leave", old.leave()).await.expect("leaves");
+    old_system.shutdown().await;
+    // The same TCP and UDP port, a new incarnation.
+    let mut restarted = None;
+    for _ in 0..200 {
+        match ActorSystem::with_config(
+            "n2",
+            Some(addr),
+            integration_tests::secured_system(SystemConfig::default()),
+        )
+        .await
+        {
+            Ok(s) => {
+                restarted = Some(s);
+                break;
+            }
+            Err(_) => tokio::task::yield_now().await,
+        }
+    }
+    let system = restarted.expect("the port is free again");
+    let again = within("join", async {
+        loop {
+            if let Ok(c) = Cluster::join(&system, config.clone().seeds([seed.clone()])).await {
+                return c;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let new_uid = again.myself().uid;
+    assert_ne!(new_uid, old_uid);
+    let node = again.myself().node.clone();
+    eventually("the others see the new incarnation up", || {
+        nodes.iter().all(|(_, c)| {
+            c.members()
+                .iter()
+                .any(|m| m.node == node && m.uid == new_uid && m.state == MemberState::Up)
+        })
+    })
+    .await;
+    eventually("and the restarted node sees them", || {
+        again.up_members().len() == 2
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn forged_and_malformed_packets_are_refused_and_counted() {
+    let nodes = cluster_of(2, &fast(Duration::from_secs(5))).await;
+    converged(&nodes, 1).await;
+    let target: SocketAddr = nodes[0].1.myself().udp;
+    let raw = UdpSocket::bind("127.0.0.1:0").await.expect("binds");
+    // Not a membership packet.
+    raw.send_to(b"hello", target).await.expect("sent");
+    // The right shape, a forged tag.
+    let mut forged = b"RC\x01\x00".to_vec();
+    forged.extend_from_slice(&[0u8; 16]);
+    forged.extend_from_slice(b"payload");
+    raw.send_to(&forged, target).await.expect("sent");
+    eventually("both refused", || {
+        let s = nodes[0].1.stats();
+        s.malformed >= 1 && s.unauthenticated >= 1
+    })
+    .await;
+    // Membership goes on.
+    assert_eq!(nodes[0].1.up_members().len(), 1);
+}
+
+#[tokio::test]
+async fn a_node_without_the_secret_cannot_join() {
+    let nodes = cluster_of(2, &fast(Duration::from_secs(5))).await;
+    converged(&nodes, 1).await;
+    let mut config = SystemConfig::default();
+    config
+        .transport_mut()
+        .set_shared_secret(Some(SharedSecret::new(
+            "another-secret-another-secret-0123",
+        )));
+    let intruder = actor_system_with("intruder", config).await;
+    let seed = nodes[0].1.myself().udp.to_string();
+    let c = Cluster::join(&intruder, fast(Duration::from_secs(5)).seeds([seed]))
+        .await
+        .expect("starts");
+    eventually("the seed refuses its announces", || {
+        nodes[0].1.stats().unauthenticated >= 3
+    })
+    .await;
+    assert!(c.members().is_empty());
+    assert_eq!(c.myself().state, MemberState::Joining);
+    for (_, n) in &nodes {
+        assert!(n.members().iter().all(|m| m.node != intruder.node()));
+    }
+}
+
+#[tokio::test]
+async fn a_local_system_or_a_wildcard_address_cannot_join() {
+    let local = ActorSystem::local("l").expect("local");
+    assert!(Cluster::join(&local, ClusterConfig::new()).await.is_err());
+    let s = actor_system("w").await;
+    let err = Cluster::join(
+        &s,
+        ClusterConfig::new().udp_bind("0.0.0.0:0".parse().unwrap()),
+    )
+    .await
+    .expect_err("a wildcard cannot be a member's address");
+    assert!(err.to_string().contains("wildcard"), "{err}");
+}
