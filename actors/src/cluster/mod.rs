@@ -48,6 +48,7 @@
 //!   [`ClusterConfig::max_packet_size`] bytes; independent of cluster
 //!   size except for the piggybacked updates.
 
+mod groups;
 mod wire;
 
 use std::{
@@ -72,7 +73,15 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{remote::RemoteEvent, system::ActorSystem};
+use crate::{
+    actor_ref::ActorRef,
+    bincode_format,
+    node::Node,
+    path::ActorPath,
+    remote::RemoteEvent,
+    serialization::{RemoteMessage, manifest_id},
+    system::ActorSystem,
+};
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
 
 /// A member's state, as this node sees it.
@@ -133,6 +142,14 @@ pub struct ClusterEvent {
     pub member: Member,
     /// Its state before; `None` for a member this node did not know.
     pub from: Option<MemberState>,
+}
+
+/// A group's entries changed (an actor joined or left it, or a member
+/// with entries in it went away); [`Cluster::group`] lists it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEvent {
+    /// The group's name.
+    pub group: String,
 }
 
 /// Membership counters of one node.
@@ -312,6 +329,21 @@ pub enum ClusterError {
     /// This node already left, or its system shut down.
     #[error("membership has stopped")]
     Stopped,
+    /// Only this node's own actors can join its groups.
+    #[error("only a local actor can join a group: {0}")]
+    NotLocal(String),
+    /// This node's entries of one group must fit one membership packet.
+    #[error(
+        "group {group:?}: this node's entries no longer fit one packet ({size} bytes, at most {limit})"
+    )]
+    GroupTooLarge {
+        /// The group.
+        group: String,
+        /// Its entries' encoded size.
+        size: usize,
+        /// The most that fits.
+        limit: usize,
+    },
 }
 
 /// A node's membership: its view of the cluster and its subscription.
@@ -334,6 +366,9 @@ impl fmt::Debug for Cluster {
 
 struct Shared {
     me: Id,
+    node: Arc<Node>,
+    groups: Arc<Mutex<groups::Table>>,
+    group_events: broadcast::Sender<GroupEvent>,
     view: Mutex<View>,
     events: broadcast::Sender<ClusterEvent>,
     stats: Stats,
@@ -357,6 +392,13 @@ struct Stats {
 
 enum Cmd {
     Leave(oneshot::Sender<()>),
+    /// `entry` (a serialized ref) joins (`true`) or leaves `group`.
+    Group {
+        group: String,
+        entry: String,
+        join: bool,
+        done: Option<oneshot::Sender<Result<(), ClusterError>>>,
+    },
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -405,8 +447,13 @@ impl Cluster {
             started_ms,
         };
         let (events, _) = broadcast::channel(config.event_capacity);
+        let (group_events, _) = broadcast::channel(config.event_capacity);
+        let table = Arc::new(Mutex::new(groups::Table::default()));
         let shared = Arc::new(Shared {
             me: me.clone(),
+            node: system.inner.node.clone(),
+            groups: table.clone(),
+            group_events,
             view: Mutex::new(View {
                 members: BTreeMap::new(),
                 me: MemberState::Joining,
@@ -417,11 +464,12 @@ impl Cluster {
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed)
             .map_err(|e| ClusterError::Bind(bind, std::io::Error::other(e.to_string())))?;
-        let foca = Foca::new(
+        let foca = Foca::with_custom_broadcast(
             me,
             config.foca(),
             SmallRng::from_seed(seed),
             Codec::default(),
+            groups::Handler(table),
         );
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
         let task = Task {
@@ -438,6 +486,8 @@ impl Cluster {
             known: BTreeMap::new(),
             packet: BytesMut::new(),
             max_packet: config.max_packet_size,
+            own: BTreeMap::new(),
+            version: 0,
         };
         tokio::spawn(task.run(
             config.announce_interval,
@@ -496,6 +546,109 @@ impl Cluster {
         }
     }
 
+    /// Puts local actor `actor` in group `group`, for every member to
+    /// find ([`group`](Self::group)). It leaves the group when it stops,
+    /// or with [`leave_group`](Self::leave_group). A member's entries of
+    /// one group travel in one membership packet, so a node holds about a
+    /// dozen actors per group (more with
+    /// [`ClusterConfig::max_packet_size`]).
+    ///
+    /// # Errors
+    /// [`ClusterError::NotLocal`], [`ClusterError::GroupTooLarge`],
+    /// [`ClusterError::Stopped`].
+    pub async fn join_group<M: RemoteMessage>(
+        &self,
+        group: &str,
+        actor: &ActorRef<M>,
+    ) -> Result<(), ClusterError> {
+        let entry = self.entry(actor)?;
+        let (tx, rx) = oneshot::channel();
+        self.cmds
+            .send(Cmd::Group {
+                group: group.to_owned(),
+                entry: entry.clone(),
+                join: true,
+                done: Some(tx),
+            })
+            .map_err(|_| ClusterError::Stopped)?;
+        rx.await.map_err(|_| ClusterError::Stopped)??;
+        // Leaves when the actor stops; does not keep membership running.
+        let cmds = self.cmds.downgrade();
+        let watch = actor.watch();
+        let group = group.to_owned();
+        tokio::spawn(async move {
+            watch.await;
+            if let Some(cmds) = cmds.upgrade() {
+                let _ = cmds.send(Cmd::Group {
+                    group,
+                    entry,
+                    join: false,
+                    done: None,
+                });
+            }
+        });
+        Ok(())
+    }
+
+    /// Takes local actor `actor` out of group `group`.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotLocal`], [`ClusterError::Stopped`].
+    pub async fn leave_group<M: RemoteMessage>(
+        &self,
+        group: &str,
+        actor: &ActorRef<M>,
+    ) -> Result<(), ClusterError> {
+        let entry = self.entry(actor)?;
+        let (tx, rx) = oneshot::channel();
+        self.cmds
+            .send(Cmd::Group {
+                group: group.to_owned(),
+                entry,
+                join: false,
+                done: Some(tx),
+            })
+            .map_err(|_| ClusterError::Stopped)?;
+        rx.await.map_err(|_| ClusterError::Stopped)?
+    }
+
+    /// A ref's group entry: its path and the type it takes, as a ref
+    /// inside a message is (serializing it also makes a local actor
+    /// reachable by path).
+    fn entry<M: RemoteMessage>(&self, actor: &ActorRef<M>) -> Result<String, ClusterError> {
+        if !actor.is_local() || actor.path().node() != self.shared.me.node {
+            return Err(ClusterError::NotLocal(actor.path().to_string()));
+        }
+        let mut buf = BytesMut::new();
+        bincode_format::to_buf(actor, &mut buf, usize::MAX)
+            .and_then(|()| bincode_format::from_slice::<String>(&buf).map(|(s, _)| s))
+            .map_err(|e| ClusterError::NotLocal(e.to_string()))
+    }
+
+    /// The refs in group `group`, over every member this node sees (and
+    /// this one), that take `M`; entries of another type are skipped.
+    pub fn group<M: RemoteMessage>(&self, group: &str) -> Vec<ActorRef<M>> {
+        let suffix = format!("#{:08x}", manifest_id(M::MANIFEST));
+        lock(&self.shared.groups)
+            .refs(group)
+            .iter()
+            .filter_map(|e| e.strip_suffix(&suffix))
+            .filter_map(|p| ActorPath::parse(p).ok())
+            .filter_map(|p| ActorRef::for_path(&self.shared.node, p).ok())
+            .collect()
+    }
+
+    /// The groups with entries anywhere in the cluster.
+    pub fn groups(&self) -> Vec<String> {
+        lock(&self.shared.groups).groups()
+    }
+
+    /// Group changes from now on (which group; [`group`](Self::group)
+    /// lists it). Lags like [`subscribe`](Self::subscribe).
+    pub fn subscribe_groups(&self) -> broadcast::Receiver<GroupEvent> {
+        self.shared.group_events.subscribe()
+    }
+
     /// Leaves the cluster gracefully: tells every member at once (they
     /// see this node [`Left`](MemberState::Left) without waiting for a
     /// failure detector), gossips the leave, and stops membership. Then
@@ -539,7 +692,7 @@ impl Ord for Due {
 
 /// The membership task's state.
 struct Task {
-    foca: Foca<Id, Codec, SmallRng, foca::NoCustomBroadcast>,
+    foca: Foca<Id, Codec, SmallRng, groups::Handler>,
     rt: AccumulatingRuntime<Id>,
     socket: UdpSocket,
     keys: Vec<[u8; 32]>,
@@ -556,6 +709,10 @@ struct Task {
     known: BTreeMap<String, (Id, MemberState)>,
     packet: BytesMut,
     max_packet: usize,
+    /// This node's entries, by group.
+    own: BTreeMap<String, Vec<String>>,
+    /// The version of this node's latest group broadcast.
+    version: u64,
 }
 
 impl Task {
@@ -586,6 +743,12 @@ impl Task {
                         drop(self);
                         let _ = done.send(());
                         return;
+                    }
+                    Some(Cmd::Group { group, entry, join, done }) => {
+                        let r = self.group(group, entry, join);
+                        if let Some(done) = done {
+                            let _ = done.send(r);
+                        }
                     }
                     // Every handle dropped.
                     None => return,
@@ -678,6 +841,61 @@ impl Task {
             if let Some(d) = self.timers.pop() {
                 let _ = self.foca.handle_timer(d.timer, &mut self.rt);
             }
+        }
+    }
+
+    /// Changes this node's entries of `group` and disseminates them.
+    fn group(&mut self, group: String, entry: String, join: bool) -> Result<(), ClusterError> {
+        let mut refs = self.own.get(&group).cloned().unwrap_or_default();
+        let had = refs.iter().position(|e| *e == entry);
+        match (join, had) {
+            (true, None) => refs.push(entry),
+            (false, Some(i)) => {
+                refs.remove(i);
+            }
+            _ => return Ok(()),
+        }
+        // Fits a packet with room for a header and a few updates.
+        let limit = self.max_packet.saturating_sub(wire::HEADER_LEN + 400);
+        let size = self.item(&group, &refs).encode().len();
+        if size > limit {
+            return Err(ClusterError::GroupTooLarge { group, size, limit });
+        }
+        if refs.is_empty() {
+            self.own.remove(&group);
+        } else {
+            self.own.insert(group.clone(), refs.clone());
+        }
+        self.disseminate(&group, &refs);
+        Ok(())
+    }
+
+    fn item(&self, group: &str, refs: &[String]) -> groups::Item {
+        groups::Item {
+            node: self.shared.me.node.clone(),
+            uid: self.shared.me.uid,
+            group: group.to_owned(),
+            version: self.version + 1,
+            refs: refs.to_vec(),
+        }
+    }
+
+    fn disseminate(&mut self, group: &str, refs: &[String]) {
+        let item = self.item(group, refs);
+        self.version += 1;
+        let _ = self.foca.add_broadcast(&item.encode());
+    }
+
+    /// Disseminates all of this node's groups again (a member came up:
+    /// it learns them; gossip that was lost is made good).
+    fn rebroadcast(&mut self) {
+        let own: Vec<(String, Vec<String>)> = self
+            .own
+            .iter()
+            .map(|(g, r)| (g.clone(), r.clone()))
+            .collect();
+        for (g, refs) in own {
+            self.disseminate(&g, &refs);
         }
     }
 
@@ -782,10 +1000,13 @@ impl Task {
             }
         }
         if changes.is_empty() {
+            self.group_events();
             return;
         }
         let remoting = self.remoting.upgrade();
-        let mut view = lock(&self.shared.view);
+        let mut rebroadcast = false;
+        let shared = self.shared.clone();
+        let mut view = lock(&shared.view);
         if view.me == MemberState::Joining && self.foca.num_members() > 0 {
             view.me = MemberState::Up;
         }
@@ -814,8 +1035,35 @@ impl Task {
             {
                 r.quarantine_incarnation(&id.node, id.uid, "member down");
             }
+            if matches!(
+                state,
+                MemberState::Down | MemberState::Left | MemberState::Removed
+            ) {
+                lock(&self.shared.groups).drop_member(&id.node, id.uid);
+            }
+            if state == MemberState::Up && from.is_none() {
+                rebroadcast = true;
+            }
             tracing::info!(node = %transport::PeerText(&id.node), uid = id.uid, %state, "cluster member");
             let _ = self.shared.events.send(ClusterEvent { member, from });
+        }
+        drop(view);
+        if rebroadcast {
+            self.rebroadcast();
+        }
+        self.group_events();
+    }
+
+    /// Tells group subscribers which groups changed.
+    fn group_events(&mut self) {
+        let mut changed = std::mem::take(&mut lock(&self.shared.groups).changed);
+        if changed.is_empty() {
+            return;
+        }
+        changed.sort();
+        changed.dedup();
+        for group in changed {
+            let _ = self.shared.group_events.send(GroupEvent { group });
         }
     }
 }

@@ -272,3 +272,100 @@ async fn a_local_system_or_a_wildcard_address_cannot_join() {
     .expect_err("a wildcard cannot be a member's address");
     assert!(err.to_string().contains("wildcard"), "{err}");
 }
+
+/// A group member's message.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Work(u64);
+
+impl actors::RemoteMessage for Work {
+    const MANIFEST: &'static str = "it.cluster.Work";
+}
+
+/// Another type, to show that a group lists only refs of the asked type.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Other(u64);
+
+impl actors::RemoteMessage for Other {
+    const MANIFEST: &'static str = "it.cluster.Other";
+}
+
+/// Reports each `Work` it handles, with its own name.
+struct Worker {
+    name: &'static str,
+    done: tokio::sync::mpsc::UnboundedSender<(&'static str, u64)>,
+}
+
+impl actors::Actor for Worker {
+    type Msg = Work;
+    async fn handle(&mut self, Work(n): Work, _: &mut actors::Ctx<Self>) -> actors::ActorResult {
+        let _ = self.done.send((self.name, n));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn groups_list_typed_refs_cluster_wide_and_drop_members_that_go() {
+    let mut nodes = cluster_of(3, &fast(Duration::from_millis(300))).await;
+    converged(&nodes, 2).await;
+    let (tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let mut groups = nodes[0].1.subscribe_groups();
+    let w1 = nodes[1].0.spawn(Worker {
+        name: "w1",
+        done: tx.clone(),
+    });
+    let w2 = nodes[1].0.spawn(Worker {
+        name: "w2",
+        done: tx.clone(),
+    });
+    let w3 = nodes[2].0.spawn(Worker {
+        name: "w3",
+        done: tx.clone(),
+    });
+    for (i, w) in [(1, &w1), (1, &w2), (2, &w3)] {
+        nodes[i].1.join_group("workers", w).await.expect("joins");
+    }
+    // Only a node's own actors can join its groups.
+    assert!(matches!(
+        nodes[1].1.join_group("workers", &w3).await,
+        Err(actors::cluster::ClusterError::NotLocal(_))
+    ));
+    eventually("node 0 sees three workers", || {
+        nodes[0].1.group::<Work>("workers").len() == 3
+    })
+    .await;
+    let e = within("group event", groups.recv()).await.expect("event");
+    assert_eq!(e.group, "workers");
+    assert!(nodes[0].1.group::<Other>("workers").is_empty());
+    assert_eq!(nodes[0].1.groups(), ["workers"]);
+    // The refs work: each worker gets its message.
+    for (i, r) in nodes[0].1.group::<Work>("workers").iter().enumerate() {
+        r.tell(Work(i as u64)).expect("room");
+    }
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(within("work", done.recv()).await.expect("done").0);
+    }
+    names.sort_unstable();
+    assert_eq!(names, ["w1", "w2", "w3"]);
+    // A late joiner learns the groups.
+    let late = actor_system("late").await;
+    let seed = nodes[0].1.myself().udp.to_string();
+    let late_c = Cluster::join(&late, fast(Duration::from_millis(300)).seeds([seed]))
+        .await
+        .expect("joins");
+    eventually("the late joiner sees three workers", || {
+        late_c.group::<Work>("workers").len() == 3
+    })
+    .await;
+    // A stopped actor leaves its groups.
+    w2.stop();
+    eventually("w2 left", || nodes[0].1.group::<Work>("workers").len() == 2).await;
+    // A member that goes down takes its entries with it.
+    let (_s2, c2) = nodes.pop().expect("three");
+    drop(c2);
+    eventually("node 2's worker is gone", || {
+        let g = nodes[0].1.group::<Work>("workers");
+        g.len() == 1 && g[0].path() == w1.path()
+    })
+    .await;
+}

@@ -1,0 +1,256 @@
+//! The cluster-wide group registry (Erlang's `pg`): which actors of which
+//! member are in which named group. Each member disseminates its own
+//! entries as foca custom broadcasts (one per group, versioned), again
+//! whenever a member comes up, so late joiners learn them; entries of a
+//! member that goes down, leaves or is removed are dropped. Pure: no IO.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bincode_format;
+
+/// Most entries (refs, over all members and groups) a node keeps; items
+/// that would pass it are not stored nor passed on.
+pub(crate) const MAX_ENTRIES: usize = 100_000;
+
+/// One member's entries of one group, at a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Item {
+    pub(crate) node: String,
+    pub(crate) uid: u64,
+    pub(crate) group: String,
+    pub(crate) version: u64,
+    /// Serialized refs: `path#manifest` (as refs inside messages).
+    pub(crate) refs: Vec<String>,
+}
+
+impl Item {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        // Strings and integers always encode.
+        let _ = bincode_format::to_buf(self, &mut out, usize::MAX);
+        out.to_vec()
+    }
+
+    fn decode(data: &[u8]) -> Result<Self, GroupError> {
+        match bincode_format::from_slice::<Self>(data) {
+            Ok((item, used)) if used == data.len() => Ok(item),
+            Ok(_) => Err(GroupError("trailing bytes".into())),
+            Err(e) => Err(GroupError(e.to_string())),
+        }
+    }
+}
+
+/// A broadcast's key: newer versions of one member's group replace older
+/// ones still being disseminated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Key {
+    node: String,
+    uid: u64,
+    group: String,
+    version: u64,
+}
+
+impl foca::Invalidates for Key {
+    fn invalidates(&self, other: &Self) -> bool {
+        self.node == other.node
+            && self.uid == other.uid
+            && self.group == other.group
+            && self.version >= other.version
+    }
+}
+
+/// A group item that does not decode, or is refused.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("group registry: {0}")]
+pub(crate) struct GroupError(pub(crate) String);
+
+/// Every member's entries, by (node, uid, group).
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    items: HashMap<(String, u64, String), (u64, Vec<String>)>,
+    entries: usize,
+    /// Items refused for [`MAX_ENTRIES`].
+    pub(crate) refused: u64,
+    /// Groups changed since the task last looked.
+    pub(crate) changed: Vec<String>,
+}
+
+impl Table {
+    /// Stores `item` if it is newer than what is kept; whether it was.
+    pub(crate) fn apply(&mut self, item: Item) -> bool {
+        let key = (item.node, item.uid, item.group);
+        let old_len = match self.items.get(&key) {
+            Some((v, _)) if *v >= item.version => return false,
+            Some((_, refs)) => refs.len(),
+            None => 0,
+        };
+        let entries = self.entries - old_len + item.refs.len();
+        if entries > MAX_ENTRIES {
+            self.refused += 1;
+            return false;
+        }
+        self.entries = entries;
+        self.changed.push(key.2.clone());
+        if item.refs.is_empty() {
+            self.items.remove(&key);
+        } else {
+            self.items.insert(key, (item.version, item.refs));
+        }
+        true
+    }
+
+    /// Drops every entry of incarnation `uid` of `node`.
+    pub(crate) fn drop_member(&mut self, node: &str, uid: u64) {
+        let gone: Vec<_> = self
+            .items
+            .keys()
+            .filter(|(n, u, _)| n == node && *u == uid)
+            .cloned()
+            .collect();
+        for k in gone {
+            if let Some((_, refs)) = self.items.remove(&k) {
+                self.entries -= refs.len();
+                self.changed.push(k.2);
+            }
+        }
+    }
+
+    /// The serialized refs in `group`, over every member.
+    pub(crate) fn refs(&self, group: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .items
+            .iter()
+            .filter(|((_, _, g), _)| g == group)
+            .flat_map(|(_, (_, refs))| refs.iter().cloned())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The groups with entries.
+    pub(crate) fn groups(&self) -> Vec<String> {
+        let mut g: Vec<String> = self.items.keys().map(|(_, _, g)| g.clone()).collect();
+        g.sort();
+        g.dedup();
+        g
+    }
+}
+
+/// foca's broadcast handler: stores what is new in the shared table.
+pub(crate) struct Handler(pub(crate) Arc<Mutex<Table>>);
+
+impl<T> foca::BroadcastHandler<T> for Handler {
+    type Key = Key;
+    type Error = GroupError;
+
+    fn receive_item(
+        &mut self,
+        data: &[u8],
+        _sender: Option<&T>,
+    ) -> Result<Option<Key>, GroupError> {
+        let item = Item::decode(data)?;
+        let key = Key {
+            node: item.node.clone(),
+            uid: item.uid,
+            group: item.group.clone(),
+            version: item.version,
+        };
+        let fresh = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply(item);
+        Ok(fresh.then_some(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use foca::Invalidates;
+
+    fn item(node: &str, group: &str, version: u64, refs: &[&str]) -> Item {
+        Item {
+            node: node.into(),
+            uid: 1,
+            group: group.into(),
+            version,
+            refs: refs.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn newer_versions_replace_older_and_stale_ones_are_ignored() {
+        let mut t = Table::default();
+        assert!(t.apply(item("a", "g", 2, &["x", "y"])));
+        assert!(!t.apply(item("a", "g", 1, &["z"])));
+        assert!(!t.apply(item("a", "g", 2, &["z"])));
+        assert_eq!(t.refs("g"), ["x", "y"]);
+        assert!(t.apply(item("a", "g", 3, &["z"])));
+        assert!(t.apply(item("b", "g", 1, &["w"])));
+        assert_eq!(t.refs("g"), ["w", "z"]);
+        assert_eq!(t.entries, 2);
+        // An empty list leaves the group.
+        assert!(t.apply(item("a", "g", 4, &[])));
+        assert_eq!(t.refs("g"), ["w"]);
+        assert_eq!(t.groups(), ["g"]);
+    }
+
+    #[test]
+    fn a_member_that_goes_drops_its_entries() {
+        let mut t = Table::default();
+        t.apply(item("a", "g", 1, &["x"]));
+        t.apply(item("a", "h", 1, &["y"]));
+        t.apply(item("b", "g", 1, &["z"]));
+        t.drop_member("a", 1);
+        assert_eq!(t.refs("g"), ["z"]);
+        assert!(t.refs("h").is_empty());
+        assert_eq!(t.entries, 1);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut t = Table::default();
+        let many: Vec<String> = (0..MAX_ENTRIES).map(|i| i.to_string()).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(t.apply(item("a", "g", 1, &refs)));
+        assert!(!t.apply(item("b", "g", 1, &["one too many"])));
+        assert_eq!(t.refused, 1);
+    }
+
+    #[test]
+    fn keys_invalidate_older_versions_of_the_same_group_only() {
+        let k = |g: &str, v| Key {
+            node: "a".into(),
+            uid: 1,
+            group: g.into(),
+            version: v,
+        };
+        assert!(k("g", 2).invalidates(&k("g", 1)));
+        assert!(!k("g", 1).invalidates(&k("g", 2)));
+        assert!(!k("h", 2).invalidates(&k("g", 1)));
+    }
+
+    #[test]
+    fn garbage_does_not_decode() {
+        use foca::BroadcastHandler;
+        let mut h = Handler(Arc::default());
+        assert!(BroadcastHandler::<()>::receive_item(&mut h, &[0xff, 0xff], None).is_err());
+        let good = item("a", "g", 1, &["x"]).encode();
+        assert!(
+            BroadcastHandler::<()>::receive_item(&mut h, &good, None)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            BroadcastHandler::<()>::receive_item(&mut h, &good, None)
+                .unwrap()
+                .is_none()
+        );
+    }
+}
