@@ -71,6 +71,19 @@ enum Cmd {
         #[arg(long)]
         connect: SocketAddr,
     },
+    /// Cluster membership in this process, each node on its own runtime:
+    /// time until every node sees N members up, time until a silent node
+    /// is seen down by all, membership bytes per second per node. With
+    /// `--json`, one JSON line per size.
+    Cluster {
+        /// Cluster sizes to measure, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "5,20,50")]
+        nodes: Vec<usize>,
+        /// Membership probe period in milliseconds (the suspect timeout
+        /// is five periods).
+        #[arg(long, default_value_t = 200)]
+        probe_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -529,6 +542,14 @@ fn real_main() -> Result<()> {
             }
             Some(Cmd::Sender { connect }) => {
                 modes::two_process::run_sender(&recv, *connect, &cli.run).await
+            }
+            Some(Cmd::Cluster { nodes, probe_ms }) => {
+                modes::cluster::run(
+                    nodes,
+                    std::time::Duration::from_millis(*probe_ms),
+                    cli.run.json,
+                )
+                .await
             }
             None if cli.run.sweep => modes::sweep::run(&recv, &cli.run).await,
             None if cli.run.rate.is_some() => modes::rate::run(&recv, &cli.run).await,

@@ -299,7 +299,7 @@ impl ClusterConfig {
             p.frequency = (self.probe_period / 7).max(Duration::from_millis(1));
         }
         if let Some(p) = c.periodic_announce.as_mut() {
-            p.frequency = self.probe_period * 20;
+            p.frequency = self.probe_period * 5;
         }
         c.periodic_announce_to_down_members = None;
         c

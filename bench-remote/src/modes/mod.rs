@@ -10,10 +10,13 @@
 //! - `rate`: `--rate R`, wrk2-style constant rate, latency from the schedule.
 //! - `sweep`: `--sweep`, msg/s and p99 over payload sizes × pairs.
 //! - `two_process`: the `receiver` and `sender` subcommands.
+//! - `cluster`: the `cluster` subcommand, membership convergence and
+//!   failure detection.
 //! - `output`: what a single run prints after the reference lines
 //!   (percentiles, drops, transport counters, ceiling, plot, JSON).
 
 pub mod burst;
+pub mod cluster;
 pub mod compare;
 pub mod output;
 pub mod rate;
