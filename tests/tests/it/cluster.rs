@@ -108,7 +108,8 @@ async fn a_silent_node_is_seen_down_by_all_and_quarantined() {
         })
     })
     .await;
-    // Remoting agrees: the incarnation is quarantined, "member down".
+    // Remoting agrees: the incarnation is quarantined, "member down",
+    // though its TCP link was never lost.
     within("quarantine", async {
         loop {
             if let Ok(RemoteEvent::Quarantined { node, uid, reason }) = quarantines.recv().await
@@ -368,4 +369,34 @@ async fn groups_list_typed_refs_cluster_wide_and_drop_members_that_go() {
         g.len() == 1 && g[0].path() == w1.path()
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_member_judged_down_terminates_watches_on_its_actors() {
+    let mut nodes = cluster_of(3, &fast(Duration::from_millis(300))).await;
+    converged(&nodes, 2).await;
+    let (tx, _done) = tokio::sync::mpsc::unbounded_channel();
+    let (doomed_system, doomed) = nodes.pop().expect("three");
+    doomed_system
+        .spawn_named(
+            "w",
+            Worker {
+                name: "w",
+                done: tx,
+            },
+        )
+        .expect("free");
+    let path = integration_tests::actor_path(&doomed_system, "w");
+    let remote = within("resolve", nodes[0].0.resolve::<Work>(&path))
+        .await
+        .expect("resolves");
+    // A live TCP link with heartbeats: only membership can end the watch.
+    let watch = remote.watch();
+    drop(doomed);
+    let t = within("the watch ends", watch).await;
+    match &t.reason {
+        actors::StopReason::NodeUnreachable(why) => assert!(why.contains("member down"), "{why}"),
+        other => panic!("unexpected reason {other}"),
+    }
+    doomed_system.shutdown().await;
 }
