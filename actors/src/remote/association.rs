@@ -7,6 +7,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    net::SocketAddr,
     sync::{
         Arc, Mutex, MutexGuard, Weak,
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
@@ -504,38 +505,50 @@ impl Association {
         // At most `max_concurrent_dials` attempts at once, resolving
         // included; the permit is held until the handshake is done.
         let _permit = ctx.dials.acquire().await.map_err(|_| "system shut down")?;
-        let addr = match ctx.config.routes.get(&*self.node) {
+        let addrs: Vec<SocketAddr> = match ctx.config.routes.get(&*self.node) {
             // SystemConfig::set_route: dialed elsewhere, identity unchanged.
-            Some(addr) => *addr,
+            Some(addr) => vec![*addr],
             None => {
                 let hostport = self
                     .node
                     .split_once('@')
                     .map(|(_, hp)| hp)
                     .ok_or("node has no host:port")?;
-                tokio::net::lookup_host(hostport)
+                let resolved: Vec<SocketAddr> = tokio::net::lookup_host(hostport)
                     .await
                     .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
-                    .next()
-                    .ok_or_else(|| format!("{hostport} resolves to no address"))?
+                    .collect();
+                if resolved.is_empty() {
+                    return Err(format!("{hostport} resolves to no address").into());
+                }
+                resolved
             }
         };
-        if let Some(allowed) = &ctx.config.dial_allow_list
-            && !allowed.iter().any(|net| net.contains(&addr.ip()))
-        {
+        // Every address is checked against the allow-list; those off it
+        // are not dialed at all.
+        let (addrs, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
+            addrs.into_iter().partition(|addr| {
+                ctx.config
+                    .dial_allow_list
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.iter().any(|net| net.contains(&addr.ip())))
+            });
+        if addrs.is_empty() {
             return Err(format!(
-                "{addr} is not on the dial allow-list (SystemConfig::set_dial_allow_list)"
+                "{} is not on the dial allow-list (SystemConfig::set_dial_allow_list)",
+                join(&refused)
             )
             .into());
         }
         let est = ctx
             .endpoint
-            .connect(addr)
+            .connect(addrs.clone())
             .await
             .map_err(|e| ConnectFailed {
                 refused: matches!(&e, TransportError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused),
-                reason: format!("connect to {addr}: {e}"),
+                reason: format!("connect to {}: {e}", join(&addrs)),
             })?;
+        let addr = est.peer().socket_addr;
         if est.peer().addr != *self.node {
             return Err(format!(
                 "peer at {addr} identifies as {:?}, expected {:?}",
@@ -1189,4 +1202,10 @@ fn transport_proof(peer: &PeerInfo) -> bool {
         peer.verified,
         PeerVerified::Node | PeerVerified::Unauthenticated
     )
+}
+
+/// Addresses for a log line or an error: `a, b, c`.
+fn join(addrs: &[SocketAddr]) -> String {
+    let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    list.join(", ")
 }
