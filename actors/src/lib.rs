@@ -60,6 +60,8 @@
 //! - `bincode_format`: bincode 2's message format, our serializer and
 //!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
 //!   [`RemoteMessage`], [`SharedBytes`], the decode scope.
+//! - `telemetry`: the metrics this crate emits through the `metrics`
+//!   facade (names in the README's "Metrics" table), and their handles.
 //! - `config`: [`SystemConfig`] and its defaults.
 //! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
 //!   `ACTORS_*` variables; every key is in `actors/reference.toml`
@@ -110,6 +112,7 @@ mod registry;
 mod remote;
 mod serialization;
 mod system;
+mod telemetry;
 mod timer;
 mod watch;
 

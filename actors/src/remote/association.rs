@@ -42,6 +42,7 @@ use crate::{
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
     registry::Registry,
+    telemetry::{PeerCounters, PeerSample},
     watch::{RemoteWatcher, WatchSink},
 };
 
@@ -111,6 +112,8 @@ pub(crate) struct Association {
     max_recipient_ids: usize,
     /// `SystemConfig::set_recipient_window`.
     window: u64,
+    /// Counts of link events for metrics (see `sample`).
+    counters: PeerCounters,
 }
 
 impl Association {
@@ -146,6 +149,7 @@ impl Association {
             max_message,
             max_recipient_ids: config.max_recipient_ids,
             window: config.recipient_window as u64,
+            counters: PeerCounters::default(),
         }
     }
 
@@ -299,9 +303,13 @@ impl Association {
             return;
         };
         let node = self.node.clone();
+        let me = self.me.clone();
         tokio::spawn(async move {
             conn.closed().await;
             count_dropped(&registry, &node, &conn, &why);
+            if let Some(me) = me.upgrade() {
+                me.counters.retire(&conn.stats());
+            }
         });
     }
 
@@ -346,6 +354,7 @@ impl Association {
         if uid == 0 || !lock(&self.quarantined).insert(uid) {
             return;
         }
+        PeerCounters::bump(&self.counters.quarantines);
         if reason == PEER_SHUT_DOWN {
             // The peer said so itself: the ordinary end of a node.
             tracing::info!(node = %self.node, uid, reason, "incarnation quarantined");
@@ -497,6 +506,7 @@ impl Association {
             }
         }
         lock(&self.life).attempt_started(Instant::now());
+        PeerCounters::bump(&self.counters.attempts);
         self.connect().await
     }
 
@@ -751,10 +761,14 @@ impl Association {
             tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
             let registry = self.registry();
             let node = self.node.clone();
+            let me = self.me.clone();
             tokio::spawn(async move {
                 c.close(DUPLICATE).await;
                 if let Some(r) = registry {
                     count_dropped(&r, &node, &c, DUPLICATE);
+                }
+                if let Some(me) = me.upgrade() {
+                    me.counters.retire(&c.stats());
                 }
             });
         }
@@ -882,6 +896,28 @@ impl Association {
             total.add(&c.stats());
         }
         total
+    }
+
+    /// This association's values for metrics: its connections' counts
+    /// (ended ones included), its link's queue, phi, and its link events.
+    /// Takes `conns`, `state` (and the link's queue lock), `life`, one
+    /// after another.
+    pub(super) fn sample(&self, now: Instant) -> PeerSample {
+        let mut stats = self.counters.retired();
+        for c in lock(&self.conns).values() {
+            stats.add(&c.stats());
+        }
+        let queue_bytes = self.link().map_or(0, |l| l.sender.queued_bytes());
+        let c = &self.counters;
+        PeerSample {
+            stats,
+            queue_bytes,
+            phi: lock(&self.life).phi(now),
+            reconnects: c.attempts.load(Ordering::Relaxed).saturating_sub(1),
+            quarantines: c.quarantines.load(Ordering::Relaxed),
+            fragments_out: self.large.fragments_sent.load(Ordering::Relaxed),
+            fragments_in: c.fragments_in.load(Ordering::Relaxed),
+        }
     }
 
     /// The state, locked (see the lock order at the type).
@@ -1064,6 +1100,10 @@ impl RemoteWatcher for Association {
 impl Peer for Association {
     fn node(&self) -> &Arc<str> {
         &self.node
+    }
+
+    fn on_fragment(&self) {
+        PeerCounters::bump(&self.counters.fragments_in);
     }
 
     fn sys_in(&self) -> MutexGuard<'_, SysIn> {
