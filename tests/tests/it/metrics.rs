@@ -86,19 +86,26 @@ impl Seen {
     }
 }
 
-/// Two nodes that publish per-peer metrics every 50 ms.
-async fn pair() -> (ActorSystem, ActorSystem) {
-    let config = fast_config(Duration::from_secs(10));
+/// Two nodes that publish per-peer metrics every 50 ms, their failure
+/// detectors allowing `pause` (a shorter one gives a larger phi).
+async fn pair_with(pause: Duration) -> (ActorSystem, ActorSystem) {
+    let config = fast_config(pause);
     let a = actor_system_with("a", config.clone()).await;
     let b = actor_system_with("b", config).await;
     (a, b)
+}
+
+async fn pair() -> (ActorSystem, ActorSystem) {
+    pair_with(Duration::from_secs(10)).await
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn per_peer_traffic_and_per_actor_metrics_reach_the_recorder() {
     let seen = Seen::new();
     let _installed = metrics::set_default_local_recorder(&seen);
-    let (a, b) = pair().await;
+    // A 10 s pause would make phi 0.0 in floating point; 300 ms is far
+    // from the threshold (a stall of about 700 ms) yet above 0.
+    let (a, b) = pair_with(Duration::from_millis(300)).await;
     let (an, bn) = (a.node().to_owned(), b.node().to_owned());
     let _counter = b
         .spawn_named("counter", CounterActor::default())
@@ -131,7 +138,7 @@ async fn per_peer_traffic_and_per_actor_metrics_reach_the_recorder() {
     })
     .await;
     eventually("phi for b, once heartbeats are acked", || {
-        seen.gauge("remoting_phi", &a_to_b).is_some()
+        seen.gauge("remoting_phi", &a_to_b).is_some_and(|phi| phi > 0.0)
             && seen.gauge("remoting_queue_bytes", &a_to_b) == Some(0.0)
     })
     .await;
@@ -260,6 +267,9 @@ async fn malformed_input_is_counted_by_kind() {
     within("b shuts down", b.shutdown()).await;
 }
 
+/// Messages sent on the first link in `reconnects_and_...`.
+const FIRST_LINK: u64 = 3_000;
+
 #[tokio::test(flavor = "current_thread")]
 async fn reconnects_and_quarantines_are_counted_per_peer() {
     let seen = Seen::new();
@@ -276,12 +286,14 @@ async fn reconnects_and_quarantines_are_counted_per_peer() {
         .expect("resolves");
     // A watch keeps the link needed: a reconnects after a reset.
     let _watch = remote.watch();
-    for _ in 0..200 {
+    // Enough frames that heartbeats on the next link (one each way per
+    // 50 ms) could not make up for losing them within the test's timeout.
+    for _ in 0..FIRST_LINK {
         remote.tell(Count::Add(1)).expect("room");
     }
-    assert_eq!(total(&remote).await, 200);
+    assert_eq!(total(&remote).await, FIRST_LINK);
     eventually("a's frames to b on the first link", || {
-        seen.counter("remoting_frames_out_total", &a_to_b) >= 201
+        seen.counter("remoting_frames_out_total", &a_to_b) > FIRST_LINK
     })
     .await;
     let first = seen.counter("remoting_frames_out_total", &a_to_b);
@@ -307,7 +319,7 @@ async fn reconnects_and_quarantines_are_counted_per_peer() {
     for _ in 0..10 {
         remote.tell(Count::Add(1)).expect("room");
     }
-    assert_eq!(total(&remote).await, 210);
+    assert_eq!(total(&remote).await, FIRST_LINK + 10);
     eventually("frames on both links", || {
         seen.counter("remoting_frames_out_total", &a_to_b) >= first + 11
     })
