@@ -138,7 +138,8 @@ async fn per_peer_traffic_and_per_actor_metrics_reach_the_recorder() {
     })
     .await;
     eventually("phi for b, once heartbeats are acked", || {
-        seen.gauge("remoting_phi", &a_to_b).is_some_and(|phi| phi > 0.0)
+        seen.gauge("remoting_phi", &a_to_b)
+            .is_some_and(|phi| phi > 0.0)
             && seen.gauge("remoting_queue_bytes", &a_to_b) == Some(0.0)
     })
     .await;
