@@ -1,15 +1,18 @@
 //! Serves the library's metrics for Prometheus while two nodes talk.
 //!
 //! ```text
-//! cargo run -p remoting-actors --example metrics_prometheus               # print once, exit
+//! cargo run -p remoting-actors --example metrics_prometheus -- 127.0.0.1:0   # print once, exit
 //! cargo run -p remoting-actors --example metrics_prometheus -- 127.0.0.1:9000 --serve
 //! curl -s 127.0.0.1:9000/metrics | grep -E '^(remoting|actors)_'
 //! ```
 //!
 //! The library only calls the `metrics` facade; the application picks the
-//! exporter. Here it is `metrics-exporter-prometheus`, installed before
-//! the systems are built (handles are registered with the recorder in
-//! place when a system, an association or an actor starts). Without
+//! exporter. Here it is `metrics-exporter-prometheus`'s recorder,
+//! installed before the systems are built (handles are registered with
+//! the recorder in place when a system, an association or an actor
+//! starts), and a few lines of tokio that answer every HTTP request with
+//! its text (the exporter's own listener, its `http-listener` feature,
+//! would do too, at the cost of building hyper). Without
 //! `--serve` the example scrapes its own endpoint once, prints the
 //! library's lines and exits (non-zero if a per-peer metric is missing);
 //! with it, the nodes keep talking until Ctrl-C. The metric names are in
@@ -18,11 +21,11 @@
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use actors::{Actor, ActorRef, ActorSystem, Ctx, HeartbeatConfig, RemoteMessage, SystemConfig};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::{Deserialize, Serialize};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
+    net::{TcpListener, TcpStream},
 };
 
 /// Adds `n`; answers the total when asked.
@@ -61,6 +64,48 @@ async fn scrape(addr: SocketAddr) -> std::io::Result<String> {
         .map_or(text.clone(), |(_, body)| body.to_owned()))
 }
 
+/// Answers every connection with the metrics text: reads the request
+/// head (at most 8 KiB, 5 s), writes the text, closes. Runs upkeep (the
+/// exporter drains histogram samples there) every 5 s.
+async fn serve_text(listener: TcpListener, handle: PrometheusHandle) {
+    let mut upkeep = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        let mut stream = tokio::select! {
+            _ = upkeep.tick() => {
+                handle.run_upkeep();
+                continue;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((s, _)) => s,
+                Err(_) => continue,
+            },
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while head.len() < 8 * 1024 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                true
+            });
+            if read.await != Ok(true) {
+                return;
+            }
+            let body = handle.render();
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        });
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -73,10 +118,23 @@ async fn main() -> ExitCode {
     };
     let serve = args.any(|a| a == "--serve");
     // First, before any system: handles bind to the recorder in place.
-    if let Err(e) = PrometheusBuilder::new().with_http_listener(addr).install() {
-        eprintln!("cannot serve metrics on {addr}: {e}");
-        return ExitCode::FAILURE;
-    }
+    let handle = match PrometheusBuilder::new().install_recorder() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("cannot install the metrics recorder: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot serve metrics on {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Port 0 picks one: the address actually bound.
+    let addr = listener.local_addr().unwrap_or(addr);
+    tokio::spawn(serve_text(listener, handle));
     // Per-peer values are published once per heartbeat interval.
     let mut config = SystemConfig::default();
     let mut hb = HeartbeatConfig::default();

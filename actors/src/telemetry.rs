@@ -580,7 +580,8 @@ impl PeerMeters {
         grow(&self.fragments_in, now.fragments_in, &mut l.fragments_in);
         self.frames_per_write.set(l.stats.frames_per_write());
         self.queue.set(now.queue_bytes as f64);
-        self.phi.set(now.phi);
+        // Never -0 (the detector can say so) nor negative.
+        self.phi.set(if now.phi > 0.0 { now.phi } else { 0.0 });
     }
 
     /// The association is gone: its gauges read 0 (its counters keep
