@@ -47,6 +47,10 @@
 //! - Dead letters (messages to stopped or unknown actors, undecodable or
 //!   mistyped remote messages) are counted ([`ActorSystem::dead_letters`])
 //!   and logged.
+//! - Metrics go through the [`metrics`](https://docs.rs/metrics) facade:
+//!   install a recorder before building a system, or none (then nothing is
+//!   measured). Names, units and labels are in the README's "Metrics"
+//!   table; `examples/metrics_prometheus.rs` serves them for Prometheus.
 //!
 //! Paths look like `tcp://system@host:port/user/name` (see [`ActorPath`]).
 //!

@@ -598,6 +598,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_readme_table_lists_every_metric_as_the_code_emits_it() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("the README");
+        let rows: Vec<Vec<String>> = readme
+            .lines()
+            .filter(|l| l.starts_with("| `remoting_") || l.starts_with("| `actors_"))
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().trim_matches('`').to_owned())
+                    .collect()
+            })
+            .collect();
+        let expected: Vec<Vec<String>> = METRICS
+            .iter()
+            .map(|m| {
+                let kind = match m.kind {
+                    Kind::Counter => "counter",
+                    Kind::Gauge => "gauge",
+                    Kind::Histogram => "histogram",
+                };
+                let unit = m.unit.map_or("", |u| u.as_str());
+                [m.name, kind, unit, m.labels, m.help]
+                    .map(str::to_owned)
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(rows, expected);
+        for (label, _) in DEAD_REASONS.iter().chain(MALFORMED_KINDS) {
+            assert!(
+                readme.contains(&format!("`{label}`")),
+                "{label} is documented"
+            );
+        }
+    }
+
+    #[test]
     fn type_names_lose_their_paths() {
         assert_eq!(short_type_name("bench::faithful::Receiver"), "Receiver");
         assert_eq!(
