@@ -8,7 +8,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A bar over `len` steps, or a hidden one.
 #[derive(Debug)]
-pub struct Progress(ProgressBar);
+pub struct Progress {
+    bar: ProgressBar,
+    /// Whether this run decided to draw it (indicatif also draws nothing
+    /// when its target is not a terminal).
+    drawn: bool,
+}
 
 impl Progress {
     /// A bar over `len` steps, drawn only if stderr is a terminal.
@@ -20,7 +25,10 @@ impl Progress {
     /// A bar drawn on stderr if `terminal`, else hidden.
     pub fn drawn_if(len: u64, terminal: bool) -> Self {
         if !terminal {
-            return Self(ProgressBar::hidden());
+            return Self {
+                bar: ProgressBar::hidden(),
+                drawn: false,
+            };
         }
         let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
         if let Ok(style) =
@@ -28,33 +36,33 @@ impl Progress {
         {
             bar.set_style(style);
         }
-        Self(bar)
+        Self { bar, drawn: true }
     }
 
     /// Whether the bar is drawn at all.
     #[cfg(test)]
     pub fn is_drawn(&self) -> bool {
-        !self.0.is_hidden()
+        self.drawn
     }
 
     /// What the step now running is.
     pub fn step(&self, what: String) {
-        self.0.set_message(what);
+        self.bar.set_message(what);
     }
 
     /// One step done.
     pub fn done_one(&self) {
-        self.0.inc(1);
+        self.bar.inc(1);
     }
 
     /// Prints `line` on stdout, the bar lifted out of its way.
     pub fn println(&self, line: &str) {
-        self.0.suspend(|| println!("{line}"));
+        self.bar.suspend(|| println!("{line}"));
     }
 
     /// Removes the bar.
     pub fn finish(&self) {
-        self.0.finish_and_clear();
+        self.bar.finish_and_clear();
     }
 }
 
