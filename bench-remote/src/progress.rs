@@ -11,7 +11,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub struct Progress {
     bar: ProgressBar,
     /// Whether this run decided to draw it (indicatif also draws nothing
-    /// when its target is not a terminal).
+    /// when its target is not a terminal); read by the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     drawn: bool,
 }
 
