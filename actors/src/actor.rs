@@ -379,6 +379,8 @@ async fn run_actor<A: Actor>(
     // What decodes of this actor's remote messages resolve refs against
     // (the scope is per batch; this is its one lookup).
     let scope = registry.decode_scope();
+    // Counts this actor alive until the task ends (or is dropped).
+    let meter = registry.meters().actor(std::any::type_name::<A>());
     let mut ctx = Ctx {
         myself: ActorRef::local(cell.clone()),
         system,
@@ -416,6 +418,9 @@ async fn run_actor<A: Actor>(
         };
         if !received {
             break StopReason::Stopped;
+        }
+        if meter.enabled() {
+            meter.taken(user.iter().map(Queued::count).sum());
         }
         loop {
             while let Some(s) = sys.pop_front() {
@@ -471,7 +476,10 @@ async fn run_actor<A: Actor>(
                     }
                 }
             };
-            if let Err(e) = actor.handle(msg, &mut ctx).await {
+            let started = meter.start();
+            let result = actor.handle(msg, &mut ctx).await;
+            meter.handled(started);
+            if let Err(e) = result {
                 break 'run fail(&cell.path, &*e);
             }
             if ctx.stop {

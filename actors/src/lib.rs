@@ -48,6 +48,10 @@
 //! - Dead letters (messages to stopped or unknown actors, undecodable or
 //!   mistyped remote messages) are counted ([`ActorSystem::dead_letters`])
 //!   and logged.
+//! - Metrics go through the [`metrics`](https://docs.rs/metrics) facade:
+//!   install a recorder before building a system, or none (then nothing is
+//!   measured). Names, units and labels are in the README's "Metrics"
+//!   table; `examples/metrics_prometheus.rs` serves them for Prometheus.
 //!
 //! Paths look like `tcp://system@host:port/user/name` (see [`ActorPath`]).
 //!
@@ -61,6 +65,8 @@
 //! - `bincode_format`: bincode 2's message format, our serializer and
 //!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
 //!   [`RemoteMessage`], [`SharedBytes`], the decode scope.
+//! - `telemetry`: the metrics this crate emits through the `metrics`
+//!   facade (names in the README's "Metrics" table), and their handles.
 //! - `config`: [`SystemConfig`] and its defaults.
 //! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
 //!   `ACTORS_*` variables; every key is in `actors/reference.toml`
@@ -112,6 +118,7 @@ mod registry;
 mod remote;
 mod serialization;
 mod system;
+mod telemetry;
 mod timer;
 mod watch;
 

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use crate::{
     mailbox::Refused,
     path::ActorPath,
+    telemetry::SystemMeters,
     watch::{TooManyWatches, WatchSink},
 };
 
@@ -71,6 +72,8 @@ pub(crate) struct Registry {
     /// against (`node::Node`, type-erased because it sits above this
     /// module; see `serialization::with_decode_scope`).
     decode_scope: OnceLock<Weak<dyn Any + Send + Sync>>,
+    /// This system's metric handles.
+    meters: SystemMeters,
 }
 
 impl fmt::Debug for Registry {
@@ -85,12 +88,13 @@ impl Registry {
     pub(crate) fn new(name: &str, node: Arc<str>, remote: bool) -> Self {
         Self {
             name: name.to_owned(),
-            node,
             remote,
             targets: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             dead_letters: AtomicU64::new(0),
             decode_scope: OnceLock::new(),
+            meters: SystemMeters::new(&node),
+            node,
         }
     }
 
@@ -149,6 +153,11 @@ impl Registry {
         self.targets().get(elements).cloned()
     }
 
+    /// This system's metric handles.
+    pub(crate) fn meters(&self) -> &SystemMeters {
+        &self.meters
+    }
+
     /// Dead letters so far.
     pub(crate) fn dead_letter_count(&self) -> u64 {
         self.dead_letters.load(Ordering::Relaxed)
@@ -157,6 +166,7 @@ impl Registry {
     /// Counts a dead letter and logs it (sampled past the first hundred).
     pub(crate) fn dead_letter(&self, msg_type: &str, recipient: &dyn fmt::Display, why: &str) {
         let n = self.dead_letters.fetch_add(1, Ordering::Relaxed) + 1;
+        self.meters.dead_letters(1, msg_type, why);
         if n <= DEAD_LETTER_LOG_LIMIT || n.is_multiple_of(10_000) {
             tracing::warn!(
                 system = %self.name,
@@ -181,6 +191,7 @@ impl Registry {
             return;
         }
         let total = self.dead_letters.fetch_add(n, Ordering::Relaxed) + n;
+        self.meters.dead_letters(n, msg_type, why);
         tracing::warn!(system = %self.name, msg_type, %recipient, reason = why, count = n, total, "dead letters");
     }
 }

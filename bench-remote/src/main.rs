@@ -15,17 +15,21 @@
 //! - `ceiling`: the pattern over plain tokio sockets.
 //! - `report`: Akka-format lines and latency percentiles.
 //! - `plot`: `--plot`'s SVG; `tls`: certificates for `--tls`.
+//! - `exporter`: `--metrics-addr`, the metrics over HTTP.
+//! - `progress`: progress bars of long runs, on a terminal only.
 #![forbid(unsafe_code)]
 // A binary: `pub` inside its modules means "used across modules".
 #![allow(unreachable_pub)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod ceiling;
+mod exporter;
 mod faithful;
 mod modes;
 mod pacer;
 mod pattern;
 mod plot;
+mod progress;
 mod raw;
 mod report;
 mod tls;
@@ -165,6 +169,12 @@ struct RunOpts {
     /// Seconds without an echo after which a sender gives up.
     #[arg(long, default_value_t = 10, global = true)]
     stall_timeout: u64,
+    /// Serve the nodes' metrics (Prometheus text format, any path) on
+    /// ADDR while the benchmark runs; port 0 picks a free port, and the
+    /// address is printed on stderr. Actors then also time each message
+    /// they handle (the handling-time histogram), which costs a little.
+    #[arg(long, value_name = "ADDR", global = true)]
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl RunOpts {
@@ -521,6 +531,12 @@ fn real_main() -> Result<()> {
     let cli = parse();
     let config = cli.run.transport()?;
     cli.run.validate(&config)?;
+    // Before any node starts: metric handles bind to the recorder in
+    // place when a node, a link or an actor starts.
+    if let Some(addr) = cli.run.metrics_addr {
+        let bound = exporter::serve(addr)?;
+        eprintln!("metrics: http://{bound}/metrics");
+    }
     let (rt, recv_rt) = match (cli.run.layout, &cli.cmd) {
         (Layout::Split, None) => (one_worker("bench-send")?, Some(one_worker("bench-recv")?)),
         _ => (

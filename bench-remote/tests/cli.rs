@@ -709,3 +709,103 @@ fn tls_mode_runs_the_same_pattern_over_mutual_tls() {
         "records carry many messages: {line}"
     );
 }
+
+/// `--metrics-addr` serves the nodes' metrics while the process runs: a
+/// receiver's endpoint shows what a sender sent it.
+#[test]
+fn metrics_addr_serves_the_nodes_metrics_while_running() {
+    use std::io::{Read, Write};
+    let mut child = bench()
+        .args([
+            "receiver",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("receiver starts");
+    let lines = |pipe: Box<dyn std::io::Read + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        rx
+    };
+    let err = lines(Box::new(child.stderr.take().expect("piped")));
+    let out = lines(Box::new(child.stdout.take().expect("piped")));
+    let r = Receiver {
+        child,
+        addr: {
+            let line = out.recv_timeout(TIMEOUT).expect("the receiver's address");
+            Regex::new(r"tcp://receiver@([\d.]+:\d+)/user/receiver")
+                .unwrap()
+                .captures(&line)
+                .unwrap_or_else(|| panic!("unexpected first line {line}"))[1]
+                .to_owned()
+        },
+    };
+    let line = err.recv_timeout(TIMEOUT).expect("the metrics address");
+    let metrics = Regex::new(r"^metrics: http://([\d.]+:\d+)/metrics$")
+        .unwrap()
+        .captures(&line)
+        .unwrap_or_else(|| panic!("unexpected stderr line {line}"))[1]
+        .to_owned();
+    let (ok, _, stderr) = run(&["sender", "--connect", &r.addr, "--messages", "10000"]);
+    assert!(ok, "stderr: {stderr}");
+    let scrape = || {
+        let mut s = std::net::TcpStream::connect(&metrics).expect("the endpoint answers");
+        s.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+            .expect("request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("response");
+        text
+    };
+    // Per-peer values are published once per heartbeat interval (1 s).
+    let received = Regex::new(
+        r#"(?m)^remoting_bytes_in_total\{node="receiver@[^"]+",peer="sender@[^"]+"\} (\d+)$"#,
+    )
+    .unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let text = scrape();
+        assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+        if let Some(c) = received.captures(&text)
+            && c[1].parse::<u64>().expect("a count") > 10000 * 100
+        {
+            assert!(
+                text.contains("# TYPE actors_handling_seconds summary"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no bytes from the sender in {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Piped, a long run draws no progress bar: stderr stays empty and stdout
+/// holds the report lines only.
+#[test]
+fn compare_draws_no_progress_bar_when_piped() {
+    let (ok, out, err) = run(&["--compare", "2", "--messages", "5000", "--burst", "500"]);
+    assert!(ok, "stderr: {err}");
+    assert_eq!(err, "", "nothing on stderr when piped");
+    let pass = Regex::new(
+        r"^pass [12]: actors \d+ msg/s \([\d.]+ msgs/write\), ceiling \d+ msg/s, ratio [\d.]+$",
+    )
+    .unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(pass.is_match(lines[0]) && pass.is_match(lines[1]), "{out}");
+    assert!(lines[3].starts_with("median of 2: actors "), "{out}");
+}

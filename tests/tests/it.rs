@@ -24,6 +24,7 @@ mod it {
     mod layers;
     mod limits;
     mod links;
+    mod metrics;
     mod node_identity;
     mod ordering;
     mod push;

@@ -197,7 +197,9 @@ impl TransportConfig {
         self
     }
 
-    /// Time a TCP connect may take. Default 5 s.
+    /// Time a TCP connect may take. Default 5 s. When a name resolves to
+    /// several addresses ([`Endpoint::connect_any`](crate::Endpoint::connect_any)),
+    /// this bounds trying all of them.
     pub fn set_connect_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.connect_timeout = timeout;
         self

@@ -279,18 +279,37 @@ impl<S: Security> Endpoint<S> {
         &self,
         addr: SocketAddr,
     ) -> Result<Established<S::Dialed>, TransportError> {
+        self.connect_any(&[addr]).await
+    }
+
+    /// Dials each of `addrs` in turn until a TCP connect succeeds, then
+    /// completes the handshake with that address, as
+    /// [`TcpStream::connect`] walks the addresses a name resolves to (a
+    /// host name may resolve to `::1` and `127.0.0.1`, with the node
+    /// listening on one of them only).
+    ///
+    /// The whole walk takes at most the connect timeout
+    /// ([`TransportConfig::set_connect_timeout`]). Each attempt may use an
+    /// equal share of what is left of it (the last one all of it), so an
+    /// address that swallows the connect (a firewall that drops it) leaves
+    /// time for the next; a refused connect fails at once and costs
+    /// nothing. Only the TCP connect moves on to the next address: a
+    /// failed handshake is an answer from whatever listens there, and is
+    /// returned.
+    ///
+    /// # Errors
+    /// No address given; the last connect failure when every address
+    /// failed; [`TransportError::ConnectTimeout`] (naming the address being
+    /// tried) when the timeout passes; or a failed handshake.
+    pub async fn connect_any(
+        &self,
+        addrs: &[SocketAddr],
+    ) -> Result<Established<S::Dialed>, TransportError> {
         let config = &self.inner.config;
-        let socket = new_socket(&addr, config)?;
-        let stream = match tokio::time::timeout(config.connect_timeout, socket.connect(addr)).await
-        {
-            Ok(s) => s?,
-            Err(_) => {
-                return Err(TransportError::ConnectTimeout {
-                    addr,
-                    after: config.connect_timeout,
-                });
-            }
-        };
+        let (stream, addr) = dial_each(addrs, config.connect_timeout, |addr| async move {
+            new_socket(&addr, config)?.connect(addr).await
+        })
+        .await?;
         stream.set_nodelay(config.nodelay)?;
         self.inner.dialed(stream, addr).await
     }
@@ -528,6 +547,58 @@ fn new_socket(addr: &SocketAddr, config: &TransportConfig) -> std::io::Result<Tc
     Ok(socket)
 }
 
+/// Tries `dial` on each address in order until one succeeds, within
+/// `timeout` in all (see [`Endpoint::connect_any`] for how it is shared).
+/// The dial is a parameter so that tests can script each address's fate
+/// under a paused clock.
+async fn dial_each<T, F, Fut>(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+    mut dial: F,
+) -> Result<(T, SocketAddr), TransportError>
+where
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: Future<Output = io::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = None;
+    for (i, &addr) in addrs.iter().enumerate() {
+        let left = addrs.len() - i;
+        let now = tokio::time::Instant::now();
+        // An equal share of the time left; the last address gets all of it.
+        // `left` is at least 1 (i < len) and at most the slice's length.
+        let share =
+            deadline.saturating_duration_since(now) / u32::try_from(left).unwrap_or(u32::MAX);
+        let until = if left == 1 { deadline } else { now + share };
+        match tokio::time::timeout_at(until, dial(addr)).await {
+            Ok(Ok(stream)) => return Ok((stream, addr)),
+            Ok(Err(e)) => {
+                tracing::debug!(%addr, error = %e, remaining = left - 1, "connect failed");
+                last = Some(TransportError::Io(e));
+            }
+            Err(_) if left == 1 => {
+                return Err(TransportError::ConnectTimeout {
+                    addr,
+                    after: timeout,
+                });
+            }
+            Err(_) => {
+                tracing::debug!(%addr, after = ?share, remaining = left - 1, "connect timed out, trying the next address");
+                last = Some(TransportError::ConnectTimeout {
+                    addr,
+                    after: timeout,
+                });
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        TransportError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no address to connect to",
+        ))
+    }))
+}
+
 async fn accept_loop<S: Security>(
     listener: TcpListener,
     inner: Arc<Inner<S>>,
@@ -617,5 +688,96 @@ async fn accept_loop<S: Security>(
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{future::pending, io, net::SocketAddr, time::Duration};
+
+    use super::dial_each;
+    use crate::error::TransportError;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[tokio::test]
+    async fn a_refused_address_is_followed_by_the_next_one() {
+        // A port that was just free: nothing listens there, so the connect
+        // is refused (deterministic on loopback).
+        let closed = tokio::net::TcpListener::bind(addr(0)).await.unwrap();
+        let closed_addr = closed.local_addr().unwrap();
+        drop(closed);
+        let live = tokio::net::TcpListener::bind(addr(0)).await.unwrap();
+        let live_addr = live.local_addr().unwrap();
+        let (stream, used) = dial_each(
+            &[closed_addr, live_addr],
+            Duration::from_secs(5),
+            tokio::net::TcpStream::connect,
+        )
+        .await
+        .unwrap();
+        assert_eq!(used, live_addr);
+        assert_eq!(stream.peer_addr().unwrap(), live_addr);
+        let (_, from) = live.accept().await.unwrap();
+        assert_eq!(from, stream.local_addr().unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_address_that_never_answers_leaves_time_for_the_next() {
+        let start = tokio::time::Instant::now();
+        let (n, used) = dial_each(
+            &[addr(1), addr(2)],
+            Duration::from_secs(4),
+            |a| async move {
+                if a.port() == 1 {
+                    pending::<io::Result<u16>>().await
+                } else {
+                    Ok(a.port())
+                }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((n, used), (2, addr(2)));
+        // The first address had half of the timeout.
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_whole_walk_is_bounded_by_the_timeout() {
+        let start = tokio::time::Instant::now();
+        let err = dial_each(&[addr(1), addr(2), addr(3)], Duration::from_secs(3), |_| {
+            pending::<io::Result<()>>()
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, TransportError::ConnectTimeout { addr: a, .. } if a == addr(3)),
+            "{err}"
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn every_address_failing_returns_the_last_error_and_none_is_an_error() {
+        let err = dial_each(
+            &[addr(1), addr(2)],
+            Duration::from_secs(1),
+            |a| async move {
+                Err::<(), _>(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    a.to_string(),
+                ))
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("127.0.0.1:2"), "{err}");
+        let err = dial_each(&[], Duration::from_secs(1), |_| async { Ok(()) })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no address"), "{err}");
     }
 }

@@ -7,6 +7,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    net::SocketAddr,
     sync::{
         Arc, Mutex, MutexGuard, Weak,
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
@@ -41,6 +42,7 @@ use crate::{
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
     registry::Registry,
+    telemetry::{PeerCounters, PeerSample},
     watch::{RemoteWatcher, WatchSink},
 };
 
@@ -110,6 +112,8 @@ pub(crate) struct Association {
     max_recipient_ids: usize,
     /// `SystemConfig::set_recipient_window`.
     window: u64,
+    /// Counts of link events for metrics (see `sample`).
+    counters: PeerCounters,
 }
 
 impl Association {
@@ -145,6 +149,7 @@ impl Association {
             max_message,
             max_recipient_ids: config.max_recipient_ids,
             window: config.recipient_window as u64,
+            counters: PeerCounters::default(),
         }
     }
 
@@ -298,9 +303,13 @@ impl Association {
             return;
         };
         let node = self.node.clone();
+        let me = self.me.clone();
         tokio::spawn(async move {
             conn.closed().await;
             count_dropped(&registry, &node, &conn, &why);
+            if let Some(me) = me.upgrade() {
+                me.counters.retire(&conn.stats());
+            }
         });
     }
 
@@ -345,6 +354,7 @@ impl Association {
         if uid == 0 || !lock(&self.quarantined).insert(uid) {
             return;
         }
+        PeerCounters::bump(&self.counters.quarantines);
         if reason == PEER_SHUT_DOWN {
             // The peer said so itself: the ordinary end of a node.
             tracing::info!(node = %self.node, uid, reason, "incarnation quarantined");
@@ -496,6 +506,7 @@ impl Association {
             }
         }
         lock(&self.life).attempt_started(Instant::now());
+        PeerCounters::bump(&self.counters.attempts);
         self.connect().await
     }
 
@@ -504,38 +515,50 @@ impl Association {
         // At most `max_concurrent_dials` attempts at once, resolving
         // included; the permit is held until the handshake is done.
         let _permit = ctx.dials.acquire().await.map_err(|_| "system shut down")?;
-        let addr = match ctx.config.routes.get(&*self.node) {
+        let addrs: Vec<SocketAddr> = match ctx.config.routes.get(&*self.node) {
             // SystemConfig::set_route: dialed elsewhere, identity unchanged.
-            Some(addr) => *addr,
+            Some(addr) => vec![*addr],
             None => {
                 let hostport = self
                     .node
                     .split_once('@')
                     .map(|(_, hp)| hp)
                     .ok_or("node has no host:port")?;
-                tokio::net::lookup_host(hostport)
+                let resolved: Vec<SocketAddr> = tokio::net::lookup_host(hostport)
                     .await
                     .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
-                    .next()
-                    .ok_or_else(|| format!("{hostport} resolves to no address"))?
+                    .collect();
+                if resolved.is_empty() {
+                    return Err(format!("{hostport} resolves to no address").into());
+                }
+                resolved
             }
         };
-        if let Some(allowed) = &ctx.config.dial_allow_list
-            && !allowed.iter().any(|net| net.contains(&addr.ip()))
-        {
+        // Every address is checked against the allow-list; those off it
+        // are not dialed at all.
+        let (addrs, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
+            addrs.into_iter().partition(|addr| {
+                ctx.config
+                    .dial_allow_list
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.iter().any(|net| net.contains(&addr.ip())))
+            });
+        if addrs.is_empty() {
             return Err(format!(
-                "{addr} is not on the dial allow-list (SystemConfig::set_dial_allow_list)"
+                "{} is not on the dial allow-list (SystemConfig::set_dial_allow_list)",
+                join(&refused)
             )
             .into());
         }
         let est = ctx
             .endpoint
-            .connect(addr)
+            .connect(addrs.clone())
             .await
             .map_err(|e| ConnectFailed {
                 refused: matches!(&e, TransportError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused),
-                reason: format!("connect to {addr}: {e}"),
+                reason: format!("connect to {}: {e}", join(&addrs)),
             })?;
+        let addr = est.peer().socket_addr;
         if est.peer().addr != *self.node {
             return Err(format!(
                 "peer at {addr} identifies as {:?}, expected {:?}",
@@ -738,10 +761,14 @@ impl Association {
             tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
             let registry = self.registry();
             let node = self.node.clone();
+            let me = self.me.clone();
             tokio::spawn(async move {
                 c.close(DUPLICATE).await;
                 if let Some(r) = registry {
                     count_dropped(&r, &node, &c, DUPLICATE);
+                }
+                if let Some(me) = me.upgrade() {
+                    me.counters.retire(&c.stats());
                 }
             });
         }
@@ -869,6 +896,28 @@ impl Association {
             total.add(&c.stats());
         }
         total
+    }
+
+    /// This association's values for metrics: its connections' counts
+    /// (ended ones included), its link's queue, phi, and its link events.
+    /// Takes `conns`, `state` (and the link's queue lock), `life`, one
+    /// after another.
+    pub(super) fn sample(&self, now: Instant) -> PeerSample {
+        let mut stats = self.counters.retired();
+        for c in lock(&self.conns).values() {
+            stats.add(&c.stats());
+        }
+        let queue_bytes = self.link().map_or(0, |l| l.sender.queued_bytes());
+        let c = &self.counters;
+        PeerSample {
+            stats,
+            queue_bytes,
+            phi: lock(&self.life).phi(now),
+            reconnects: c.attempts.load(Ordering::Relaxed).saturating_sub(1),
+            quarantines: c.quarantines.load(Ordering::Relaxed),
+            fragments_out: self.large.fragments_sent.load(Ordering::Relaxed),
+            fragments_in: c.fragments_in.load(Ordering::Relaxed),
+        }
     }
 
     /// The state, locked (see the lock order at the type).
@@ -1053,6 +1102,10 @@ impl Peer for Association {
         &self.node
     }
 
+    fn on_fragment(&self) {
+        PeerCounters::bump(&self.counters.fragments_in);
+    }
+
     fn sys_in(&self) -> MutexGuard<'_, SysIn> {
         self.requests.inbound()
     }
@@ -1189,4 +1242,10 @@ fn transport_proof(peer: &PeerInfo) -> bool {
         peer.verified,
         PeerVerified::Node | PeerVerified::Unauthenticated
     )
+}
+
+/// Addresses for a log line or an error: `a, b, c`.
+fn join(addrs: &[SocketAddr]) -> String {
+    let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    list.join(", ")
 }

@@ -60,6 +60,8 @@ pub(super) trait Peer: Send + Sync + 'static {
     /// The peer grants recipient `id` of the connection of `generation`
     /// up to `total` envelope bytes (see `flow`).
     fn on_credit(&self, generation: u32, id: u32, total: u64);
+    /// A fragment of a large message arrived (counted for metrics).
+    fn on_fragment(&self) {}
 }
 
 /// The window over which malformed envelopes are counted against
@@ -350,6 +352,7 @@ impl Dispatch {
     /// or hostile, and every malformed envelope costs a log line.
     #[cold]
     fn malformed(&mut self, why: &str) {
+        self.registry.meters().malformed(why);
         self.dead("(malformed envelope)", &self.peer.node().clone(), why);
         let now = Instant::now();
         match self.malformed_since {
@@ -522,6 +525,7 @@ impl Dispatch {
     fn on_fragment(&mut self, id: u32, manifest: u32, f: Fragment, piece: &[u8]) {
         // Acknowledged whatever becomes of it: the sender only paces on it.
         self.large_ack = Some((f.msg, f.offset.saturating_add(piece.len() as u32)));
+        self.peer.on_fragment();
         if f.offset == 0
             && let Some(why) = self.large.abandon_for(f.msg)
         {

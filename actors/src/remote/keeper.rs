@@ -1,13 +1,16 @@
 //! One timer for all of a node's associations: when each is due for its
-//! next heartbeat tick, and which have gone unused for how long. Pure
+//! next heartbeat tick, which have gone unused for how long, and the
+//! metric handles of each (published on the same timer). Pure
 //! bookkeeping; the task that drives it is `Remoting::keep_all`.
 
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap},
-    sync::Weak,
+    sync::{Arc, Weak},
     time::{Duration, Instant},
 };
+
+use crate::telemetry::{PeerMeters, PeerSample};
 
 /// When each entry is next due, earliest first. Entries are weak: one
 /// whose owner is gone is dropped when it comes due.
@@ -118,6 +121,61 @@ impl<K: std::hash::Hash + Eq + Clone> Idle<K> {
         }
         self.since = seen;
         ripe
+    }
+}
+
+/// The metric handles of every association, published together once per
+/// `period`: registered when an association is first seen, their gauges
+/// zeroed and dropped when it is gone.
+pub(super) struct Published<T> {
+    entries: Vec<(Weak<T>, PeerMeters)>,
+    period: Duration,
+    next: Instant,
+}
+
+impl<T> Published<T> {
+    pub(super) fn new(period: Duration, now: Instant) -> Self {
+        Self {
+            entries: Vec::new(),
+            period,
+            next: now + period,
+        }
+    }
+
+    /// A new association and its handles.
+    pub(super) fn add(&mut self, item: Weak<T>, meters: PeerMeters) {
+        self.entries.push((item, meters));
+    }
+
+    /// When the next publication is due.
+    pub(super) fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// Publishes every live entry's `sample` if due at `now`; entries whose
+    /// owner is gone read 0 on their gauges and are dropped. Returns how
+    /// many live, if it published.
+    pub(super) fn publish_due(
+        &mut self,
+        now: Instant,
+        sample: impl Fn(&Arc<T>) -> PeerSample,
+    ) -> Option<usize> {
+        if now < self.next {
+            return None;
+        }
+        self.next = now + self.period;
+        self.entries
+            .retain_mut(|(item, meters)| match item.upgrade() {
+                Some(item) => {
+                    meters.publish(&sample(&item));
+                    true
+                }
+                None => {
+                    meters.zero();
+                    false
+                }
+            });
+        Some(self.entries.len())
     }
 }
 

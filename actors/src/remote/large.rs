@@ -26,7 +26,7 @@ use std::{
     future::Future,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU32, Ordering},
+        atomic::{AtomicU32, AtomicU64, Ordering},
     },
 };
 
@@ -86,6 +86,8 @@ pub(super) struct LargeLane {
     acked: Mutex<(u32, u32)>,
     /// Notified on every `LargeAck`, and when a link closes.
     ack: Notify,
+    /// Fragments sent (for metrics).
+    pub(super) fragments_sent: AtomicU64,
 }
 
 /// A large message waiting for (or in) the lane.
@@ -113,6 +115,7 @@ impl LargeLane {
             queue: Mutex::new(LargeQueue::default()),
             room: Notify::new(),
             next_msg: AtomicU32::new(1),
+            fragments_sent: AtomicU64::new(0),
             acked: Mutex::new((0, 0)),
             ack: Notify::new(),
         }
@@ -243,6 +246,7 @@ impl LargeLane {
                 })
                 .await
                 .map_err(|_| "link closed while sending a large message")?;
+            lane.fragments_sent.fetch_add(1, Ordering::Relaxed);
             // What other senders queue meanwhile goes out before the next
             // fragment, and at most `LARGE_WINDOW` bytes are unacknowledged
             // (so in the sockets' buffers ahead of a small message).

@@ -287,10 +287,14 @@ pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
     impl Drop for Reset {
         #[inline(always)]
         fn drop(&mut self) {
-            IN_ENCODER.set(false);
+            IN_ENCODER.with(|c| c.set(false));
         }
     }
-    IN_ENCODER.set(true);
+    // `with` and `Cell::set`, not `LocalKey::set`: the latter goes through
+    // `LocalKey::initialize_with`, which a release build was seen to leave
+    // out of line (two calls per remote tell, 3.9 % of the sending
+    // thread's instructions under callgrind).
+    IN_ENCODER.with(|c| c.set(true));
     let _reset = Reset;
     f()
 }

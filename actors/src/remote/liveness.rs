@@ -177,6 +177,12 @@ impl Liveness {
         std::mem::replace(&mut self.unreachable, false)
     }
 
+    /// The failure detector's phi now (0 before any heartbeat ack), for
+    /// metrics.
+    pub(crate) fn phi(&self, now: Instant) -> f64 {
+        self.hb.phi(now)
+    }
+
     /// The node's incarnation was quarantined: nothing to watch any more.
     pub(crate) fn on_quarantine(&mut self) {
         self.monitoring = false;

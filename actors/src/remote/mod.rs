@@ -68,7 +68,7 @@ use crate::{
     serialization::Bincode,
 };
 use context::Context;
-use keeper::{Idle, Schedule};
+use keeper::{Idle, Published, Schedule};
 use link::lock;
 use net::Net;
 use system_msg::SysWire;
@@ -271,10 +271,21 @@ impl Remoting {
         };
         let mut idle = Idle::new(timeout);
         let mut next_sweep = Instant::now() + idle.period();
+        // Metrics, only with a recorder installed when the system was
+        // built: once per heartbeat interval, from counters kept anyway.
+        let mut published = this.upgrade().and_then(|r| {
+            let meters = r.shared.registry.meters();
+            meters
+                .enabled()
+                .then(|| Published::new(r.shared.config.heartbeat.interval(), Instant::now()))
+        });
         loop {
             let Some(r) = this.upgrade() else { return };
             let now = Instant::now();
             for a in lock(&r.born).drain(..) {
+                if let (Some(p), Some(assoc)) = (&mut published, a.upgrade()) {
+                    p.add(a.clone(), r.shared.registry.meters().peer(&assoc.node));
+                }
                 schedule.push(now, a);
             }
             while let Some(a) = schedule.pop_due(now) {
@@ -285,7 +296,13 @@ impl Remoting {
                 r.sweep_idle(&mut idle, now);
                 next_sweep = now + idle.period();
             }
-            let wake = schedule.next().map_or(next_sweep, |n| n.min(next_sweep));
+            let mut wake = schedule.next().map_or(next_sweep, |n| n.min(next_sweep));
+            if let Some(p) = &mut published {
+                if let Some(live) = p.publish_due(now, |a| a.sample(now)) {
+                    r.shared.registry.meters().associations(live);
+                }
+                wake = wake.min(p.next());
+            }
             drop(r);
             tokio::select! {
                 () = cancel.cancelled() => return,

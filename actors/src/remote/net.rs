@@ -44,7 +44,8 @@ pub(crate) trait Net: Send + Sync + 'static {
     /// The shared secret in force (resolved at bind), if any.
     fn shared_secret(&self) -> Option<&transport::SharedSecret>;
     fn accept(&self) -> BoxFuture<'_, Option<Result<Incoming, AcceptError>>>;
-    fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, Result<Incoming, TransportError>>;
+    /// Dials each address in turn (`Endpoint::connect_any`).
+    fn connect(&self, addrs: Vec<SocketAddr>) -> BoxFuture<'_, Result<Incoming, TransportError>>;
     fn close(&self);
 }
 
@@ -69,8 +70,8 @@ impl<S: Security> Net for Endpoint<S> {
         Box::pin(async move { Some(Endpoint::accept(self).await?.map(Incoming::new)) })
     }
 
-    fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, Result<Incoming, TransportError>> {
-        Box::pin(async move { Endpoint::connect(self, addr).await.map(Incoming::new) })
+    fn connect(&self, addrs: Vec<SocketAddr>) -> BoxFuture<'_, Result<Incoming, TransportError>> {
+        Box::pin(async move { Endpoint::connect_any(self, &addrs).await.map(Incoming::new) })
     }
 
     fn close(&self) {

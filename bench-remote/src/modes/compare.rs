@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use crate::{
     RunOpts, ceiling,
     modes::{burst, output::latency_ratios},
+    progress::Progress,
 };
 
 /// Alternates the mode and the ceiling `--compare N` times, quietly, and
@@ -33,7 +34,9 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
     // Marker round-trips (p50, p99) of the mode and the ceiling, and their
     // ratios: with `--burst 1`, the latency of a lone round trip.
     let mut lat: [Vec<f64>; 6] = Default::default();
+    let progress = Progress::new(n as u64);
     for i in 0..n {
+        progress.step(format!("pass {}", i + 1));
         let (rate, per_write, report) = if opts.raw {
             let r = crate::raw::run(recv, shape, opts.transport()?, false).await?;
             (
@@ -57,20 +60,21 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
             };
             let p = burst::measure(recv, &plain_opts, false).await?;
             let r = rate / p.outcome.msgs_per_sec;
-            println!(
+            progress.println(&format!(
                 "pass {}: tls {rate:.0} msg/s, plaintext {:.0} msg/s, tls/plaintext {r:.3}",
                 i + 1,
                 p.outcome.msgs_per_sec
-            );
+            ));
             tls_ratios.push(r);
         }
         let (c, _) = ceiling::run(recv, shape, false, opts.echo_all).await?;
         let ratio = rate / c.msgs_per_sec;
-        println!(
+        progress.println(&format!(
             "pass {}: {mode} {rate:.0} msg/s ({per_write:.1} msgs/write), ceiling {:.0} msg/s, ratio {ratio:.3}",
             i + 1,
             c.msgs_per_sec
-        );
+        ));
+        progress.done_one();
         ratios.push(ratio);
         let (p50, p99) = latency_ratios(&report, &c.report);
         for (col, v) in lat.iter_mut().zip([
@@ -86,6 +90,7 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
         modes.push(rate);
         ceils.push(c.msgs_per_sec);
     }
+    progress.finish();
     if opts.tls {
         println!(
             "median of {n}: tls/plaintext {:.3}",

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use tokio::runtime::Handle;
 
-use crate::{RunOpts, modes::burst};
+use crate::{RunOpts, modes::burst, progress::Progress};
 
 /// Payload sizes and pair counts of `--sweep`.
 const SWEEP_PAYLOADS: [usize; 6] = [100, 1000, 5000, 10_000, 25_000, 50_000];
@@ -18,12 +18,14 @@ const SWEEP_BURST_BYTES: u64 = 8 * 1024 * 1024;
 /// Measures every cell once, quietly, and prints one table row per cell.
 pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
     let mut rows = Vec::new();
-    println!(
+    let progress = Progress::new((SWEEP_PAYLOADS.len() * SWEEP_PAIRS.len()) as u64);
+    progress.println(&format!(
         "{:>8} {:>6} {:>10} {:>14} {:>10} {:>10}",
         "payload", "pairs", "messages", "msg/s", "MB/s", "p99 us"
-    );
+    ));
     for &payload in &SWEEP_PAYLOADS {
         for &pairs in &SWEEP_PAIRS {
+            progress.step(format!("payload {payload} B, {pairs} pairs"));
             let total = opts
                 .messages
                 .min(SWEEP_BYTES / payload as u64)
@@ -50,12 +52,13 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
                 .as_ref()
                 .unwrap_or(&run.outcome.report);
             let mbps = run.outcome.msgs_per_sec * payload as f64 / 1e6;
-            println!(
+            progress.println(&format!(
                 "{payload:>8} {pairs:>6} {:>10} {:>14.0} {mbps:>10.1} {:>10}",
                 per_pair * pairs as u64,
                 run.outcome.msgs_per_sec,
                 r.percentile_us(0.99)
-            );
+            ));
+            progress.done_one();
             rows.push(serde_json::json!({
                 "payload": payload,
                 "pairs": pairs,
@@ -67,6 +70,7 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
             }));
         }
     }
+    progress.finish();
     if opts.json {
         println!("{}", serde_json::json!({ "mode": "sweep", "rows": rows }));
     }
