@@ -110,6 +110,7 @@ mod path;
 mod registry;
 mod remote;
 mod serialization;
+mod supervision;
 mod system;
 mod timer;
 mod watch;
@@ -139,6 +140,9 @@ pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 pub use remote::fuzz_decode_envelope;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
+pub use supervision::{
+    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Directive, SupervisorStrategy,
+};
 pub use system::ActorSystem;
 pub use timer::TimerKey;
 pub use transport::{Backoff, HeartbeatConfig};
