@@ -690,20 +690,24 @@ impl<A: Actor> Runner<A> {
             if !ctx.timers.is_empty() {
                 fire_due(&mut ctx.timers, cell);
             }
-            // Without timers waiting, the actor waits on its mailbox alone.
-            let received = match ctx.timers.next_deadline() {
-                None => cell.mailbox.recv_all(user, sys).await,
-                Some(deadline) => {
-                    tokio::select! {
-                        biased;
-                        received = cell.mailbox.recv_all(user, sys) => received,
-                        // Queued at the top of the next round.
-                        () = tokio::time::sleep_until(deadline) => continue,
+            // What a failed instance left unhandled goes first (and
+            // `recv_all` swaps into an empty `user` only).
+            if user.is_empty() && decoded.is_empty() && sys.is_empty() {
+                // Without timers waiting, the actor waits on its mailbox alone.
+                let received = match ctx.timers.next_deadline() {
+                    None => cell.mailbox.recv_all(user, sys).await,
+                    Some(deadline) => {
+                        tokio::select! {
+                            biased;
+                            received = cell.mailbox.recv_all(user, sys) => received,
+                            // Queued at the top of the next round.
+                            () = tokio::time::sleep_until(deadline) => continue,
+                        }
                     }
+                };
+                if !received {
+                    return Outcome::Stop(StopReason::Stopped);
                 }
-            };
-            if !received {
-                return Outcome::Stop(StopReason::Stopped);
             }
             loop {
                 while let Some(s) = sys.pop_front() {
