@@ -2,13 +2,16 @@
 //! runs: spawning onto the system and the task that handles its mailbox.
 
 use std::{
-    collections::VecDeque,
+    any::Any,
+    collections::{HashMap, VecDeque},
     fmt,
     future::Future,
+    panic::AssertUnwindSafe,
     sync::{
         Arc, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -18,9 +21,12 @@ use crate::{
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Queued, SystemMsg, next_record},
-    path::valid_name,
+    path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
     serialization::{RemoteMessage, manifests, with_decode_scope},
+    supervision::{
+        ChildControl, ChildEvent, Parent, Restarts, SupervisorStrategy, Verdict, is_failure,
+    },
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
     watch::{WatchSink, Watchers},
@@ -52,10 +58,26 @@ pub type ActorResult = Result<(), ActorError>;
 /// ```
 ///
 /// # Failures
-/// A hook that returns an error, or panics, fails the actor: it stops
-/// with [`StopReason::Failed`] (or [`StopReason::Panicked`]), its
-/// watchers see that reason, and the rest of the system goes on. The
-/// message being handled is not handled again.
+/// A hook that returns an error, or panics, fails the actor. Its
+/// supervisor's [`SupervisorStrategy`] decides what follows: an actor
+/// spawned as a value ([`ActorSystem::spawn`], [`ActorSystem::spawn_named`])
+/// stops with [`StopReason::Failed`] (or [`StopReason::Panicked`]); one
+/// spawned from a factory ([`ActorSystem::spawn_supervised`],
+/// [`Ctx::spawn_child`]) may be restarted in place, keeping its path and
+/// refs, stopped, or its failure escalated to its parent. Watchers see the
+/// reason it finally stopped for, and the rest of the system goes on. The
+/// message being handled is not handled again: it is counted as a dead
+/// letter ("handler failed").
+///
+/// # Restarts
+/// A restart stops the actor's children (their `stopped` runs first),
+/// calls `stopped` on the old instance (not after a panic: its state is
+/// unknown), cancels its timers (unless
+/// [`Ctx::keep_timers_on_restart`]), waits for the backoff if the
+/// strategy has one, makes a new instance from the factory and calls its
+/// `started`, which typically spawns the children again. Watches the
+/// actor placed ([`Ctx::watch`]) and watches on it stay in force: a
+/// restart is not a termination.
 pub trait Actor: Send + Sized + 'static {
     /// The messages this actor takes.
     type Msg: Send + 'static;
@@ -86,7 +108,40 @@ pub trait Actor: Send + Sized + 'static {
         async { Ok(()) }
     }
 
-    /// Runs once after the last message, unless the actor panicked.
+    /// How this actor supervises the children it spawns with
+    /// [`Ctx::spawn_child`]. Asked once per instance, before its
+    /// `started`. Default: [`SupervisorStrategy::stop`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use actors::{Actor, ActorResult, Ctx, SupervisorStrategy};
+    /// struct Pool;
+    /// struct Worker;
+    /// impl Actor for Worker {
+    ///     type Msg = u64;
+    ///     async fn handle(&mut self, _: u64, _: &mut Ctx<Self>) -> ActorResult { Ok(()) }
+    /// }
+    /// impl Actor for Pool {
+    ///     type Msg = u64;
+    ///     fn supervisor_strategy(&self) -> SupervisorStrategy {
+    ///         SupervisorStrategy::restart()
+    ///             .with_limit(3, Duration::from_secs(5))
+    ///             .with_backoff(Duration::from_millis(10), Duration::from_secs(1))
+    ///     }
+    ///     async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
+    ///         // At /user/pool/w1 (if the pool is /user/pool).
+    ///         ctx.spawn_child("w1", || Worker)?;
+    ///         Ok(())
+    ///     }
+    ///     async fn handle(&mut self, _: u64, _: &mut Ctx<Self>) -> ActorResult { Ok(()) }
+    /// }
+    /// ```
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        SupervisorStrategy::default()
+    }
+
+    /// Runs once after the last message, after the actor's children have
+    /// stopped; on a restart, on the old instance. Not after a panic.
     fn stopped(&mut self, reason: &StopReason) -> impl Future<Output = ()> + Send {
         let _ = reason;
         async {}
@@ -99,15 +154,24 @@ pub trait Actor: Send + Sized + 'static {
 /// Method groups:
 /// - identity: [`myself`](Self::myself), [`system`](Self::system);
 /// - life: [`stop`](Self::stop), [`watch`](Self::watch);
+/// - children: [`spawn_child`](Self::spawn_child);
 /// - timers: [`schedule_once`](Self::schedule_once),
 ///   [`schedule_repeatedly`](Self::schedule_repeatedly),
-///   [`cancel_timer`](Self::cancel_timer).
+///   [`cancel_timer`](Self::cancel_timer),
+///   [`keep_timers_on_restart`](Self::keep_timers_on_restart).
 pub struct Ctx<A: Actor> {
     pub(crate) myself: ActorRef<A::Msg>,
     pub(crate) system: ActorSystem,
     pub(crate) stop: bool,
     pub(crate) sink: WatchSink,
     pub(crate) timers: Timers<A::Msg>,
+    /// This instance's strategy for its children.
+    pub(crate) strategy: SupervisorStrategy,
+    /// Live children by spawn id.
+    pub(crate) children: HashMap<u64, Child>,
+    /// This actor as its children's parent (its cell).
+    pub(crate) parent_link: Arc<dyn Parent>,
+    pub(crate) keep_timers: bool,
 }
 
 impl<A: Actor> fmt::Debug for Ctx<A> {
@@ -146,6 +210,56 @@ impl<A: Actor> Ctx<A> {
     /// still delivered.
     pub fn unwatch<N: Send + 'static>(&self, other: &ActorRef<N>) {
         other.remove_watcher(&self.sink);
+    }
+
+    /// Spawns a child at `{this actor's path}/{name}`, supervised by this
+    /// actor's [`Actor::supervisor_strategy`]: `factory` makes its first
+    /// instance and each one after a restart. The child is reachable from
+    /// other nodes by its path (`tcp://sys@host:port/user/parent/child`).
+    /// When this actor stops or restarts, its children stop first (their
+    /// `stopped` runs before this actor's); a restarted parent's new
+    /// instance spawns them again in its `started` (Akka's default).
+    ///
+    /// # Errors
+    /// An invalid name (or one that makes the path deeper than
+    /// [`MAX_PATH_ELEMENTS`] or longer than [`MAX_PATH_LEN`]), a name
+    /// taken by a live child, or a system shutting down.
+    pub fn spawn_child<B, F>(
+        &mut self,
+        name: &str,
+        factory: F,
+    ) -> Result<ActorRef<B::Msg>, SpawnError>
+    where
+        B: Actor,
+        B::Msg: RemoteMessage,
+        F: Fn() -> B + Send + Sync + 'static,
+    {
+        let factory: Factory<B> = Arc::new(factory);
+        let sup = Supervision {
+            factory: Some(factory.clone()),
+            strategy: self.strategy.clone(),
+            parent: Some(self.parent_link.clone()),
+        };
+        let elements = format!("{}/{name}", self.myself.path().elements());
+        let (id, cell) = self
+            .system
+            .spawn_registered(name, &elements, || factory(), sup)?;
+        self.children.insert(
+            id,
+            Child {
+                name: name.into(),
+                control: cell.clone(),
+            },
+        );
+        Ok(ActorRef::local(cell))
+    }
+
+    /// Whether this actor's timers survive its restarts (default: no,
+    /// a restart cancels them, and no message of a cancelled timer reaches
+    /// the new instance, not even one already queued). With `true`, the
+    /// timers set go on firing into the new instance.
+    pub fn keep_timers_on_restart(&mut self, keep: bool) {
+        self.keep_timers = keep;
     }
 
     /// Sends `msg` to this actor once, after `delay` (Akka's
@@ -240,10 +354,38 @@ impl<M: Send + 'static> Stoppable for Cell<M> {
     }
 }
 
+/// Makes fresh instances of a supervised actor.
+pub(crate) type Factory<A> = Arc<dyn Fn() -> A + Send + Sync>;
+
+/// How an actor is supervised: what makes a new instance (none for an
+/// actor spawned as a value: it cannot be restarted), its supervisor's
+/// strategy, and its parent (none at the top level) with its id there.
+pub(crate) struct Supervision<A> {
+    pub(crate) factory: Option<Factory<A>>,
+    pub(crate) strategy: SupervisorStrategy,
+    pub(crate) parent: Option<Arc<dyn Parent>>,
+}
+
+impl<A> Supervision<A> {
+    /// An actor spawned as a value at the top level: a failure stops it.
+    fn unsupervised() -> Self {
+        Self {
+            factory: None,
+            strategy: SupervisorStrategy::stop(),
+            parent: None,
+        }
+    }
+}
+
+/// A registered actor just spawned: its spawn id and cell.
+type Spawned<M> = (u64, Arc<Cell<M>>);
+
 /// Spawning (the actor's task is `run_actor`).
 impl ActorSystem {
     /// Spawns an anonymous actor (`/user/$N`). It becomes reachable from
-    /// other nodes once a ref to it is sent to one.
+    /// other nodes once a ref to it is sent to one. It cannot be restarted
+    /// (there is nothing to make a new one from): a failure stops it. See
+    /// [`spawn_supervised`](Self::spawn_supervised) for one that can.
     ///
     /// # Panics
     /// If called outside a tokio runtime.
@@ -253,7 +395,7 @@ impl ActorSystem {
     }
 
     /// Spawns an actor at `/user/{name}`, reachable from other nodes by
-    /// that path (see [`resolve`](Self::resolve)).
+    /// that path (see [`resolve`](Self::resolve)). A failure stops it.
     ///
     /// # Errors
     /// An invalid or taken name, or a system shutting down.
@@ -262,7 +404,90 @@ impl ActorSystem {
         A: Actor,
         A::Msg: RemoteMessage,
     {
-        if !valid_name(name) {
+        let elements = format!("/user/{name}");
+        let (_, cell) =
+            self.spawn_registered(name, &elements, || actor, Supervision::unsupervised())?;
+        Ok(ActorRef::local(cell))
+    }
+
+    /// Spawns a supervised actor at `/user/{name}`: `factory` makes its
+    /// first instance, and a new one each time `strategy` restarts it
+    /// after a failure (Erlang's child spec, Akka typed's
+    /// `Behaviors.supervise(..).onFailure(..)`). A restart happens in
+    /// place: the path, the mailbox and every ref to the actor, local or
+    /// on other nodes, stay valid; the message whose handling failed is
+    /// not handled again (it is counted as a dead letter, "handler
+    /// failed"), and the messages behind it go to the new instance.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use actors::{Actor, ActorResult, ActorSystem, Ctx, SupervisorStrategy};
+    /// #[derive(Default)]
+    /// struct Parser { parsed: u64 }
+    /// impl Actor for Parser {
+    ///     type Msg = String;
+    ///     async fn handle(&mut self, line: String, _: &mut Ctx<Self>) -> ActorResult {
+    ///         let _n: u64 = line.parse()?; // a bad line fails the actor: it restarts
+    ///         self.parsed += 1;
+    ///         Ok(())
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::local("doc").unwrap();
+    /// let parser = system
+    ///     .spawn_supervised(
+    ///         "parser",
+    ///         Parser::default,
+    ///         SupervisorStrategy::restart().with_limit(5, Duration::from_secs(10)),
+    ///     )
+    ///     .unwrap();
+    /// parser.tell("x".to_owned()).unwrap(); // fails; the actor restarts
+    /// parser.tell("7".to_owned()).unwrap(); // handled by the new instance
+    /// # system.shutdown().await;
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// An invalid or taken name, or a system shutting down.
+    pub fn spawn_supervised<A, F>(
+        &self,
+        name: &str,
+        factory: F,
+        strategy: SupervisorStrategy,
+    ) -> Result<ActorRef<A::Msg>, SpawnError>
+    where
+        A: Actor,
+        A::Msg: RemoteMessage,
+        F: Fn() -> A + Send + Sync + 'static,
+    {
+        let factory: Factory<A> = Arc::new(factory);
+        let sup = Supervision {
+            factory: Some(factory.clone()),
+            strategy,
+            parent: None,
+        };
+        let elements = format!("/user/{name}");
+        let (_, cell) = self.spawn_registered(name, &elements, || factory(), sup)?;
+        Ok(ActorRef::local(cell))
+    }
+
+    /// Spawns a registered actor at `elements` (whose last element is
+    /// `name`), its first instance from `make`.
+    fn spawn_registered<A>(
+        &self,
+        name: &str,
+        elements: &str,
+        make: impl FnOnce() -> A,
+        sup: Supervision<A>,
+    ) -> Result<Spawned<A::Msg>, SpawnError>
+    where
+        A: Actor,
+        A::Msg: RemoteMessage,
+    {
+        if !valid_name(name)
+            || elements.matches('/').count() > MAX_PATH_ELEMENTS
+            || self.registry().path(elements).to_string().len() > MAX_PATH_LEN
+        {
             return Err(SpawnError::InvalidName(name.to_owned()));
         }
         if self.inner.shutting_down.load(Ordering::Acquire) {
@@ -274,21 +499,22 @@ impl ActorSystem {
             id: c.id,
             registered: c.registered,
         })?;
-        let elements = format!("/user/{name}");
+        // User code (a factory) runs before the registry lock is taken.
+        let actor = make();
         let mut targets = self.registry().targets();
-        if targets.contains_key(elements.as_str()) {
+        if targets.contains_key(elements) {
             return Err(SpawnError::NameTaken(name.to_owned()));
         }
         // Reserve the name under the lock, then spawn.
         let id = self.registry().next_id();
-        let cell = self.make_cell::<A::Msg>(&elements);
+        let cell = self.make_cell::<A::Msg>(elements);
         cell.registered.store(true, Ordering::Release);
         let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
         let target: Arc<dyn Target> = cell.clone();
-        targets.insert(elements.as_str().into(), target);
+        targets.insert(elements.into(), target);
         drop(targets);
-        self.start(id, cell.clone(), actor);
-        Ok(ActorRef::local(cell))
+        self.start(id, cell.clone(), actor, sup);
+        Ok((id, cell))
     }
 
     fn make_cell<M: Send + 'static>(&self, elements: &str) -> Arc<Cell<M>> {
@@ -307,11 +533,11 @@ impl ActorSystem {
 
     fn spawn_at<A: Actor>(&self, id: u64, elements: &str, actor: A) -> Arc<Cell<A::Msg>> {
         let cell = self.make_cell::<A::Msg>(elements);
-        self.start(id, cell.clone(), actor);
+        self.start(id, cell.clone(), actor, Supervision::unsupervised());
         cell
     }
 
-    fn start<A: Actor>(&self, id: u64, cell: Arc<Cell<A::Msg>>, actor: A) {
+    fn start<A: Actor>(&self, id: u64, cell: Arc<Cell<A::Msg>>, actor: A, sup: Supervision<A>) {
         let stoppable: Arc<dyn Stoppable> = cell.clone();
         self.inner
             .live
@@ -321,25 +547,22 @@ impl ActorSystem {
         if self.inner.shutting_down.load(Ordering::Acquire) {
             cell.mailbox.push_system(SystemMsg::Stop);
         }
+        let parent = sup.parent.clone();
         let sys = self.clone();
         let run_cell = cell.clone();
-        let handle = tokio::spawn(run_actor(actor, run_cell, sys));
+        let handle = tokio::spawn(run_actor(actor, sup, id, run_cell, sys));
         let sys = self.inner.clone();
         let registry = self.registry().clone();
         self.inner.tasks.spawn(async move {
-            let reason = match handle.await {
-                Ok(reason) => reason,
+            let (reason, escalate) = match handle.await {
+                Ok(ended) => ended,
+                // A panic outside the hooks (a message's `Deserialize`).
                 Err(e) if e.is_panic() => {
-                    let p = e.into_panic();
-                    let msg = p
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".to_owned());
+                    let msg = panic_message(&*e.into_panic());
                     tracing::error!(actor = %cell.path, panic = %msg, "actor panicked; stopped");
-                    StopReason::Panicked(msg)
+                    (StopReason::Panicked(msg), false)
                 }
-                Err(_) => StopReason::SystemShutdown,
+                Err(_) => (StopReason::SystemShutdown, false),
             };
             let left = cell.mailbox.close() as u64;
             registry.dead_letters_n(
@@ -355,153 +578,444 @@ impl ActorSystem {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&id);
-            cell.watchers.terminate(&cell.path, reason);
+            cell.watchers.terminate(&cell.path, reason.clone());
+            // Last: when the parent hears of it, the name is free again.
+            if let Some(parent) = parent {
+                parent.child_event(ChildEvent::Terminated {
+                    id,
+                    reason,
+                    escalate,
+                });
+            }
         });
     }
 }
 
-/// Logs a hook's error and makes it the actor's stop reason.
+/// The text of a panic's payload.
 #[cold]
-#[inline(never)]
-fn fail(path: &crate::path::ActorPath, e: &(dyn std::error::Error + Send + Sync)) -> StopReason {
-    tracing::error!(actor = %path, error = %e, "actor failed; stopped");
-    StopReason::Failed(e.to_string())
+fn panic_message(p: &(dyn Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
-/// An actor's task: hooks, then batches of messages until stopped.
-async fn run_actor<A: Actor>(
-    mut actor: A,
+/// Runs a hook's future, catching a panic in any of its polls, so that a
+/// panic is a failure supervision sees rather than the end of the task.
+/// A panic leaves the actor's state unknown: the instance is dropped
+/// without `stopped` (see `run_actor`).
+async fn guarded<F: Future>(fut: F) -> Result<F::Output, String> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(p) => Poll::Ready(Err(panic_message(&*p))),
+        }
+    })
+    .await
+}
+
+/// How one instance's run ended.
+enum Outcome {
+    /// A stop was asked for (or the mailbox closed).
+    Stop(StopReason),
+    /// A hook failed (`Failed`) or panicked (`Panicked`).
+    Fail { reason: StopReason, panicked: bool },
+    /// All-for-one: its supervisor restarts it because a sibling failed.
+    SiblingFailed,
+}
+
+/// A hook's result as an outcome, if it failed.
+#[cold]
+#[inline(never)]
+fn failure(r: Result<ActorError, String>) -> Outcome {
+    match r {
+        Ok(e) => Outcome::Fail {
+            reason: StopReason::Failed(e.to_string()),
+            panicked: false,
+        },
+        Err(p) => Outcome::Fail {
+            reason: StopReason::Panicked(p),
+            panicked: true,
+        },
+    }
+}
+
+/// A child of an actor, as its parent's `Ctx` holds it.
+pub(crate) struct Child {
+    name: Arc<str>,
+    control: Arc<dyn ChildControl>,
+}
+
+/// An actor's task state that outlives an instance: its cell, its
+/// context and what it took from its mailbox but has not handled yet
+/// (handled by the next instance after a restart).
+struct Runner<A: Actor> {
     cell: Arc<Cell<A::Msg>>,
-    system: ActorSystem,
-) -> StopReason {
-    let sys_inner = system.inner.clone();
-    let registry = system.registry().clone();
-    // What decodes of this actor's remote messages resolve refs against
-    // (the scope is per batch; this is its one lookup).
-    let scope = registry.decode_scope();
-    // Counts this actor alive until the task ends (or is dropped).
-    let meter = registry.meters().actor(std::any::type_name::<A>());
-    let mut ctx = Ctx {
-        myself: ActorRef::local(cell.clone()),
-        system,
-        stop: false,
-        sink: WatchSink::Actor(cell.clone()),
-        timers: Timers::default(),
-    };
-    let mut failed = actor.started(&mut ctx).await.err();
-    let mut user: VecDeque<Queued<A::Msg>> = VecDeque::new();
-    let mut sys: VecDeque<SystemMsg> = VecDeque::new();
-    // The messages of the remote batch being worked through, decoded
-    // together (one decode context per batch, no await in between).
-    let mut decoded: VecDeque<A::Msg> = VecDeque::new();
-    let reason = 'run: loop {
-        if let Some(e) = failed.take() {
-            break fail(&cell.path, &*e);
-        }
-        if ctx.stop {
-            break StopReason::Stopped;
-        }
-        if !ctx.timers.is_empty() {
-            fire_due(&mut ctx.timers, &cell);
-        }
-        // Without timers waiting, the actor waits on its mailbox alone.
-        let received = match ctx.timers.next_deadline() {
-            None => cell.mailbox.recv_all(&mut user, &mut sys).await,
-            Some(deadline) => {
-                tokio::select! {
-                    biased;
-                    received = cell.mailbox.recv_all(&mut user, &mut sys) => received,
-                    // Queued at the top of the next round.
-                    () = tokio::time::sleep_until(deadline) => continue 'run,
-                }
-            }
-        };
-        if !received {
-            break StopReason::Stopped;
-        }
-        if meter.enabled() {
-            meter.taken(user.iter().map(Queued::count).sum());
+    registry: Arc<crate::registry::Registry>,
+    /// What decodes of this actor's remote messages resolve refs against
+    /// (the scope is per batch; this is its one lookup).
+    scope: Option<Arc<dyn Any + Send + Sync>>,
+    ctx: Ctx<A>,
+    user: VecDeque<Queued<A::Msg>>,
+    sys: VecDeque<SystemMsg>,
+    /// The messages of the remote batch being worked through, decoded
+    /// together (one decode context per batch, no await in between).
+    decoded: VecDeque<A::Msg>,
+    /// Counts this actor alive until the task ends (or is dropped), and
+    /// its mailbox depth and handling time when a recorder is installed.
+    meter: crate::telemetry::ActorMeter,
+}
+
+impl<A: Actor> Runner<A> {
+    /// Runs one instance: `started`, then batches of messages until it
+    /// stops or fails.
+    async fn instance(&mut self, actor: &mut A) -> Outcome {
+        let Self {
+            cell,
+            registry,
+            scope,
+            ctx,
+            user,
+            sys,
+            decoded,
+            meter,
+        } = self;
+        match guarded(actor.started(ctx)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return failure(Ok(e)),
+            Err(p) => return failure(Err(p)),
         }
         loop {
-            while let Some(s) = sys.pop_front() {
-                match s {
-                    SystemMsg::Stop => break 'run StopReason::Stopped,
-                    SystemMsg::Terminated(t) => {
-                        if let Err(e) = actor.terminated(t, &mut ctx).await {
-                            break 'run fail(&cell.path, &*e);
+            if ctx.stop {
+                return Outcome::Stop(StopReason::Stopped);
+            }
+            if !ctx.timers.is_empty() {
+                fire_due(&mut ctx.timers, cell);
+            }
+            // What a failed instance left unhandled goes first (and
+            // `recv_all` swaps into an empty `user` only).
+            if user.is_empty() && decoded.is_empty() && sys.is_empty() {
+                // Without timers waiting, the actor waits on its mailbox alone.
+                let received = match ctx.timers.next_deadline() {
+                    None => cell.mailbox.recv_all(user, sys).await,
+                    Some(deadline) => {
+                        tokio::select! {
+                            biased;
+                            received = cell.mailbox.recv_all(user, sys) => received,
+                            // Queued at the top of the next round.
+                            () = tokio::time::sleep_until(deadline) => continue,
                         }
+                    }
+                };
+                if !received {
+                    return Outcome::Stop(StopReason::Stopped);
+                }
+                if meter.enabled() {
+                    meter.taken(user.iter().map(Queued::count).sum());
+                }
+            }
+            loop {
+                while let Some(s) = sys.pop_front() {
+                    match s {
+                        SystemMsg::Stop => return Outcome::Stop(StopReason::Stopped),
+                        SystemMsg::Terminated(t) => match guarded(actor.terminated(t, ctx)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return failure(Ok(e)),
+                            Err(p) => return failure(Err(p)),
+                        },
+                        SystemMsg::Child(event) => {
+                            if let Some(outcome) = on_child(ctx, event) {
+                                return outcome;
+                            }
+                        }
+                        SystemMsg::Restart => return Outcome::SiblingFailed,
+                    }
+                    if ctx.stop {
+                        return Outcome::Stop(StopReason::Stopped);
+                    }
+                }
+                let msg = if let Some(m) = decoded.pop_front() {
+                    m
+                } else {
+                    match user.pop_front() {
+                        None => break,
+                        Some(Queued::Local(m)) => m,
+                        Some(Queued::Timer(timer)) => {
+                            let (key, m) = *timer;
+                            if !ctx.timers.take_delivered(key) {
+                                // Cancelled after it was queued.
+                                continue;
+                            }
+                            m
+                        }
+                        Some(Queued::Stop) => return Outcome::Stop(StopReason::Stopped),
+                        Some(Queued::Batch(bytes, _)) => {
+                            let decode = cell.decode.get().expect(
+                                "remote messages reach only registered actors, which have a decoder",
+                            );
+                            let mut decode_all = || {
+                                let mut pos = 0;
+                                while let Some(range) = next_record(&bytes, &mut pos) {
+                                    match decode(&bytes[range]) {
+                                        Ok(m) => decoded.push_back(m),
+                                        Err(e) => registry.dead_letter(
+                                            std::any::type_name::<A::Msg>(),
+                                            &cell.path,
+                                            &format!("remote message does not decode: {e}"),
+                                        ),
+                                    }
+                                }
+                            };
+                            match &*scope {
+                                Some(scope) => with_decode_scope(scope, &bytes, decode_all),
+                                None => decode_all(),
+                            }
+                            continue;
+                        }
+                    }
+                };
+                let started = meter.start();
+                let result = guarded(actor.handle(msg, ctx)).await;
+                meter.handled(started);
+                match result {
+                    Ok(Ok(())) => {}
+                    r => {
+                        // Not retried: counted and logged once.
+                        registry.dead_letter(
+                            std::any::type_name::<A::Msg>(),
+                            &cell.path,
+                            "handler failed",
+                        );
+                        return failure(r.map(|r| r.expect_err("matched Ok(Ok) above")));
                     }
                 }
                 if ctx.stop {
-                    break 'run StopReason::Stopped;
+                    return Outcome::Stop(StopReason::Stopped);
                 }
-            }
-            let msg = if let Some(m) = decoded.pop_front() {
-                m
-            } else {
-                match user.pop_front() {
-                    None => break,
-                    Some(Queued::Local(m)) => m,
-                    Some(Queued::Timer(timer)) => {
-                        let (key, m) = *timer;
-                        if !ctx.timers.take_delivered(key) {
-                            // Cancelled after it was queued.
-                            continue;
-                        }
-                        m
-                    }
-                    Some(Queued::Stop) => break 'run StopReason::Stopped,
-                    Some(Queued::Batch(bytes, _)) => {
-                        let decode = cell.decode.get().expect(
-                            "remote messages reach only registered actors, which have a decoder",
-                        );
-                        let mut decode_all = || {
-                            let mut pos = 0;
-                            while let Some(range) = next_record(&bytes, &mut pos) {
-                                match decode(&bytes[range]) {
-                                    Ok(m) => decoded.push_back(m),
-                                    Err(e) => registry.dead_letter(
-                                        std::any::type_name::<A::Msg>(),
-                                        &cell.path,
-                                        &format!("remote message does not decode: {e}"),
-                                    ),
-                                }
-                            }
-                        };
-                        match &scope {
-                            Some(scope) => with_decode_scope(scope, &bytes, decode_all),
-                            None => decode_all(),
-                        }
-                        continue;
-                    }
+                if !ctx.timers.is_empty() {
+                    fire_due(&mut ctx.timers, cell);
                 }
-            };
-            let started = meter.start();
-            let result = actor.handle(msg, &mut ctx).await;
-            meter.handled(started);
-            if let Err(e) = result {
-                break 'run fail(&cell.path, &*e);
-            }
-            if ctx.stop {
-                break 'run StopReason::Stopped;
-            }
-            if !ctx.timers.is_empty() {
-                fire_due(&mut ctx.timers, &cell);
-            }
-            if cell.mailbox.system_pending() {
-                cell.mailbox.take_system(&mut sys);
+                if cell.mailbox.system_pending() {
+                    cell.mailbox.take_system(sys);
+                }
             }
         }
+    }
+
+    /// Stops every child and waits until each has ended (its `stopped`
+    /// ran and its name is free). Returns whether a stop of this actor
+    /// arrived meanwhile; watch notices that arrived are kept for later.
+    async fn stop_children(&mut self) -> bool {
+        if self.ctx.children.is_empty() {
+            return false;
+        }
+        for child in self.ctx.children.values() {
+            child.control.stop();
+        }
+        let mut stop = false;
+        let mut keep = VecDeque::new();
+        let mut got = std::mem::take(&mut self.sys);
+        loop {
+            for s in got.drain(..) {
+                match s {
+                    SystemMsg::Child(ChildEvent::Terminated { id, .. }) => {
+                        self.ctx.children.remove(&id);
+                    }
+                    SystemMsg::Child(ChildEvent::Restarted { .. }) | SystemMsg::Restart => {}
+                    SystemMsg::Stop => stop = true,
+                    t @ SystemMsg::Terminated(_) => keep.push_back(t),
+                }
+            }
+            if self.ctx.children.is_empty() || !self.cell.mailbox.recv_system(&mut got).await {
+                break;
+            }
+        }
+        self.sys = keep;
+        stop
+    }
+
+    /// Waits `delay` before a restart, or until a stop (then true).
+    /// Messages stay in the mailbox, counted against its capacity.
+    async fn backoff(&mut self, delay: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + delay;
+        let mut got = VecDeque::new();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return false,
+                open = self.cell.mailbox.recv_system(&mut got) => {
+                    if !open {
+                        return true;
+                    }
+                    for s in got.drain(..) {
+                        match s {
+                            SystemMsg::Stop => return true,
+                            SystemMsg::Restart => {}
+                            other => self.sys.push_back(other),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A parent hears from a child: under all-for-one, a restart restarts
+/// the siblings and a failure that stopped the child stops them; an
+/// escalated failure fails the parent.
+fn on_child<A: Actor>(ctx: &mut Ctx<A>, event: ChildEvent) -> Option<Outcome> {
+    match event {
+        ChildEvent::Restarted { id } => {
+            if ctx.strategy.is_all_for_one() {
+                for (_, c) in ctx.children.iter().filter(|(c, _)| **c != id) {
+                    c.control.restart();
+                }
+            }
+            None
+        }
+        ChildEvent::Terminated {
+            id,
+            reason,
+            escalate,
+        } => {
+            // Unknown: a child of an instance that was restarted since.
+            let child = ctx.children.remove(&id)?;
+            if escalate {
+                return Some(Outcome::Fail {
+                    reason: StopReason::Failed(format!("child {} escalated: {reason}", child.name)),
+                    panicked: false,
+                });
+            }
+            if ctx.strategy.is_all_for_one() && is_failure(&reason) {
+                for c in ctx.children.values() {
+                    c.control.stop();
+                }
+            }
+            None
+        }
+    }
+}
+
+/// An actor's task: instances of the actor, each `started` and then fed
+/// batches of messages, until one stops or its supervision stops it.
+/// Returns why it stopped and whether its failure goes to its parent.
+async fn run_actor<A: Actor>(
+    first: A,
+    sup: Supervision<A>,
+    id: u64,
+    cell: Arc<Cell<A::Msg>>,
+    system: ActorSystem,
+) -> (StopReason, bool) {
+    let sys_inner = system.inner.clone();
+    let registry = system.registry().clone();
+    let scope = registry.decode_scope();
+    let meter = registry.meters().actor(std::any::type_name::<A>());
+    let parent_link: Arc<dyn Parent> = cell.clone();
+    let mut run = Runner {
+        ctx: Ctx {
+            myself: ActorRef::local(cell.clone()),
+            system,
+            stop: false,
+            sink: WatchSink::Actor(cell.clone()),
+            timers: Timers::default(),
+            strategy: SupervisorStrategy::default(),
+            children: HashMap::new(),
+            parent_link,
+            keep_timers: false,
+        },
+        cell,
+        registry,
+        scope,
+        user: VecDeque::new(),
+        sys: VecDeque::new(),
+        decoded: VecDeque::new(),
+        meter,
     };
-    let mut left = decoded.len() as u64;
-    decoded.clear();
-    for env in user.drain(..) {
+    let path = run.cell.path.clone();
+    let mut restarts = Restarts::default();
+    let mut actor = first;
+    let (reason, escalate, last) = loop {
+        run.ctx.strategy = actor.supervisor_strategy();
+        let (failed, panicked, own) = match run.instance(&mut actor).await {
+            Outcome::Stop(reason) => break (reason, false, Some(actor)),
+            Outcome::Fail { reason, panicked } => (reason, panicked, true),
+            Outcome::SiblingFailed => (
+                StopReason::Failed("a sibling failed (all-for-one)".to_owned()),
+                false,
+                false,
+            ),
+        };
+        // A panicked instance's state is unknown: dropped, no `stopped`.
+        let old = (!panicked).then_some(actor);
+        let verdict = match (&sup.factory, own) {
+            (None, _) => Verdict::Stop,
+            (Some(_), false) => Verdict::Restart(Duration::ZERO),
+            (Some(_), true) => restarts.decide(&sup.strategy, tokio::time::Instant::now()),
+        };
+        let delay = match verdict {
+            Verdict::Restart(delay) => delay,
+            Verdict::Stop | Verdict::Escalate => {
+                tracing::error!(actor = %path, reason = %failed, "actor failed; stopped");
+                break (
+                    failed,
+                    verdict == Verdict::Escalate && sup.parent.is_some(),
+                    old,
+                );
+            }
+            Verdict::LimitExceeded(n) => {
+                let why = format!(
+                    "{n} restarts within {:?}, then {failed}",
+                    sup.strategy.within()
+                );
+                tracing::error!(actor = %path, reason = %why, "actor failed past its restart limit; stopped");
+                break (StopReason::RestartLimitExceeded(why), false, old);
+            }
+        };
+        tracing::warn!(actor = %path, reason = %failed, ?delay, "actor failed; restarting");
+        let mut stop = run.stop_children().await;
+        if let Some(mut old) = old
+            && let Err(p) = guarded(old.stopped(&failed)).await
+        {
+            tracing::error!(actor = %path, panic = %p, "`stopped` panicked");
+        }
+        if !run.ctx.keep_timers {
+            run.ctx.timers.clear();
+        }
+        run.ctx.stop = false;
+        if !stop && !delay.is_zero() {
+            stop = run.backoff(delay).await;
+        }
+        if stop {
+            break (StopReason::Stopped, false, None);
+        }
+        let factory = sup
+            .factory
+            .as_ref()
+            .expect("only an actor with a factory gets a restart verdict");
+        actor = match std::panic::catch_unwind(AssertUnwindSafe(|| factory())) {
+            Ok(a) => a,
+            Err(p) => {
+                let msg = panic_message(&*p);
+                tracing::error!(actor = %path, panic = %msg, "actor factory panicked; stopped");
+                break (StopReason::Panicked(msg), false, None);
+            }
+        };
+        if own && let Some(parent) = &sup.parent {
+            parent.child_event(ChildEvent::Restarted { id });
+        }
+    };
+    // Children stop (and their `stopped` runs) before this actor's own.
+    run.stop_children().await;
+    let mut left = run.decoded.len() as u64;
+    run.decoded.clear();
+    for env in run.user.drain(..) {
         left += env.count() as u64;
     }
-    registry.dead_letters_n(
+    run.registry.dead_letters_n(
         left,
         std::any::type_name::<A::Msg>(),
-        &cell.path,
+        &path,
         "left in mailbox at stop",
     );
     let reason = if sys_inner.shutting_down.load(Ordering::Acquire) {
@@ -509,6 +1023,10 @@ async fn run_actor<A: Actor>(
     } else {
         reason
     };
-    actor.stopped(&reason).await;
-    reason
+    if let Some(mut last) = last
+        && let Err(p) = guarded(last.stopped(&reason)).await
+    {
+        tracing::error!(actor = %path, panic = %p, "`stopped` panicked");
+    }
+    (reason, escalate)
 }

@@ -22,6 +22,7 @@ use crate::{
     path::ActorPath,
     registry::{Registry, Target},
     serialization::{RemoteMessage, manifest_id, with_decode_scope},
+    supervision::{ChildControl, ChildEvent, Parent},
     watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
@@ -42,6 +43,23 @@ pub(crate) struct Cell<M> {
 impl<M: Send + 'static> SystemSink for Cell<M> {
     fn push_terminated(&self, t: Terminated) {
         self.mailbox.push_system(SystemMsg::Terminated(t));
+    }
+}
+
+impl<M: Send + 'static> Parent for Cell<M> {
+    fn child_event(&self, event: ChildEvent) {
+        // Refused only once this actor has ended: nothing left to tell.
+        self.mailbox.push_system(SystemMsg::Child(event));
+    }
+}
+
+impl<M: Send + 'static> ChildControl for Cell<M> {
+    fn stop(&self) {
+        self.mailbox.push_system(SystemMsg::Stop);
+    }
+
+    fn restart(&self) {
+        self.mailbox.push_system(SystemMsg::Restart);
     }
 }
 

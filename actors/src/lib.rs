@@ -38,6 +38,13 @@
 //! - [`ActorRef::watch`] and [`Ctx::watch`] deliver [`Terminated`] with a
 //!   [`StopReason`] when an actor stops, panics, or its node becomes
 //!   unreachable.
+//! - Supervision: a hook that fails (returns an error or panics) is
+//!   handled by its supervisor's [`SupervisorStrategy`]: restart in place
+//!   (the path and every ref stay valid), stop, or escalate to the parent;
+//!   one-for-one or all-for-one, with a restart limit and optional backoff.
+//!   Actors spawned from a factory ([`ActorSystem::spawn_supervised`],
+//!   [`Ctx::spawn_child`]) can be restarted; children nest under their
+//!   parent's path and stop before it.
 //! - Messages that cross nodes implement [`RemoteMessage`]: serde plus a
 //!   stable manifest name. Refs inside messages serialize as their path.
 //!   Messages from one actor to another are delivered in order, except
@@ -71,6 +78,8 @@
 //! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
 //!   `ACTORS_*` variables; every key is in `actors/reference.toml`
 //!   ([`REFERENCE_CONFIG`]).
+//! - `supervision`: [`SupervisorStrategy`], [`Directive`], the restart
+//!   window and backoff (pure), what children tell their parent.
 //! - `mailbox`: bounded batch-swapping mailbox with a system queue.
 //! - `watch`: death-watch plumbing, [`Watch`].
 //! - `registry`: local targets by path, the `Target` trait the remote
@@ -117,6 +126,7 @@ mod path;
 mod registry;
 mod remote;
 mod serialization;
+mod supervision;
 mod system;
 mod telemetry;
 mod timer;
@@ -147,6 +157,9 @@ pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 pub use remote::fuzz_decode_envelope;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
+pub use supervision::{
+    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Directive, SupervisorStrategy,
+};
 pub use system::ActorSystem;
 pub use timer::TimerKey;
 pub use transport::{Backoff, HeartbeatConfig};

@@ -25,6 +25,11 @@ pub enum StopReason {
     /// A hook returned an error ([`ActorError`](crate::ActorError)), with
     /// its message.
     Failed(String),
+    /// It failed more often than its supervisor's restart limit allows
+    /// ([`SupervisorStrategy::with_limit`](crate::SupervisorStrategy::with_limit)),
+    /// with the limit and the last failure. Last in the enum: the variant
+    /// index travels on the wire to remote watchers.
+    RestartLimitExceeded(String),
 }
 
 impl fmt::Display for StopReason {
@@ -36,6 +41,7 @@ impl fmt::Display for StopReason {
             Self::NodeUnreachable(r) => write!(f, "node unreachable: {r}"),
             Self::NotFound => f.write_str("no such actor"),
             Self::Failed(m) => write!(f, "failed: {m}"),
+            Self::RestartLimitExceeded(m) => write!(f, "restart limit exceeded: {m}"),
         }
     }
 }

@@ -26,7 +26,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::{lifecycle::Terminated, timer::TimerKey};
+use crate::{lifecycle::Terminated, supervision::ChildEvent, timer::TimerKey};
 
 /// What sits in a mailbox: a message, a batch of remote messages that
 /// arrived in one socket read (which the actor's own task decodes), a
@@ -73,6 +73,10 @@ pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Ran
 pub(crate) enum SystemMsg {
     Stop,
     Terminated(Terminated),
+    /// From a child of this actor (see `supervision`).
+    Child(ChildEvent),
+    /// Restart in place: a sibling failed under an all-for-one strategy.
+    Restart,
 }
 
 pub(crate) enum Refused {
@@ -298,6 +302,29 @@ impl<M> Mailbox<M> {
                 if st.closed {
                     return false;
                 }
+                st.idle = true;
+            }
+            self.wake.notified().await;
+        }
+    }
+
+    /// Waits for system messages only and moves them into `sys`, leaving
+    /// user messages queued (and counted against the capacity): an actor
+    /// waiting for its children to stop, or for a restart's backoff,
+    /// still hears a stop. Returns false once closed.
+    pub(crate) async fn recv_system(&self, sys: &mut VecDeque<SystemMsg>) -> bool {
+        loop {
+            {
+                let mut st = self.lock();
+                if !st.system.is_empty() {
+                    sys.append(&mut st.system);
+                    self.system_pending.store(false, Ordering::Release);
+                    return true;
+                }
+                if st.closed {
+                    return false;
+                }
+                // A user message wakes this too; it goes round again.
                 st.idle = true;
             }
             self.wake.notified().await;

@@ -137,6 +137,14 @@ impl<M> Timers<M> {
         }
     }
 
+    /// Cancels every timer (an actor restarting): messages of them already
+    /// queued are dropped when taken. Keys stay unique: a key of the old
+    /// instance never names a timer of the new one.
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.schedule.clear();
+    }
+
     /// True if no timer is set (the actor's task then waits on its
     /// mailbox alone, as without timers).
     pub(crate) fn is_empty(&self) -> bool {
@@ -289,5 +297,21 @@ mod tests {
         assert!(!t.take_delivered(r));
         assert_eq!(t.next_deadline(), None);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn clear_drops_queued_messages_and_never_reuses_a_key() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        let old = t.once(t0, MS, 1);
+        assert!(t.poll_due(t0 + MS).is_some());
+        t.repeat(t0, MS, Box::new(|| 2));
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.next_deadline(), None);
+        let new = t.once(t0, MS, 3);
+        assert_ne!(new, old);
+        assert!(!t.take_delivered(old), "the old instance's queued message");
+        assert_eq!(t.poll_due(t0 + MS), Some((new, 3)));
     }
 }

@@ -29,6 +29,7 @@ mod it {
     mod ordering;
     mod push;
     mod runtime;
+    mod supervision;
     mod tls;
     mod trust;
     mod typed_refs;
