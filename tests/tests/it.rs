@@ -26,6 +26,7 @@ mod it {
     mod node_identity;
     mod ordering;
     mod push;
+    mod routers;
     mod runtime;
     mod tls;
     mod trust;
