@@ -947,8 +947,13 @@ impl<M: Send + 'static> Actor for RouterActor<M> {
     type Msg = RouterMsg<M>;
 
     async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
-        for r in &self.shared.table.borrow().routees {
-            ctx.watch(&r.actor);
+        // Watched outside the table's lock (see the lock order).
+        let routees: Vec<ActorRef<M>> = {
+            let table = self.shared.table.borrow();
+            table.routees.iter().map(|r| r.actor.clone()).collect()
+        };
+        for r in &routees {
+            ctx.watch(r);
         }
         Ok(())
     }
@@ -962,14 +967,20 @@ impl<M: Send + 'static> Actor for RouterActor<M> {
                 let _ = self.shared.send(m).await;
             }
             RouterMsg::Add(actor, ack) => {
-                let added = self.change(|routees| {
-                    if routees.iter().any(|r| r.actor == actor) {
-                        return false;
-                    }
+                // Only this actor writes the table: what it reads here
+                // still holds when it writes below.
+                let known = {
+                    let table = self.shared.table.borrow();
+                    table.routees.iter().any(|r| r.actor == actor)
+                };
+                if !known {
                     ctx.watch(&actor);
-                    routees.push(Routee::member(actor));
-                    true
-                });
+                    self.change(|routees| {
+                        routees.push(Routee::member(actor));
+                        true
+                    });
+                }
+                let added = !known;
                 if let Some(ack) = ack {
                     let _ = ack.tell(added);
                 }
