@@ -1,7 +1,10 @@
 //! Routing costs: messages/s to 4 local routees sent directly (the caller
-//! cycles over their refs by hand), through [`Router::send`] (the routee
-//! picked on the caller's thread), and through the router actor
-//! (`RouterMsg::Route`: one more mailbox hop).
+//! cycles over their refs by hand: `direct_4` with `send`, `direct_4_tell`
+//! with `tell`, `pooled_by_hand_tell` to the pool's own routees), through
+//! [`Router::send`] / [`Router::tell`] (the routee picked on the caller's
+//! thread: `round_robin_4`, `round_robin_4_tell`), and through the router
+//! actor (`RouterMsg::Route`: one more mailbox hop,
+//! `round_robin_4_via_actor`).
 //!
 //! Runs on a two-worker tokio runtime built here and measures with
 //! `iter_custom`, so only the awaited work is timed: each round sends
