@@ -14,10 +14,12 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, Router, RoutingLogic, SendError,
-    StopReason, SystemConfig,
+    Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, Router, RouterMsg, RoutingLogic,
+    SendError, StopReason, SystemConfig,
 };
-use integration_tests::{PeerCount, PeerProcess, actor_path, actor_system, within};
+use integration_tests::{
+    PeerCount, PeerProcess, actor_path, actor_system, actor_system_with, eventually, within,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
@@ -739,6 +741,37 @@ async fn a_pool_over_two_nodes_replaces_a_remote_worker_that_panics() {
         counts(&take(&mut rx, 40).await),
         HashMap::from([(0, 10), (1, 10), (101, 10), (102, 10)])
     );
+    within("a shuts down", a.shutdown()).await;
+    within("b shuts down", b.shutdown()).await;
+}
+
+#[tokio::test]
+async fn a_routed_message_that_does_not_encode_is_reported() {
+    let mut small = SystemConfig::default();
+    small.set_max_message_size(1024);
+    let a = actor_system_with("a", small).await;
+    let b = actor_system("b").await;
+    b.spawn_named("count", LocalCount(0)).expect("spawned");
+    let far: ActorRef<PeerCount> = within("resolve", a.resolve(&actor_path(&b, "count")))
+        .await
+        .expect("resolves");
+    let router = Router::builder(RoutingLogic::round_robin()).group(&a, [far.clone()]);
+    let blob = || PeerCount::Blob(vec![0u8; 4096].into());
+    // Routed in the caller: the error comes back.
+    assert!(matches!(
+        router.tell(blob()),
+        Err(SendError::Serialization(_))
+    ));
+    // Through the router actor: a dead letter, counted.
+    assert_eq!(a.dead_letters(), 0);
+    router
+        .actor_ref()
+        .tell(RouterMsg::Route(blob()))
+        .expect("room");
+    eventually("the dead letter", || a.dead_letters() == 1).await;
+    // The routee is still there and reachable.
+    router.tell(PeerCount::Add(2)).expect("room");
+    assert_eq!(within("Get", far.ask(PeerCount::Get, ASK)).await, Ok(2));
     within("a shuts down", a.shutdown()).await;
     within("b shuts down", b.shutdown()).await;
 }
