@@ -53,8 +53,17 @@
 //! wake-up), and the router's task becomes a point every message goes
 //! through. [`Router::ask`] goes that way, so that the logic can see the
 //! whole request (a consistent-hashing key, say) with its reply ref in it;
-//! the reply goes from the routee straight to the asker. `actors/benches/router.rs`
-//! measures both paths against sending to the routees directly.
+//! the reply goes from the routee straight to the asker.
+//!
+//! Measured (`cargo bench -p remoting-actors --bench router`, 4 local
+//! routees, one producer, 2 cores, medians of 3 noisy runs): telling the
+//! routees directly 5.3 M msg/s, routed by `Router::tell` 1.6 M msg/s,
+//! through the router actor 1.9 M msg/s. The routed tell's read lock and
+//! turn counter are atomic read-modify-writes that come right after a
+//! push into another core's mailbox, and stall on it; with one producer
+//! the hop costs no more. The caller-side pick is kept because the router
+//! actor is one task that every message of every caller goes through, and
+//! because a routee's backpressure reaches the caller directly.
 //!
 //! # No silent loss
 //! A routee that refuses a `tell` (full mailbox, full link, stopped and
@@ -963,8 +972,17 @@ impl<M: Send + 'static> Actor for RouterActor<M> {
             RouterMsg::Route(m) => {
                 // `send` waits for room, so the hop loses nothing; what
                 // no routee takes is a dead letter (counted there, or by
-                // the routee that stopped).
-                let _ = self.shared.send(m).await;
+                // the routee that stopped), and so is one that does not
+                // encode for a remote routee.
+                if let Err(SendError::Serialization(e)) = self.shared.send(m).await
+                    && let Some(registry) = self.shared.registry.upgrade()
+                {
+                    registry.dead_letter(
+                        std::any::type_name::<M>(),
+                        ctx.myself().path(),
+                        &format!("routed message does not encode: {e}"),
+                    );
+                }
             }
             RouterMsg::Add(actor, ack) => {
                 // Only this actor writes the table: what it reads here
