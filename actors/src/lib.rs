@@ -94,6 +94,8 @@
 //! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`].
 //! - `system`: [`ActorSystem`]: building, resolve, shutdown.
 //! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
+//! - `router`: [`Router`] (groups and pools of routees behind one handle)
+//!   and its [`RoutingLogic`]s; a library layer over the public actor API.
 //!
 //! # Crate feature flags
 //! - `tls` (default): TLS 1.3 between nodes ([`SystemConfig::set_tls`]),
@@ -125,6 +127,7 @@ mod node;
 mod path;
 mod registry;
 mod remote;
+mod router;
 mod serialization;
 mod supervision;
 mod system;
@@ -156,6 +159,9 @@ pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
+pub use router::{
+    RestartLimit, Router, RouterBuilder, RouterError, RouterMsg, RoutingLogic, VIRTUAL_NODES,
+};
 pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
 pub use supervision::{
     DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Directive, SupervisorStrategy,

@@ -28,6 +28,7 @@ mod it {
     mod node_identity;
     mod ordering;
     mod push;
+    mod routers;
     mod runtime;
     mod supervision;
     mod tls;
