@@ -731,6 +731,13 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
     }
 }
 
+/// A ref is itself a remote message (its path and type), so an ask can be
+/// answered with one: "which worker handles this key?".
+impl<M: RemoteMessage> RemoteMessage for ActorRef<M> {
+    const MANIFEST: &'static str =
+        crate::serialization::ManifestBuf::concat(&["actors.ActorRef<", M::MANIFEST, ">"]).as_str();
+}
+
 #[cfg(test)]
 mod tests {
     use super::SendFuture;

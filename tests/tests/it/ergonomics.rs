@@ -1,0 +1,178 @@
+//! Less boilerplate: derived messages, replies of any serde shape built from
+//! remote messages, and local-only messages, across two nodes.
+
+use std::collections::BTreeMap;
+
+use actors::{Actor, ActorRef, ActorResult, Ctx, RemoteMessage, SendError};
+use integration_tests::{actor_path, actor_system, eventually, within};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::actors_common::ASK;
+
+/// Why a key-value operation failed.
+#[derive(Debug, PartialEq, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "it.kv.KvError")]
+enum KvError {
+    Missing(String),
+}
+
+/// A small key-value service, as a new user writes it: its replies are
+/// `Option`, `Vec` of tuples, `Result` and a map, with no newtypes.
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "it.kv.Kv")]
+enum Kv {
+    Put(String, u64),
+    Get(String, ActorRef<Option<u64>>),
+    List(ActorRef<Vec<(String, u64)>>),
+    Take(String, ActorRef<Result<u64, KvError>>),
+    Snapshot(ActorRef<BTreeMap<String, u64>>),
+    /// Answers with a ref to itself: a ref is a reply too.
+    Me(ActorRef<ActorRef<Kv>>),
+}
+
+#[derive(Default)]
+struct Store(BTreeMap<String, u64>);
+
+impl Actor for Store {
+    type Msg = Kv;
+
+    async fn handle(&mut self, msg: Kv, ctx: &mut Ctx<Self>) -> ActorResult {
+        match msg {
+            Kv::Put(k, v) => {
+                self.0.insert(k, v);
+            }
+            Kv::Get(k, r) => {
+                let _ = r.tell(self.0.get(&k).copied());
+            }
+            Kv::List(r) => {
+                let _ = r.tell(self.0.iter().map(|(k, v)| (k.clone(), *v)).collect());
+            }
+            Kv::Take(k, r) => {
+                let _ = r.tell(self.0.remove(&k).ok_or(KvError::Missing(k)));
+            }
+            Kv::Snapshot(r) => {
+                let _ = r.tell(self.0.clone());
+            }
+            Kv::Me(r) => {
+                let _ = r.tell(ctx.myself().clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn replies_of_any_shape_cross_nodes_without_newtypes() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    a.spawn_named("kv", Store::default()).expect("free");
+    let kv = within("resolve", b.resolve::<Kv>(&actor_path(&a, "kv")))
+        .await
+        .expect("resolves");
+    assert!(!kv.is_local());
+    kv.tell(Kv::Put("x".into(), 1)).expect("room");
+    kv.tell(Kv::Put("y".into(), 2)).expect("room");
+    let got = kv.ask(|r| Kv::Get("x".into(), r), ASK).await;
+    assert_eq!(got, Ok(Some(1)));
+    assert_eq!(kv.ask(|r| Kv::Get("z".into(), r), ASK).await, Ok(None));
+    let listed = kv.ask(Kv::List, ASK).await.expect("answers");
+    assert_eq!(listed, vec![("x".to_owned(), 1), ("y".to_owned(), 2)]);
+    let snapshot = kv.ask(Kv::Snapshot, ASK).await.expect("answers");
+    assert_eq!(snapshot.get("y"), Some(&2));
+    assert_eq!(kv.ask(|r| Kv::Take("y".into(), r), ASK).await, Ok(Ok(2)));
+    assert_eq!(
+        kv.ask(|r| Kv::Take("y".into(), r), ASK).await,
+        Ok(Err(KvError::Missing("y".into())))
+    );
+    // A ref that came back as a reply works like the resolved one.
+    let me = kv.ask(Kv::Me, ASK).await.expect("answers");
+    assert_eq!(me.path(), kv.path());
+    assert_eq!(me.ask(|r| Kv::Get("x".into(), r), ASK).await, Ok(Some(1)));
+    assert_eq!(a.dead_letters(), 0);
+}
+
+/// An actor that takes remote messages and, in the same enum, local-only
+/// ones: `#[serde(skip)]` variants cannot be encoded nor decoded.
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "it.LocalOnly")]
+enum Guarded {
+    Add(u64),
+    Get(ActorRef<u64>),
+    /// Local only: resets the total, and says so on the channel. Last, as
+    /// the derive requires.
+    #[serde(skip)]
+    Reset(mpsc::UnboundedSender<u64>),
+}
+
+/// What a forging (or simply different) peer sends under the same
+/// manifest: the same variants, the local-only one included.
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "it.LocalOnly")]
+enum GuardedForged {
+    Add(u64),
+    Get(ActorRef<u64>),
+    Reset(()),
+}
+
+struct Total(u64);
+
+impl Actor for Total {
+    type Msg = Guarded;
+
+    async fn handle(&mut self, msg: Guarded, _: &mut Ctx<Self>) -> ActorResult {
+        match msg {
+            Guarded::Add(n) => self.0 += n,
+            Guarded::Reset(done) => {
+                let _ = done.send(self.0);
+                self.0 = 0;
+            }
+            Guarded::Get(r) => {
+                let _ = r.tell(self.0);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn local_only_messages_are_refused_from_peers_and_to_remote_refs() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    let local = a.spawn_named("total", Total(0)).expect("free");
+    // Locally the local-only message is an ordinary one.
+    local.tell(Guarded::Add(5)).expect("room");
+    let (done, mut resets) = mpsc::unbounded_channel();
+    local.tell(Guarded::Reset(done.clone())).expect("room");
+    assert_eq!(within("reset", resets.recv()).await, Some(5));
+
+    // Through a remote ref it is refused before anything is sent.
+    let remote = within("resolve", b.resolve::<Guarded>(&actor_path(&a, "total")))
+        .await
+        .expect("resolves");
+    remote.tell(Guarded::Add(7)).expect("room");
+    let refused = remote.tell(Guarded::Reset(done));
+    let Err(SendError::Serialization(e)) = refused else {
+        panic!("a local-only message must not leave the process: {refused:?}");
+    };
+    assert!(e.to_string().contains("Reset"), "names the variant: {e}");
+    assert_eq!(remote.ask(Guarded::Get, ASK).await, Ok(7));
+
+    // A peer that forges it: a dead letter on the receiving node, and the
+    // actor goes on with what follows.
+    let forged = within(
+        "resolve",
+        b.resolve::<GuardedForged>(&actor_path(&a, "total")),
+    )
+    .await
+    .expect("resolves");
+    let before = a.dead_letters();
+    forged.tell(GuardedForged::Reset(())).expect("sent");
+    forged.tell(GuardedForged::Add(1)).expect("sent");
+    eventually("the forged message is a dead letter", || {
+        a.dead_letters() > before
+    })
+    .await;
+    assert_eq!(remote.ask(Guarded::Get, ASK).await, Ok(8), "never reset");
+    assert!(resets.try_recv().is_err());
+}
