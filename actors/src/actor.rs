@@ -15,6 +15,7 @@ use std::{
 use crate::{
     actor_ref::ActorRef,
     cell::Cell,
+    config::SpawnOptions,
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Queued, SystemMsg, next_record},
@@ -248,8 +249,17 @@ impl ActorSystem {
     /// # Panics
     /// If called outside a tokio runtime.
     pub fn spawn<A: Actor>(&self, actor: A) -> ActorRef<A::Msg> {
+        self.spawn_with(actor, &SpawnOptions::default())
+    }
+
+    /// [`spawn`](Self::spawn) with settings of its own (its mailbox's
+    /// bounds); what `options` leaves unset follows the system's config.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn spawn_with<A: Actor>(&self, actor: A, options: &SpawnOptions) -> ActorRef<A::Msg> {
         let id = self.registry().next_id();
-        ActorRef::local(self.spawn_at(id, &format!("/user/${id}"), actor))
+        ActorRef::local(self.spawn_at(id, &format!("/user/${id}"), actor, options))
     }
 
     /// Spawns an actor at `/user/{name}`, reachable from other nodes by
@@ -258,6 +268,25 @@ impl ActorSystem {
     /// # Errors
     /// An invalid or taken name, or a system shutting down.
     pub fn spawn_named<A>(&self, name: &str, actor: A) -> Result<ActorRef<A::Msg>, SpawnError>
+    where
+        A: Actor,
+        A::Msg: RemoteMessage,
+    {
+        self.spawn_named_with(name, actor, &SpawnOptions::default())
+    }
+
+    /// [`spawn_named`](Self::spawn_named) with settings of its own (its
+    /// mailbox's bounds); what `options` leaves unset follows the system's
+    /// config.
+    ///
+    /// # Errors
+    /// As `spawn_named`.
+    pub fn spawn_named_with<A>(
+        &self,
+        name: &str,
+        actor: A,
+        options: &SpawnOptions,
+    ) -> Result<ActorRef<A::Msg>, SpawnError>
     where
         A: Actor,
         A::Msg: RemoteMessage,
@@ -281,7 +310,7 @@ impl ActorSystem {
         }
         // Reserve the name under the lock, then spawn.
         let id = self.registry().next_id();
-        let cell = self.make_cell::<A::Msg>(&elements);
+        let cell = self.make_cell::<A::Msg>(&elements, options);
         cell.registered.store(true, Ordering::Release);
         let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
         let target: Arc<dyn Target> = cell.clone();
@@ -291,12 +320,10 @@ impl ActorSystem {
         Ok(ActorRef::local(cell))
     }
 
-    fn make_cell<M: Send + 'static>(&self, elements: &str) -> Arc<Cell<M>> {
+    fn make_cell<M: Send + 'static>(&self, elements: &str, options: &SpawnOptions) -> Arc<Cell<M>> {
+        let (capacity, bytes) = options.mailbox(&self.inner.config);
         Arc::new(Cell {
-            mailbox: Mailbox::new(
-                self.inner.config.mailbox_capacity,
-                self.inner.config.mailbox_bytes,
-            ),
+            mailbox: Mailbox::new(capacity, bytes),
             path: self.registry().path(elements),
             watchers: Watchers::default(),
             registry: Arc::downgrade(self.registry()),
@@ -305,8 +332,14 @@ impl ActorSystem {
         })
     }
 
-    fn spawn_at<A: Actor>(&self, id: u64, elements: &str, actor: A) -> Arc<Cell<A::Msg>> {
-        let cell = self.make_cell::<A::Msg>(elements);
+    fn spawn_at<A: Actor>(
+        &self,
+        id: u64,
+        elements: &str,
+        actor: A,
+        options: &SpawnOptions,
+    ) -> Arc<Cell<A::Msg>> {
+        let cell = self.make_cell::<A::Msg>(elements, options);
         self.start(id, cell.clone(), actor);
         cell
     }

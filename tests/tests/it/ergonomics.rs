@@ -176,3 +176,91 @@ async fn local_only_messages_are_refused_from_peers_and_to_remote_refs() {
     assert_eq!(remote.ask(Guarded::Get, ASK).await, Ok(8), "never reset");
     assert!(resets.try_recv().is_err());
 }
+
+/// Holds its first message until the gate opens, telling `entered` when it
+/// is inside; the rest it just counts.
+struct Gated {
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    entered: mpsc::UnboundedSender<()>,
+}
+
+impl Actor for Gated {
+    type Msg = u32;
+
+    async fn handle(&mut self, _: u32, _: &mut Ctx<Self>) -> ActorResult {
+        if let Some(gate) = self.gate.take() {
+            let _ = self.entered.send(());
+            let _ = gate.await;
+        }
+        Ok(())
+    }
+}
+
+/// A gated actor spawned with `options`, busy with its first message; the
+/// gate's key.
+async fn busy(
+    system: &actors::ActorSystem,
+    options: &actors::SpawnOptions,
+) -> (ActorRef<u32>, tokio::sync::oneshot::Sender<()>) {
+    let (open, gate) = tokio::sync::oneshot::channel();
+    let (entered, mut inside) = mpsc::unbounded_channel();
+    let gated = Gated {
+        gate: Some(gate),
+        entered,
+    };
+    let r = system.spawn_with(gated, options);
+    r.tell(0).expect("room");
+    within("the actor holds its first message", inside.recv()).await;
+    (r, open)
+}
+
+#[tokio::test]
+async fn mailbox_capacity_is_per_actor() {
+    let mut config = actors::SystemConfig::default();
+    config.set_mailbox_capacity(4);
+    let system = actors::ActorSystem::with_config("cap", None, config)
+        .await
+        .expect("builds");
+    // Its own capacity: 2 queued, the third refused.
+    let (small, open_small) = busy(
+        &system,
+        actors::SpawnOptions::default().set_mailbox_capacity(2),
+    )
+    .await;
+    small.tell(1).expect("room");
+    small.tell(2).expect("room");
+    assert!(matches!(small.tell(3), Err(SendError::MailboxFull(3))));
+    // Larger than the system's.
+    let (large, open_large) = busy(
+        &system,
+        actors::SpawnOptions::default().set_mailbox_capacity(8),
+    )
+    .await;
+    for i in 1..=8 {
+        large.tell(i).expect("room");
+    }
+    assert!(matches!(large.tell(9), Err(SendError::MailboxFull(9))));
+    // Unset: the system's 4.
+    let (plain, open_plain) = busy(&system, &actors::SpawnOptions::default()).await;
+    for i in 1..=4 {
+        plain.tell(i).expect("room");
+    }
+    assert!(matches!(plain.tell(5), Err(SendError::MailboxFull(5))));
+    // A named actor takes options too, and a full one drains as usual.
+    let named = system
+        .spawn_named_with(
+            "named",
+            Total(0),
+            actors::SpawnOptions::default().set_mailbox_capacity(1),
+        )
+        .expect("free");
+    let _ = (
+        open_small.send(()),
+        open_large.send(()),
+        open_plain.send(()),
+    );
+    within("the small mailbox has room again", small.send(4))
+        .await
+        .expect("sent");
+    assert_eq!(named.ask(Guarded::Get, ASK).await, Ok(0));
+}
