@@ -80,6 +80,8 @@
 //! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`].
 //! - `system`: [`ActorSystem`]: building, resolve, shutdown.
 //! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
+//! - `named`: [`NamedRef`], a ref by name that follows restarts
+//!   ([`ActorSystem::named`]).
 //!
 //! # Crate feature flags
 //! - `derive` (default): `#[derive(RemoteMessage)]`, from the
@@ -108,6 +110,7 @@ mod differential;
 mod error;
 mod lifecycle;
 mod mailbox;
+mod named;
 mod node;
 mod path;
 mod registry;
@@ -143,6 +146,7 @@ pub use error::{
 };
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};
+pub use named::NamedRef;
 pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;

@@ -24,6 +24,7 @@ mod it {
     mod layers;
     mod limits;
     mod links;
+    mod named;
     mod node_identity;
     mod ordering;
     mod push;
