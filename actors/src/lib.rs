@@ -80,6 +80,9 @@
 //! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`].
 //! - `system`: [`ActorSystem`]: building, resolve, shutdown.
 //! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
+//! - `adapter`: message adapters ([`ActorSystem::adapter`],
+//!   [`Ctx::adapter`]): a ref of another message type in front of an
+//!   actor.
 //! - `named`: [`NamedRef`], a ref by name that follows restarts
 //!   ([`ActorSystem::named`]).
 //!
@@ -101,6 +104,7 @@
 // (docs/ARCHITECTURE.md draws it).
 mod actor;
 mod actor_ref;
+mod adapter;
 mod bincode_format;
 mod cell;
 mod config;

@@ -264,3 +264,118 @@ async fn mailbox_capacity_is_per_actor() {
         .expect("sent");
     assert_eq!(named.ask(Guarded::Get, ASK).await, Ok(0));
 }
+
+/// Tells each number to the ref it is handed.
+struct Feeder;
+
+/// A ref that takes numbers, and the numbers to tell it.
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "it.Feed")]
+struct Feed(ActorRef<u64>, Vec<u64>);
+
+impl Actor for Feeder {
+    type Msg = Feed;
+
+    async fn handle(&mut self, Feed(to, numbers): Feed, _: &mut Ctx<Self>) -> ActorResult {
+        for n in numbers {
+            let _ = to.send(n).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_adapter_works_on_another_node_and_dies_with_its_actor() {
+    use super::actors_common::{Count, Counter, total};
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    let counter = a.spawn(Counter::default());
+    // b speaks plain numbers; a's counter takes `Count`.
+    let adds: ActorRef<u64> = a.adapter(&counter, Count::Add);
+    assert!(adds.is_local());
+    adds.tell(1).expect("room");
+    b.spawn_named("feeder", Feeder).expect("free");
+    let feeder = within("resolve", a.resolve::<Feed>(&actor_path(&b, "feeder")))
+        .await
+        .expect("resolves");
+    feeder
+        .tell(Feed(adds.clone(), vec![2, 3, 4]))
+        .expect("room");
+    // Converted at the origin: the feeder's numbers reach the counter.
+    within("all four numbers arrive", async {
+        while total(&counter).await != 10 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // The adapter stops with its actor, and what is sent to it then is a
+    // dead letter, here and from b.
+    counter.stop();
+    within("the adapter stops too", adds.watch()).await;
+    let before = a.dead_letters();
+    assert!(matches!(adds.tell(5), Err(SendError::ActorGone(5))));
+    feeder.tell(Feed(adds, vec![6])).expect("room");
+    eventually("b's number is a dead letter on a", || {
+        a.dead_letters() >= before + 2
+    })
+    .await;
+}
+
+/// Takes lines, from an adapter it makes for itself.
+enum Log {
+    Line(String),
+    Lines(ActorRef<Vec<String>>),
+}
+
+struct Logger {
+    lines: Vec<String>,
+    adapter: mpsc::UnboundedSender<ActorRef<String>>,
+}
+
+impl Actor for Logger {
+    type Msg = Log;
+
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
+        let _ = self.adapter.send(ctx.adapter(Log::Line));
+        Ok(())
+    }
+
+    async fn handle(&mut self, msg: Log, _: &mut Ctx<Self>) -> ActorResult {
+        match msg {
+            Log::Line(l) => self.lines.push(l),
+            Log::Lines(r) => {
+                let _ = r.tell(self.lines.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_actor_adapts_its_own_protocol() {
+    let system = actors::ActorSystem::local("adapt").expect("builds");
+    let (adapter, mut adapters) = mpsc::unbounded_channel();
+    let logger = system.spawn(Logger {
+        lines: Vec::new(),
+        adapter,
+    });
+    let lines: ActorRef<String> = within("the adapter", adapters.recv())
+        .await
+        .expect("made in started");
+    lines.tell("one".into()).expect("room");
+    within("send", lines.send("two".into()))
+        .await
+        .expect("sent");
+    within("both lines", async {
+        loop {
+            let got = logger.ask(Log::Lines, ASK).await.expect("answers");
+            if got.len() == 2 {
+                return assert_eq!(got, ["one", "two"]);
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    logger.stop();
+    within("the adapter stops with its actor", lines.watch()).await;
+}
