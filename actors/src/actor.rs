@@ -239,6 +239,11 @@ impl<M: Send + 'static> Stoppable for Cell<M> {
     fn stop(&self) {
         self.mailbox.push_system(SystemMsg::Stop);
     }
+
+    fn stop_after_queued(&self) {
+        // Refused only by a closed mailbox: the actor has stopped already.
+        let _ = self.mailbox.push_unbounded(Queued::Stop);
+    }
 }
 
 /// Spawning (the actor's task is `run_actor`).

@@ -379,3 +379,96 @@ async fn an_actor_adapts_its_own_protocol() {
     logger.stop();
     within("the adapter stops with its actor", lines.watch()).await;
 }
+
+/// Takes `pace` over each message, counting them.
+struct Paced {
+    pace: std::time::Duration,
+    handled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Actor for Paced {
+    type Msg = ();
+
+    async fn handle(&mut self, (): (), _: &mut Ctx<Self>) -> ActorResult {
+        tokio::time::sleep(self.pace).await;
+        self.handled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A paced actor with `n` messages queued, and its count.
+fn paced(
+    system: &actors::ActorSystem,
+    n: u64,
+) -> (ActorRef<()>, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    let handled = std::sync::Arc::default();
+    let r = system.spawn(Paced {
+        pace: std::time::Duration::from_millis(50),
+        handled: std::sync::Arc::clone(&handled),
+    });
+    for _ in 0..n {
+        r.tell(()).expect("room");
+    }
+    (r, handled)
+}
+
+#[tokio::test(start_paused = true)]
+async fn graceful_shutdown_handles_what_is_queued_within_its_deadline() {
+    use std::{sync::atomic::Ordering, time::Duration};
+    let system = actors::ActorSystem::local("drain").expect("builds");
+    let (_, all) = paced(&system, 20);
+    let (_, also) = paced(&system, 3);
+    // 20 × 50 ms of work, a deadline of 10 s: everything is handled.
+    assert!(system.shutdown_gracefully(Duration::from_secs(10)).await);
+    assert_eq!(all.load(Ordering::Relaxed), 20);
+    assert_eq!(also.load(Ordering::Relaxed), 3);
+    // Spawned after: stopped at once.
+    let late = system.spawn(Total(0));
+    within("a late spawn stops", late.watch()).await;
+
+    // 20 × 50 ms of work, a deadline of 220 ms: five are handled (the
+    // one under way at the deadline finishes), the rest are dead letters.
+    let system = actors::ActorSystem::local("deadline").expect("builds");
+    let (_, some) = paced(&system, 20);
+    assert!(!system.shutdown_gracefully(Duration::from_millis(220)).await);
+    assert_eq!(some.load(Ordering::Relaxed), 5);
+    assert_eq!(system.dead_letters(), 15);
+}
+
+#[tokio::test]
+async fn ctrl_c_shuts_a_process_down_after_its_queued_work() {
+    use std::{
+        io::{BufRead, BufReader},
+        process::{Command, Stdio},
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graceful"))
+        .arg("200")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let (ready, rest) = within(
+        "the process ends",
+        tokio::task::spawn_blocking(move || {
+            let ready = lines.next();
+            // 200 × 2 ms of work is queued when it says ready.
+            let sent = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status()
+                .expect("kill runs");
+            assert!(sent.success());
+            let rest: Vec<String> = lines.map_while(Result::ok).collect();
+            (ready, (rest, child.wait().expect("exits")))
+        }),
+    )
+    .await
+    .expect("no panic");
+    assert_eq!(ready.and_then(Result::ok).as_deref(), Some("ready"));
+    let (rest, status) = rest;
+    assert!(
+        status.success(),
+        "a clean exit, not killed by SIGINT: {status}"
+    );
+    assert_eq!(rest, ["handled 200", "drained true"]);
+}
