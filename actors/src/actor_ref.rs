@@ -451,7 +451,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Err(SendError::LinkFull(_)) => return Err(AskError::LinkFull),
             Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
             // Only a `NamedRef` resolves; a ref's own sends never do.
-            Err(SendError::Unresolved(_, e)) => return Err(AskError::Unresolved(e)),
+            Err(SendError::Unresolved(_, e)) => return Err(AskError::Unresolved(*e)),
             Err(SendError::ActorGone(_)) => {
                 return Err(match &self.inner {
                     Inner::Remote(r) => {

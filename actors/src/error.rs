@@ -68,8 +68,9 @@ pub enum SendError<M> {
     Serialization(#[from] SerializationError),
     /// A [`NamedRef`](crate::NamedRef) found no actor to send to: its
     /// path did not resolve (after its retries); the message comes back.
+    /// Boxed, so this rare case does not make every `tell`'s result larger.
     #[error("unresolved: {1}")]
-    Unresolved(M, ResolveError),
+    Unresolved(M, Box<ResolveError>),
 }
 
 impl<M> SendError<M> {

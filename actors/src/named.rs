@@ -246,7 +246,7 @@ impl<M: RemoteMessage> NamedRef<M> {
         for _ in 0..MAX_STALE {
             let (generation, r) = match self.resolved(deadline).await {
                 Ok(found) => found,
-                Err(e) => return Err(SendError::Unresolved(msg, e)),
+                Err(e) => return Err(SendError::Unresolved(msg, Box::new(e))),
             };
             match r.tell(msg) {
                 Err(SendError::ActorGone(m)) if !r.is_local() => {
@@ -270,7 +270,7 @@ impl<M: RemoteMessage> NamedRef<M> {
         for _ in 0..MAX_STALE {
             let (generation, r) = match self.resolved(deadline).await {
                 Ok(found) => found,
-                Err(e) => return Err(SendError::Unresolved(msg, e)),
+                Err(e) => return Err(SendError::Unresolved(msg, Box::new(e))),
             };
             match r.send(msg).await {
                 Err(SendError::ActorGone(m)) if !r.is_local() => {
