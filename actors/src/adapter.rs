@@ -63,9 +63,13 @@ where
 
 impl ActorSystem {
     /// A ref that takes `N`, turns each into an `M` with `convert` and
-    /// forwards it to `target` (see the [module docs](self)): a narrower or
-    /// other-shaped view of an actor, to hand to code or nodes that speak
-    /// `N`. Sent to another node it works there, converting here.
+    /// forwards it to `target`: a narrower or other-shaped view of an
+    /// actor, to hand to code or nodes that speak `N`. The adapter is a
+    /// small actor of its own (`/user/$N`), so sent to another node its
+    /// ref works there, converting here. It forwards with `send` (a full
+    /// target pushes back on the adapter's senders) and stops when
+    /// `target` stops or its node is lost; then what is sent to it is a
+    /// dead letter. Stop it earlier with [`ActorRef::stop`].
     ///
     /// ```
     /// # use std::time::Duration;

@@ -43,7 +43,12 @@ const MAX_RETRY: Duration = Duration::from_millis(500);
 const MAX_STALE: u32 = 8;
 
 /// A ref to whatever actor answers at a path, across restarts of its
-/// node: see the [module docs](self) and [`ActorSystem::named`].
+/// node (made by [`ActorSystem::named`]). It resolves the path on first
+/// use and caches the ref; when a send shows the ref stale (its
+/// incarnation quarantined, its node gone down under an ask) it drops it
+/// and resolves again, retrying an unreachable node with backoff (20 ms,
+/// doubling to 500 ms) for as long as the call's time allows. A missing
+/// actor or a wrong type fails at once.
 ///
 /// Method groups:
 /// - sending: [`tell`](Self::tell), [`send`](Self::send), [`ask`](Self::ask),
