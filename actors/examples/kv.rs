@@ -18,7 +18,8 @@ use tokio::sync::oneshot;
 
 /// Requests to the key-value server; each answers the key's previous (or
 /// current, for `Get`) value.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "example.Kv")]
 enum Kv {
     Put {
         key: String,
@@ -33,10 +34,6 @@ enum Kv {
         key: String,
         reply: ActorRef<Option<String>>,
     },
-}
-
-impl RemoteMessage for Kv {
-    const MANIFEST: &'static str = "example.Kv";
 }
 
 #[derive(Default)]

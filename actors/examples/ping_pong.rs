@@ -26,14 +26,11 @@ use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage};
 use serde::{Deserialize, Serialize};
 
 /// The pong actor's message: echo `seq` to `reply`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "example.Ping")]
 struct Ping {
     seq: u64,
     reply: ActorRef<u64>,
-}
-
-impl RemoteMessage for Ping {
-    const MANIFEST: &'static str = "example.Ping";
 }
 
 /// Answers every ping with its sequence number.

@@ -18,6 +18,7 @@ use std::{
 use crate::{
     actor_ref::ActorRef,
     cell::Cell,
+    config::SpawnOptions,
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Queued, SystemMsg, next_record},
@@ -241,9 +242,13 @@ impl<A: Actor> Ctx<A> {
             parent: Some(self.parent_link.clone()),
         };
         let elements = format!("{}/{name}", self.myself.path().elements());
-        let (id, cell) = self
-            .system
-            .spawn_registered(name, &elements, || factory(), sup)?;
+        let (id, cell) = self.system.spawn_registered(
+            name,
+            &elements,
+            || factory(),
+            sup,
+            &SpawnOptions::default(),
+        )?;
         self.children.insert(
             id,
             Child {
@@ -352,6 +357,11 @@ impl<M: Send + 'static> Stoppable for Cell<M> {
     fn stop(&self) {
         self.mailbox.push_system(SystemMsg::Stop);
     }
+
+    fn stop_after_queued(&self) {
+        // Refused only by a closed mailbox: the actor has stopped already.
+        let _ = self.mailbox.push_unbounded(Queued::Stop);
+    }
 }
 
 /// Makes fresh instances of a supervised actor.
@@ -390,8 +400,17 @@ impl ActorSystem {
     /// # Panics
     /// If called outside a tokio runtime.
     pub fn spawn<A: Actor>(&self, actor: A) -> ActorRef<A::Msg> {
+        self.spawn_with(actor, &SpawnOptions::default())
+    }
+
+    /// [`spawn`](Self::spawn) with settings of its own (its mailbox's
+    /// bounds); what `options` leaves unset follows the system's config.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn spawn_with<A: Actor>(&self, actor: A, options: &SpawnOptions) -> ActorRef<A::Msg> {
         let id = self.registry().next_id();
-        ActorRef::local(self.spawn_at(id, &format!("/user/${id}"), actor))
+        ActorRef::local(self.spawn_at(id, &format!("/user/${id}"), actor, options))
     }
 
     /// Spawns an actor at `/user/{name}`, reachable from other nodes by
@@ -404,9 +423,33 @@ impl ActorSystem {
         A: Actor,
         A::Msg: RemoteMessage,
     {
+        self.spawn_named_with(name, actor, &SpawnOptions::default())
+    }
+
+    /// [`spawn_named`](Self::spawn_named) with settings of its own (its
+    /// mailbox's bounds); what `options` leaves unset follows the system's
+    /// config.
+    ///
+    /// # Errors
+    /// As `spawn_named`.
+    pub fn spawn_named_with<A>(
+        &self,
+        name: &str,
+        actor: A,
+        options: &SpawnOptions,
+    ) -> Result<ActorRef<A::Msg>, SpawnError>
+    where
+        A: Actor,
+        A::Msg: RemoteMessage,
+    {
         let elements = format!("/user/{name}");
-        let (_, cell) =
-            self.spawn_registered(name, &elements, || actor, Supervision::unsupervised())?;
+        let (_, cell) = self.spawn_registered(
+            name,
+            &elements,
+            || actor,
+            Supervision::unsupervised(),
+            options,
+        )?;
         Ok(ActorRef::local(cell))
     }
 
@@ -467,7 +510,8 @@ impl ActorSystem {
             parent: None,
         };
         let elements = format!("/user/{name}");
-        let (_, cell) = self.spawn_registered(name, &elements, || factory(), sup)?;
+        let (_, cell) =
+            self.spawn_registered(name, &elements, || factory(), sup, &SpawnOptions::default())?;
         Ok(ActorRef::local(cell))
     }
 
@@ -479,6 +523,7 @@ impl ActorSystem {
         elements: &str,
         make: impl FnOnce() -> A,
         sup: Supervision<A>,
+        options: &SpawnOptions,
     ) -> Result<Spawned<A::Msg>, SpawnError>
     where
         A: Actor,
@@ -507,7 +552,7 @@ impl ActorSystem {
         }
         // Reserve the name under the lock, then spawn.
         let id = self.registry().next_id();
-        let cell = self.make_cell::<A::Msg>(elements);
+        let cell = self.make_cell::<A::Msg>(elements, options);
         cell.registered.store(true, Ordering::Release);
         let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
         let target: Arc<dyn Target> = cell.clone();
@@ -517,12 +562,10 @@ impl ActorSystem {
         Ok((id, cell))
     }
 
-    fn make_cell<M: Send + 'static>(&self, elements: &str) -> Arc<Cell<M>> {
+    fn make_cell<M: Send + 'static>(&self, elements: &str, options: &SpawnOptions) -> Arc<Cell<M>> {
+        let (capacity, bytes) = options.mailbox(&self.inner.config);
         Arc::new(Cell {
-            mailbox: Mailbox::new(
-                self.inner.config.mailbox_capacity,
-                self.inner.config.mailbox_bytes,
-            ),
+            mailbox: Mailbox::new(capacity, bytes),
             path: self.registry().path(elements),
             watchers: Watchers::default(),
             registry: Arc::downgrade(self.registry()),
@@ -531,8 +574,14 @@ impl ActorSystem {
         })
     }
 
-    fn spawn_at<A: Actor>(&self, id: u64, elements: &str, actor: A) -> Arc<Cell<A::Msg>> {
-        let cell = self.make_cell::<A::Msg>(elements);
+    fn spawn_at<A: Actor>(
+        &self,
+        id: u64,
+        elements: &str,
+        actor: A,
+        options: &SpawnOptions,
+    ) -> Arc<Cell<A::Msg>> {
+        let cell = self.make_cell::<A::Msg>(elements, options);
         self.start(id, cell.clone(), actor, Supervision::unsupervised());
         cell
     }

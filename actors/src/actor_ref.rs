@@ -450,6 +450,8 @@ impl<M: Send + 'static> ActorRef<M> {
             Err(SendError::MailboxFull(_)) => return Err(AskError::MailboxFull),
             Err(SendError::LinkFull(_)) => return Err(AskError::LinkFull),
             Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
+            // Only a `NamedRef` resolves; a ref's own sends never do.
+            Err(SendError::Unresolved(_, e)) => return Err(AskError::Unresolved(*e)),
             Err(SendError::ActorGone(_)) => {
                 return Err(match &self.inner {
                     Inner::Remote(r) => {
@@ -729,6 +731,13 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
         }
         d.deserialize_str(V(PhantomData))
     }
+}
+
+/// A ref is itself a remote message (its path and type), so an ask can be
+/// answered with one: "which worker handles this key?".
+impl<M: RemoteMessage> RemoteMessage for ActorRef<M> {
+    const MANIFEST: &'static str =
+        crate::serialization::ManifestBuf::concat(&["actors.ActorRef<", M::MANIFEST, ">"]).as_str();
 }
 
 #[cfg(test)]

@@ -405,3 +405,73 @@ impl SystemConfig {
         self
     }
 }
+
+/// Settings of one actor, overriding the system's
+/// ([`SystemConfig`]) for it alone: pass to
+/// [`ActorSystem::spawn_with`](crate::ActorSystem::spawn_with) or
+/// [`spawn_named_with`](crate::ActorSystem::spawn_named_with). A `Default`
+/// plus `&mut Self` setters; what is not set follows the system.
+///
+/// ```
+/// # use actors::{Actor, ActorResult, ActorSystem, Ctx, SpawnOptions};
+/// # struct Audit;
+/// # impl Actor for Audit {
+/// #     type Msg = String;
+/// #     async fn handle(&mut self, _: String, _: &mut Ctx<Self>) -> ActorResult { Ok(()) }
+/// # }
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::local("doc").unwrap();
+/// // A slow sink: a short queue, so producers feel its pace at once.
+/// let audit = system.spawn_with(Audit, SpawnOptions::default().set_mailbox_capacity(16));
+/// # let _ = audit;
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOptions {
+    pub(crate) mailbox_capacity: Option<usize>,
+    pub(crate) mailbox_bytes: Option<usize>,
+}
+
+impl SpawnOptions {
+    /// User messages this actor's mailbox holds before `tell` reports
+    /// `MailboxFull` (see [`SystemConfig::set_mailbox_capacity`]). Default:
+    /// the system's. A small mailbox pushes back on producers sooner; a
+    /// large one absorbs bursts at the cost of memory and latency.
+    pub fn set_mailbox_capacity(&mut self, n: usize) -> &mut Self {
+        self.mailbox_capacity = Some(n.max(1));
+        self
+    }
+
+    /// Bytes of remote messages this actor's mailbox queues before it is
+    /// full (see [`SystemConfig::set_mailbox_bytes`]). Default: the
+    /// system's.
+    pub fn set_mailbox_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.mailbox_bytes = Some(bytes.max(1));
+        self
+    }
+
+    /// The mailbox bounds for an actor of a system configured by `system`.
+    pub(crate) fn mailbox(&self, system: &SystemConfig) -> (usize, usize) {
+        (
+            self.mailbox_capacity.unwrap_or(system.mailbox_capacity),
+            self.mailbox_bytes.unwrap_or(system.mailbox_bytes),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SpawnOptions, SystemConfig};
+
+    #[test]
+    fn spawn_options_override_the_system_only_where_set() {
+        let mut system = SystemConfig::default();
+        system.set_mailbox_capacity(10).set_mailbox_bytes(1000);
+        assert_eq!(SpawnOptions::default().mailbox(&system), (10, 1000));
+        let mut one = SpawnOptions::default();
+        one.set_mailbox_bytes(5);
+        assert_eq!(one.mailbox(&system), (10, 5));
+        one.set_mailbox_capacity(0);
+        assert_eq!(one.mailbox(&system), (1, 5), "at least one message");
+    }
+}

@@ -66,13 +66,21 @@ pub enum SendError<M> {
     /// The message could not be serialized for a remote recipient.
     #[error("serialization failed: {0}")]
     Serialization(#[from] SerializationError),
+    /// A [`NamedRef`](crate::NamedRef) found no actor to send to: its
+    /// path did not resolve (after its retries); the message comes back.
+    /// Boxed, so this rare case does not make every `tell`'s result larger.
+    #[error("unresolved: {1}")]
+    Unresolved(M, Box<ResolveError>),
 }
 
 impl<M> SendError<M> {
     /// The undelivered message, if the error carries it.
     pub fn into_message(self) -> Option<M> {
         match self {
-            Self::MailboxFull(m) | Self::LinkFull(m) | Self::ActorGone(m) => Some(m),
+            Self::MailboxFull(m)
+            | Self::LinkFull(m)
+            | Self::ActorGone(m)
+            | Self::Unresolved(m, _) => Some(m),
             Self::Serialization(_) => None,
         }
     }
@@ -126,6 +134,10 @@ pub enum AskError {
     /// handled.
     #[error("request undeliverable: {0}")]
     Undeliverable(String),
+    /// A [`NamedRef`](crate::NamedRef) found no actor to ask: its path did
+    /// not resolve (after its retries); nothing was sent.
+    #[error("unresolved: {0}")]
+    Unresolved(ResolveError),
 }
 
 /// Why [`ActorRef::stop_after_queued`](crate::ActorRef::stop_after_queued)

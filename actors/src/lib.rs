@@ -6,9 +6,9 @@
 //! use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage};
 //! use serde::{Deserialize, Serialize};
 //!
-//! #[derive(Serialize, Deserialize)]
+//! #[derive(Serialize, Deserialize, RemoteMessage)]
+//! #[remote(manifest = "doc.Greeter")]
 //! enum Greeter { Greet(String, ActorRef<String>) }
-//! impl RemoteMessage for Greeter { const MANIFEST: &'static str = "doc.Greeter"; }
 //! struct G;
 //! impl Actor for G {
 //!     type Msg = Greeter;
@@ -45,8 +45,9 @@
 //!   Actors spawned from a factory ([`ActorSystem::spawn_supervised`],
 //!   [`Ctx::spawn_child`]) can be restarted; children nest under their
 //!   parent's path and stop before it.
-//! - Messages that cross nodes implement [`RemoteMessage`]: serde plus a
-//!   stable manifest name. Refs inside messages serialize as their path.
+//! - Messages that cross nodes implement [`RemoteMessage`] (derive it):
+//!   serde plus a stable manifest name; `Vec`, `Option`, `Result`, maps
+//!   and tuples of them are remote messages too, named after their parts. Refs inside messages serialize as their path.
 //!   Messages from one actor to another are delivered in order, except
 //!   large ones (over 256 KiB encoded): these travel in fragments on a
 //!   separate lane so they never hold up small messages and heartbeats,
@@ -96,8 +97,15 @@
 //! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
 //! - `router`: [`Router`] (groups and pools of routees behind one handle)
 //!   and its [`RoutingLogic`]s; a library layer over the public actor API.
+//! - `adapter`: message adapters ([`ActorSystem::adapter`],
+//!   [`Ctx::adapter`]): a ref of another message type in front of an
+//!   actor.
+//! - `named`: [`NamedRef`], a ref by name that follows restarts
+//!   ([`ActorSystem::named`]).
 //!
 //! # Crate feature flags
+//! - `derive` (default): `#[derive(RemoteMessage)]`, from the
+//!   `remoting-actors-derive` proc-macro crate (syn, quote).
 //! - `tls` (default): TLS 1.3 between nodes ([`SystemConfig::set_tls`]),
 //!   through `transport`'s `tls` feature (rustls, ring). Without it nodes
 //!   talk plain TCP, optionally with a shared secret.
@@ -113,6 +121,7 @@
 // (docs/ARCHITECTURE.md draws it).
 mod actor;
 mod actor_ref;
+mod adapter;
 mod bincode_format;
 mod cell;
 pub mod cluster;
@@ -123,6 +132,7 @@ mod differential;
 mod error;
 mod lifecycle;
 mod mailbox;
+mod named;
 mod node;
 mod path;
 mod registry;
@@ -136,18 +146,24 @@ mod timer;
 mod watch;
 
 // Lets `actors::` paths in `differential.rs` (shared with the fuzz target)
-// name this crate from its own unit tests.
+// and in `#[derive(RemoteMessage)]`'s output name this crate from its own
+// unit tests.
 #[cfg(test)]
 extern crate self as actors;
 
 pub use actor::{Actor, ActorError, ActorResult, Ctx};
 pub use actor_ref::{ActorRef, SendFuture};
+/// Derives [`RemoteMessage`](trait@RemoteMessage) for a serde type (default
+/// feature `derive`): the manifest is `<package>.<Type>` unless
+/// `#[remote(manifest = "...")]` names it. See the trait for the rules.
+#[cfg(feature = "derive")]
+pub use actors_derive::RemoteMessage;
 pub use config::{
     DEFAULT_ASSOCIATION_IDLE_TIMEOUT, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_CAPACITY,
     DEFAULT_MAX_ASSOCIATIONS, DEFAULT_MAX_CONCURRENT_DIALS, DEFAULT_MAX_MALFORMED_PER_SECOND,
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_PARKED_BYTES, DEFAULT_MAX_RECIPIENT_IDS,
     DEFAULT_PENDING_CAPACITY, DEFAULT_RECIPIENT_WINDOW, DEFAULT_REFUSED_CONNECT_GRACE,
-    DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SystemConfig,
+    DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SpawnOptions, SystemConfig,
 };
 pub use config_file::{ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG};
 pub use error::{
@@ -155,6 +171,7 @@ pub use error::{
 };
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};
+pub use named::NamedRef;
 pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
@@ -162,7 +179,9 @@ pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use router::{
     RestartLimit, Router, RouterBuilder, RouterError, RouterMsg, RoutingLogic, VIRTUAL_NODES,
 };
-pub use serialization::{Bincode, RemoteMessage, Serializer, SharedBytes, manifest_id};
+pub use serialization::{
+    Bincode, MAX_MANIFEST_LEN, RemoteMessage, Serializer, SharedBytes, manifest_id,
+};
 pub use supervision::{
     DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Directive, SupervisorStrategy,
 };
@@ -171,8 +190,16 @@ pub use timer::TimerKey;
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;
 
+// The README's code blocks are doc tests: its first example must compile
+// and run as written. Only under `cfg(doctest)`, so a packaged crate (whose
+// README is copied elsewhere) never needs the file to build.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
+
 /// Internals exposed for this crate's fuzz targets only; not an API.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bincode_format::{FormatError, decode_bincode_format, encode_bincode_format};
+    pub use crate::serialization::ManifestBuf;
 }

@@ -271,13 +271,87 @@ impl<'de> Deserialize<'de> for SharedBytes {
     }
 }
 
-/// A message type that can cross nodes.
+/// A message type that can cross nodes: serde, plus a manifest (its stable
+/// name on the wire).
+///
+/// Derive it (default feature `derive`):
+///
+/// ```
+/// use actors::RemoteMessage;
+/// use serde::{Deserialize, Serialize};
+///
+/// // Manifest "<package>.<Type>": here "remoting-actors.Ping".
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// struct Ping(u64);
+///
+/// // An explicit manifest, which survives renaming the type or package.
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[remote(manifest = "svc.Order")]
+/// struct Order { id: u64 }
+///
+/// // Generic: the parameters' manifests are part of the name.
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[remote(manifest = "svc.Page")]
+/// struct Page<T> { items: Vec<T>, next: Option<u64> }
+///
+/// assert_eq!(Ping::MANIFEST, concat!(env!("CARGO_PKG_NAME"), ".Ping"));
+/// assert_eq!(Order::MANIFEST, "svc.Order");
+/// assert_eq!(<Page<Order>>::MANIFEST, "svc.Page<svc.Order>");
+/// assert_eq!(<Result<Vec<Order>, String>>::MANIFEST, "std.Result<std.Vec<svc.Order>,std.String>");
+/// ```
+///
+/// or implement it by hand:
 ///
 /// ```
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct Ping(u64);
 /// impl actors::RemoteMessage for Ping {
 ///     const MANIFEST: &'static str = "example.Ping";
+/// }
+/// ```
+///
+/// # The default manifest
+/// The derive names a type `<package>.<Type>` (the Cargo package of the
+/// crate that derives, and the type's name), not after its module path:
+/// moving a type between modules is a refactor that must not change the
+/// wire. The trade-off: renaming the package or the type does change it,
+/// and two types of one name in two modules of a package share it (and
+/// would decode as each other): give such types, and any whose name must
+/// outlive renames, `#[remote(manifest = "...")]`. Type parameters must be
+/// remote messages and are part of the name; lifetimes and const
+/// parameters are refused at compile time.
+///
+/// # Built in
+/// - `()`, `bool`, the integers but `u8`, `f32`, `f64`, `char`, `String`,
+///   and `Vec<u8>` (a byte string, "std.bytes"), named `std.<type>`;
+/// - built from remote messages, named after them, at compile time:
+///   `Vec<T>` (`std.Vec<T>`), `Option<T>`, `Result<T, E>`, `Box<T>`,
+///   `HashMap<K, V>`, `BTreeMap<K, V>`, tuples of two to four (`(A,B)`),
+///   and [`ActorRef<M>`](crate::ActorRef) (`actors.ActorRef<M>`), so a
+///   reply can be any of these without a newtype. A composite name is at
+///   most [`MAX_MANIFEST_LEN`] bytes (a longer one is a compile error).
+///
+/// # Local-only messages
+/// An actor can take messages that peers cannot send: mark those variants
+/// of its message enum `#[serde(skip)]` and put them **last**. Sending one
+/// to a remote ref fails with
+/// [`SendError::Serialization`](crate::SendError::Serialization) before
+/// anything is sent, and bytes that claim to be one (a forged or newer
+/// peer) fail to decode on the receiving node, which makes them a dead
+/// letter; locally they are delivered like any message. Last, because
+/// serde encodes a variant's position among all variants but decodes
+/// positions counted without the skipped ones: a variant after a skipped
+/// one would not decode as sent (the derive refuses that order).
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// #[derive(Serialize, Deserialize, actors::RemoteMessage)]
+/// #[remote(manifest = "svc.Cache")]
+/// enum CacheMsg {
+///     Get(String, actors::ActorRef<Option<String>>),
+///     /// Only this process can send it.
+///     #[serde(skip)]
+///     Flush(std::sync::Arc<tokio::sync::Notify>),
 /// }
 /// ```
 pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
@@ -539,10 +613,142 @@ mod tests {
     }
 
     #[test]
+    fn composite_manifests_follow_their_parts() {
+        use std::collections::{BTreeMap, HashMap};
+        assert_eq!(<Vec<String>>::MANIFEST, "std.Vec<std.String>");
+        assert_eq!(<Vec<u8>>::MANIFEST, "std.bytes", "bytes stay bytes");
+        assert_eq!(<Option<String>>::MANIFEST, "std.Option<std.String>");
+        assert_eq!(
+            <Result<Vec<u64>, String>>::MANIFEST,
+            "std.Result<std.Vec<std.u64>,std.String>"
+        );
+        assert_eq!(<(u32, bool)>::MANIFEST, "(std.u32,std.bool)");
+        assert_eq!(
+            <(u32, bool, (), char)>::MANIFEST,
+            "(std.u32,std.bool,std.unit,std.char)"
+        );
+        assert_eq!(
+            <HashMap<String, i32>>::MANIFEST,
+            "std.HashMap<std.String,std.i32>"
+        );
+        assert_eq!(
+            <BTreeMap<u16, Box<f32>>>::MANIFEST,
+            "std.BTreeMap<std.u16,std.Box<std.f32>>"
+        );
+        assert_ne!(
+            manifest_id(<Vec<u32>>::MANIFEST),
+            manifest_id(<Vec<u64>>::MANIFEST)
+        );
+        // The id is a compile-time constant whatever the nesting: a ref
+        // computes it once, as for any other type.
+        const ID: u32 = manifest_id(<Option<Vec<String>>>::MANIFEST);
+        assert_eq!(ID, manifest_id("std.Option<std.Vec<std.String>>"));
+    }
+
+    #[test]
+    fn manifest_buf_concatenates_up_to_its_limit() {
+        let long = "x".repeat(MAX_MANIFEST_LEN - 2);
+        assert_eq!(
+            ManifestBuf::concat(&["<", &long, ">"]).as_str().len(),
+            MAX_MANIFEST_LEN
+        );
+        let over = std::panic::catch_unwind(|| ManifestBuf::concat(&["<", &long, ">>"]));
+        assert!(over.is_err(), "one byte over the limit is refused");
+    }
+
+    #[test]
+    fn derived_manifests() {
+        use crate::RemoteMessage as _;
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        struct Plain(u8);
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        #[remote(manifest = "svc.Named")]
+        enum Named {
+            A,
+        }
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        struct Pair<K, V> {
+            k: K,
+            v: Vec<V>,
+        }
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        #[remote(manifest = "svc.Wrap")]
+        struct Wrap<T>(T);
+        assert_eq!(Plain::MANIFEST, "remoting-actors.Plain");
+        assert_eq!(Named::MANIFEST, "svc.Named");
+        assert_eq!(
+            <Pair<String, Named>>::MANIFEST,
+            "remoting-actors.Pair<std.String,svc.Named>"
+        );
+        assert_eq!(
+            <Wrap<Option<Plain>>>::MANIFEST,
+            "svc.Wrap<std.Option<remoting-actors.Plain>>"
+        );
+        let _ = (Plain(0), Named::A, Wrap(()), Pair { k: (), v: vec![()] });
+    }
+
+    #[test]
     fn manifest_ids_are_stable() {
         assert_eq!(manifest_id(""), 0x811c_9dc5);
         assert_eq!(manifest_id("a"), 0xe40c_292c);
         assert_ne!(manifest_id("bench.Payload"), manifest_id("bench.Marker"));
+    }
+}
+
+/// The longest manifest a composite type ([`Vec<T>`], a derived generic
+/// type, ...) can have: its name is built at compile time in a buffer of
+/// this size, and a longer one is a compile error naming this limit.
+/// Generous for any real nesting ("std.Result<std.Vec<svc.Item>,svc.Error>"
+/// is 38 bytes).
+pub const MAX_MANIFEST_LEN: usize = 256;
+
+/// A manifest built at compile time from the manifests of its parts:
+/// `const MANIFEST: &'static str` cannot be a `format!` of a generic
+/// parameter's name, but it can be a slice of a constant buffer filled by
+/// a `const fn`. Not an API: what the derive and this module's impls
+/// expand to.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct ManifestBuf {
+    buf: [u8; MAX_MANIFEST_LEN],
+    len: usize,
+}
+
+impl ManifestBuf {
+    /// `parts`, concatenated.
+    ///
+    /// # Panics
+    /// At compile time (it runs in a `const`): the result is longer than
+    /// [`MAX_MANIFEST_LEN`].
+    pub const fn concat(parts: &[&str]) -> Self {
+        let mut buf = [0u8; MAX_MANIFEST_LEN];
+        let mut len = 0;
+        let mut i = 0;
+        while i < parts.len() {
+            let part = parts[i].as_bytes();
+            let mut j = 0;
+            while j < part.len() {
+                assert!(
+                    len < MAX_MANIFEST_LEN,
+                    "a composite manifest is longer than actors::MAX_MANIFEST_LEN (256 bytes): \
+                     give an inner type a shorter manifest"
+                );
+                buf[len] = part[j];
+                len += 1;
+                j += 1;
+            }
+            i += 1;
+        }
+        Self { buf, len }
+    }
+
+    /// The name built.
+    pub const fn as_str(&self) -> &str {
+        // Whole `&str`s were copied in, so the bytes are UTF-8.
+        match std::str::from_utf8(self.buf.split_at(self.len).0) {
+            Ok(s) => s,
+            Err(_) => panic!("manifest parts are whole strings"),
+        }
     }
 }
 
@@ -554,15 +760,53 @@ macro_rules! builtin {
     };
 }
 
-// Common reply types, so `ask` can answer with them across nodes.
+// Common reply types, so `ask` can answer with them across nodes. `u8` is
+// left out on purpose: `Vec<u8>` is a byte string ("std.bytes"), not a
+// `Vec` of remote messages.
 builtin! {
     () => "std.unit",
     bool => "std.bool",
+    u16 => "std.u16",
     u32 => "std.u32",
     u64 => "std.u64",
+    u128 => "std.u128",
+    usize => "std.usize",
+    i8 => "std.i8",
+    i16 => "std.i16",
+    i32 => "std.i32",
     i64 => "std.i64",
+    i128 => "std.i128",
+    isize => "std.isize",
+    f32 => "std.f32",
     f64 => "std.f64",
+    char => "std.char",
     String => "std.String",
     Vec<u8> => "std.bytes",
-    Option<String> => "std.Option<String>",
 }
+
+/// Composite messages: `$t` with parameters `$p`, named
+/// `$open P1,P2,.. $close` after the parameters' manifests.
+macro_rules! composite {
+    ($open:literal $close:literal, $t:ty, $($p:ident),+ $(; $($bound:tt)+)?) => {
+        impl<$($p: RemoteMessage),+> RemoteMessage for $t $(where $($bound)+)? {
+            const MANIFEST: &'static str =
+                ManifestBuf::concat(&composite!(@parts $open $close; $($p),+)).as_str();
+        }
+    };
+    (@parts $open:literal $close:literal; $first:ident $(, $rest:ident)*) => {
+        [$open, $first::MANIFEST, $(",", $rest::MANIFEST,)* $close]
+    };
+}
+
+// Replies (and messages) of any shape built from remote messages, without
+// newtypes; their manifests follow the inner ones, so an
+// `ActorRef<Vec<A>>` never takes a `Vec<B>`.
+composite!("std.Vec<" ">", Vec<T>, T);
+composite!("std.Option<" ">", Option<T>, T);
+composite!("std.Result<" ">", Result<T, E>, T, E);
+composite!("std.Box<" ">", Box<T>, T);
+composite!("std.HashMap<" ">", std::collections::HashMap<K, V>, K, V; K: Eq + std::hash::Hash);
+composite!("std.BTreeMap<" ">", std::collections::BTreeMap<K, V>, K, V; K: Ord);
+composite!("(" ")", (A, B), A, B);
+composite!("(" ")", (A, B, C), A, B, C);
+composite!("(" ")", (A, B, C, D), A, B, C, D);

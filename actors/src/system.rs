@@ -33,6 +33,9 @@ const REMOTE_EVENT_BUFFER: usize = 1024;
 /// Something the shutdown can stop (a running actor).
 pub(crate) trait Stoppable: Send + Sync {
     fn stop(&self);
+    /// Stops once the messages already queued are handled
+    /// (`ActorRef::stop_after_queued`).
+    fn stop_after_queued(&self);
 }
 
 pub(crate) struct SystemInner {
@@ -263,5 +266,94 @@ impl ActorSystem {
         if let Some(r) = self.remoting() {
             r.shutdown().await;
         }
+    }
+
+    /// Shuts down after the work already queued: every actor stops once it
+    /// has handled the messages in its mailbox (as
+    /// [`ActorRef::stop_after_queued`]), for at most `deadline`; then
+    /// [`shutdown`](Self::shutdown) stops whatever still runs (its queued
+    /// messages become dead letters) and closes remote links gracefully.
+    /// Returns whether every actor finished its queue in time.
+    ///
+    /// From the call on, nothing new is spawned (a spawn is stopped at
+    /// once), and a message sent to an actor that has drained is a dead
+    /// letter: an actor's last messages to another that finished first are
+    /// lost, as in any shutdown without phases.
+    pub async fn shutdown_gracefully(&self, deadline: std::time::Duration) -> bool {
+        self.inner.shutting_down.store(true, Ordering::Release);
+        let live: Vec<_> = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for a in live {
+            a.stop_after_queued();
+        }
+        self.inner.tasks.close();
+        let drained = tokio::time::timeout(deadline, self.inner.tasks.wait())
+            .await
+            .is_ok();
+        if !drained {
+            tracing::warn!(
+                ?deadline,
+                "graceful shutdown: actors still busy at the deadline are stopped"
+            );
+        }
+        self.shutdown().await;
+        drained
+    }
+
+    /// Installs handlers for Ctrl-C (SIGINT) and, on Unix, SIGTERM (what
+    /// service managers and containers send), and returns a future that,
+    /// once one of them arrives, runs
+    /// [`shutdown_gracefully`](Self::shutdown_gracefully) with `deadline`
+    /// and yields its result. The handlers are in place when this returns,
+    /// so no signal after it is missed; from then on those signals no
+    /// longer end the process by themselves: let `main` return after the
+    /// future completes.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let system = actors::ActorSystem::remote("svc", "0.0.0.0:2552".parse()?).await?;
+    /// // ... spawn actors ...
+    /// let drained = system.shutdown_on_ctrl_c(Duration::from_secs(10))?.await;
+    /// eprintln!("stopped; every queue drained: {drained}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A signal handler could not be installed.
+    pub fn shutdown_on_ctrl_c(
+        &self,
+        deadline: std::time::Duration,
+    ) -> std::io::Result<impl std::future::Future<Output = bool> + Send + 'static> {
+        #[cfg(unix)]
+        let signalled = {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut int = signal(SignalKind::interrupt())?;
+            let mut term = signal(SignalKind::terminate())?;
+            async move {
+                tokio::select! {
+                    _ = int.recv() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                }
+            }
+        };
+        #[cfg(not(unix))]
+        let signalled = async {
+            // Registered on first poll: a Ctrl-C before then is missed.
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        };
+        let system = self.clone();
+        Ok(async move {
+            let signal = signalled.await;
+            tracing::info!(signal, ?deadline, "shutting down gracefully");
+            system.shutdown_gracefully(deadline).await
+        })
     }
 }

@@ -14,6 +14,7 @@ mod it {
     mod cluster;
     mod control;
     mod cookie;
+    mod ergonomics;
     mod fail_fast;
     mod faults;
     mod faults_net;
@@ -25,6 +26,7 @@ mod it {
     mod limits;
     mod links;
     mod metrics;
+    mod named;
     mod node_identity;
     mod ordering;
     mod push;

@@ -1,0 +1,297 @@
+//! `#[derive(RemoteMessage)]` for the `remoting-actors` crate (library
+//! `actors`), which re-exports it as `actors::RemoteMessage` behind its
+//! default `derive` feature. Use it through that re-export; this crate's
+//! docs are the rules, the examples live on the trait.
+//!
+//! # The manifest
+//! A message type's manifest is its name on the wire. Without an
+//! attribute it is **`<package>.<Type>`**: the Cargo package name of the
+//! crate that derives (`env!("CARGO_PKG_NAME")`, expanded there) and the
+//! type's name as written, e.g. `my-service.Order`.
+//!
+//! Why not the module path: moving a type to another module is a refactor
+//! nobody expects to change the wire, and a mixed-version cluster would
+//! stop understanding itself. The package and type names are what a human
+//! sees as the type's identity. The trade-off: renaming the package or
+//! the type changes the manifest, and two types with one name in two
+//! modules of one package share it. Give one of them (or any type whose
+//! name must outlive renames) an explicit, stable manifest:
+//!
+//! ```text
+//! #[derive(Serialize, Deserialize, RemoteMessage)]
+//! #[remote(manifest = "svc.Order")]
+//! struct Order { .. }
+//! ```
+//!
+//! # Generic types
+//! Type parameters become part of the name: `struct Page<T>` derives
+//! `<package>.Page<{T's manifest}>` (with `manifest = "svc.Page"`:
+//! `svc.Page<{T's manifest}>`), and requires `T: RemoteMessage`, so
+//! `Page<Order>` and `Page<Invoice>` never decode as each other. Lifetime
+//! and const parameters are refused: a remote message is decoded into an
+//! owned value.
+//!
+//! # Local-only variants
+//! Variants marked `#[serde(skip)]` (or `skip_deserializing`) can be sent
+//! in-process but never decoded from a peer. They must come after every
+//! other variant: serde encodes a variant's position among all variants
+//! but decodes positions counted without the skipped ones, so a variant
+//! after a skipped one would not decode as sent. The derive refuses that
+//! order with a compile error.
+//!
+//! # Attributes
+//! - `#[remote(manifest = "name")]`: the manifest, instead of the default.
+//! - `#[remote(crate = "path")]`: where the `actors` crate is, when it is
+//!   renamed in `Cargo.toml` (default `::actors`).
+#![forbid(unsafe_code)]
+#![warn(missing_docs, rust_2018_idioms)]
+
+use proc_macro::TokenStream;
+use proc_macro2::TokenStream as TokenStream2;
+use quote::quote;
+use syn::{Data, DeriveInput, GenericParam, LitStr, Path, parse_macro_input};
+
+/// Implements `actors::RemoteMessage` for a serde type: see the crate docs
+/// for the manifest it gets and the `#[remote(..)]` attributes.
+#[proc_macro_derive(RemoteMessage, attributes(remote))]
+pub fn derive_remote_message(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    match expand(input) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+struct Options {
+    manifest: Option<LitStr>,
+    krate: Option<Path>,
+}
+
+fn options(input: &DeriveInput) -> syn::Result<Options> {
+    let mut opts = Options {
+        manifest: None,
+        krate: None,
+    };
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("remote")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("manifest") {
+                let lit: LitStr = meta.value()?.parse()?;
+                if lit.value().is_empty() {
+                    return Err(syn::Error::new(lit.span(), "a manifest cannot be empty"));
+                }
+                if opts.manifest.replace(lit).is_some() {
+                    return Err(meta.error("`manifest` is given twice"));
+                }
+                Ok(())
+            } else if meta.path.is_ident("crate") {
+                let lit: LitStr = meta.value()?.parse()?;
+                opts.krate = Some(lit.parse()?);
+                Ok(())
+            } else {
+                Err(meta.error("unknown `remote` attribute: expected `manifest` or `crate`"))
+            }
+        })?;
+    }
+    Ok(opts)
+}
+
+/// True for a variant serde never decodes: `#[serde(skip)]` or
+/// `#[serde(skip_deserializing)]`.
+fn never_decoded(v: &syn::Variant) -> bool {
+    v.attrs
+        .iter()
+        .filter(|a| a.path().is_ident("serde"))
+        .filter_map(|a| a.meta.require_list().ok())
+        .any(|list| {
+            list.tokens.clone().into_iter().any(|t| {
+                matches!(&t, proc_macro2::TokenTree::Ident(i)
+                    if i == "skip" || i == "skip_deserializing")
+            })
+        })
+}
+
+/// Local-only variants (see [`never_decoded`]) must come after every other:
+/// serde encodes a variant as its position among all variants, but decodes
+/// positions counted without the skipped ones, so a variant after a
+/// skipped one would be refused by the receiver or, worse, decoded as its
+/// neighbour.
+fn local_only_last(e: &syn::DataEnum) -> syn::Result<()> {
+    let mut skipped: Option<&syn::Variant> = None;
+    for v in &e.variants {
+        match (never_decoded(v), skipped) {
+            (true, None) => skipped = Some(v),
+            (false, Some(s)) => {
+                return Err(syn::Error::new_spanned(
+                    &v.ident,
+                    format!(
+                        "variant `{}` comes after the local-only (`#[serde(skip)]`) variant `{}`: \
+                         serde decodes variants numbered without the skipped ones, so a peer's \
+                         `{}` would not decode as sent; move local-only variants to the end",
+                        v.ident, s.ident, v.ident
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
+    if let Data::Union(u) = &input.data {
+        return Err(syn::Error::new(
+            u.union_token.span,
+            "RemoteMessage cannot be derived for a union: serde cannot encode one",
+        ));
+    }
+    if let Data::Enum(e) = &input.data {
+        local_only_last(e)?;
+    }
+    let opts = options(&input)?;
+    let krate = opts.krate.unwrap_or_else(|| syn::parse_quote!(::actors));
+    let mut params = Vec::new();
+    for p in &input.generics.params {
+        match p {
+            GenericParam::Type(t) => params.push(t.ident.clone()),
+            GenericParam::Lifetime(l) => {
+                return Err(syn::Error::new_spanned(
+                    l,
+                    "RemoteMessage cannot be derived for a type with a lifetime: \
+                     a remote message is decoded into an owned value (serde's DeserializeOwned)",
+                ));
+            }
+            GenericParam::Const(c) => {
+                return Err(syn::Error::new_spanned(
+                    c,
+                    "RemoteMessage cannot be derived for a type with a const parameter: \
+                     implement it by hand with a manifest per value",
+                ));
+            }
+        }
+    }
+    let ident = &input.ident;
+    let name = ident.to_string();
+    let base = match &opts.manifest {
+        Some(m) => quote!(#m),
+        None => quote!(::core::concat!(::core::env!("CARGO_PKG_NAME"), ".", #name)),
+    };
+    let manifest = if params.is_empty() {
+        base
+    } else {
+        // `base<P1,P2>`, built at compile time from the parameters'
+        // manifests.
+        let mut parts = vec![base, quote!("<")];
+        for (i, p) in params.iter().enumerate() {
+            if i > 0 {
+                parts.push(quote!(","));
+            }
+            parts.push(quote!(<#p as #krate::RemoteMessage>::MANIFEST));
+        }
+        parts.push(quote!(">"));
+        quote!(#krate::__private::ManifestBuf::concat(&[#(#parts),*]).as_str())
+    };
+    {
+        let where_clause = input.generics.make_where_clause();
+        for p in &params {
+            where_clause
+                .predicates
+                .push(syn::parse_quote!(#p: #krate::RemoteMessage));
+        }
+    }
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    Ok(quote! {
+        #[automatically_derived]
+        impl #impl_generics #krate::RemoteMessage for #ident #ty_generics #where_clause {
+            const MANIFEST: &'static str = #manifest;
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand;
+
+    fn error(input: syn::DeriveInput) -> String {
+        expand(input).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn local_only_variants_must_come_last() {
+        let err = error(syn::parse_quote! {
+            enum M { A(u8), #[serde(skip)] Local(u8), B(u8) }
+        });
+        assert!(err.contains("`B` comes after the local-only"), "{err}");
+        let err = error(syn::parse_quote! {
+            enum M { #[serde(rename = "x", skip_deserializing)] Local, A }
+        });
+        assert!(err.contains("`A` comes after"), "{err}");
+        // Last is fine, and so are other serde attributes.
+        expand(syn::parse_quote! {
+            enum M { #[serde(rename = "skip")] A(u8), #[serde(skip)] L1, #[serde(skip)] L2 }
+        })
+        .expect("local-only variants last");
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_a_remote_message() {
+        assert!(
+            error(syn::parse_quote!(
+                struct R<'a>(&'a str);
+            ))
+            .contains("lifetime")
+        );
+        assert!(
+            error(syn::parse_quote!(
+                struct C<const N: usize>([u8; N]);
+            ))
+            .contains("const")
+        );
+        assert!(error(syn::parse_quote!(union U { a: u8 })).contains("union"));
+        let err = error(syn::parse_quote!(
+            #[remote(manifest = "")]
+            struct E;
+        ));
+        assert!(err.contains("cannot be empty"), "{err}");
+        let err = error(syn::parse_quote!(
+            #[remote(name = "x")]
+            struct E;
+        ));
+        assert!(err.contains("expected `manifest` or `crate`"), "{err}");
+    }
+
+    #[test]
+    fn manifests() {
+        let plain = expand(syn::parse_quote!(
+            struct P;
+        ))
+        .expect("ok")
+        .to_string();
+        assert!(plain.contains("CARGO_PKG_NAME"), "{plain}");
+        let named = expand(syn::parse_quote!(
+            #[remote(manifest = "svc.P")]
+            struct P;
+        ))
+        .expect("ok")
+        .to_string();
+        assert!(named.contains("\"svc.P\""), "{named}");
+        let generic = expand(syn::parse_quote!(
+            struct G<T>(T);
+        ))
+        .expect("ok")
+        .to_string();
+        assert!(
+            generic.contains("T : :: actors :: RemoteMessage"),
+            "{generic}"
+        );
+        let renamed = expand(syn::parse_quote!(
+            #[remote(crate = "my::actors")]
+            struct P;
+        ))
+        .expect("ok")
+        .to_string();
+        assert!(
+            renamed.contains("my :: actors :: RemoteMessage"),
+            "{renamed}"
+        );
+    }
+}
