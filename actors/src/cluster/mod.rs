@@ -649,6 +649,27 @@ impl Cluster {
         self.shared.group_events.subscribe()
     }
 
+    /// Leaves the cluster and shuts the node down after its queued work:
+    /// [`leave`](Self::leave) (every member sees this node
+    /// [`Left`](MemberState::Left) at once, so no new work is routed here
+    /// through groups or membership), then
+    /// [`ActorSystem::shutdown_gracefully`]: every actor handles what is
+    /// already in its mailbox, for at most `deadline`, and links close
+    /// after flushing. Returns whether every queue drained in time.
+    ///
+    /// # Errors
+    /// [`ClusterError::Stopped`] if membership had stopped already (the
+    /// system is shut down all the same).
+    pub async fn leave_and_drain(
+        &self,
+        system: &ActorSystem,
+        deadline: Duration,
+    ) -> Result<bool, ClusterError> {
+        let left = self.leave().await;
+        let drained = system.shutdown_gracefully(deadline).await;
+        left.map(|()| drained)
+    }
+
     /// Leaves the cluster gracefully: tells every member at once (they
     /// see this node [`Left`](MemberState::Left) without waiting for a
     /// failure detector), gossips the leave, and stops membership. Then

@@ -400,3 +400,41 @@ async fn a_member_judged_down_terminates_watches_on_its_actors() {
     }
     doomed_system.shutdown().await;
 }
+
+#[tokio::test]
+async fn leave_and_drain_handles_queued_work_and_others_see_the_node_left() {
+    let nodes = cluster_of(2, &fast(Duration::from_secs(60))).await;
+    converged(&nodes, 1).await;
+    let (tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let w = nodes[1].0.spawn(Worker {
+        name: "w",
+        done: tx,
+    });
+    for i in 0..100 {
+        w.tell(Work(i)).expect("room");
+    }
+    let leaving = nodes[1].1.myself().node.clone();
+    let drained = within(
+        "leave and drain",
+        nodes[1]
+            .1
+            .leave_and_drain(&nodes[1].0, Duration::from_secs(10)),
+    )
+    .await
+    .expect("leaves");
+    assert!(drained, "every queue drained within the deadline");
+    // All 100 queued messages were handled before the node stopped.
+    let mut handled = 0;
+    while done.try_recv().is_ok() {
+        handled += 1;
+    }
+    assert_eq!(handled, 100);
+    eventually("the other node sees it left", || {
+        nodes[0]
+            .1
+            .members()
+            .iter()
+            .any(|m| m.node == leaving && m.state == MemberState::Left)
+    })
+    .await;
+}
