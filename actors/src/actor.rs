@@ -691,6 +691,18 @@ fn failure(r: Result<ActorError, String>) -> Outcome {
     }
 }
 
+/// Counts the message whose handling failed as a dead letter (it is not
+/// retried).
+#[cold]
+#[inline(never)]
+fn handler_failed(
+    registry: &crate::registry::Registry,
+    path: &crate::path::ActorPath,
+    type_name: &str,
+) {
+    registry.dead_letter(type_name, path, "handler failed");
+}
+
 /// A child of an actor, as its parent's `Ctx` holds it.
 pub(crate) struct Child {
     name: Arc<str>,
@@ -715,6 +727,9 @@ struct Runner<A: Actor> {
     /// Counts this actor alive until the task ends (or is dropped), and
     /// its mailbox depth and handling time when a recorder is installed.
     meter: crate::telemetry::ActorMeter,
+    /// A message's `handle` is running (a panic then makes it a dead
+    /// letter, as an error does).
+    handling: bool,
 }
 
 impl<A: Actor> Runner<A> {
@@ -730,11 +745,13 @@ impl<A: Actor> Runner<A> {
             sys,
             decoded,
             meter,
+            handling,
         } = self;
-        match guarded(actor.started(ctx)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return failure(Ok(e)),
-            Err(p) => return failure(Err(p)),
+        // Hooks are awaited directly: a panic in one unwinds out of this
+        // instance, and `run_actor` catches it once per instance (a
+        // wrapper per message cost ~60 instructions per message).
+        if let Err(e) = actor.started(ctx).await {
+            return failure(Ok(e));
         }
         loop {
             if ctx.stop {
@@ -769,11 +786,11 @@ impl<A: Actor> Runner<A> {
                 while let Some(s) = sys.pop_front() {
                     match s {
                         SystemMsg::Stop => return Outcome::Stop(StopReason::Stopped),
-                        SystemMsg::Terminated(t) => match guarded(actor.terminated(t, ctx)).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => return failure(Ok(e)),
-                            Err(p) => return failure(Err(p)),
-                        },
+                        SystemMsg::Terminated(t) => {
+                            if let Err(e) = actor.terminated(t, ctx).await {
+                                return failure(Ok(e));
+                            }
+                        }
                         SystemMsg::Child(event) => {
                             if let Some(outcome) = on_child(ctx, event) {
                                 return outcome;
@@ -826,19 +843,14 @@ impl<A: Actor> Runner<A> {
                     }
                 };
                 let started = meter.start();
-                let result = guarded(actor.handle(msg, ctx)).await;
+                *handling = true;
+                let result = actor.handle(msg, ctx).await;
+                *handling = false;
                 meter.handled(started);
-                match result {
-                    Ok(Ok(())) => {}
-                    r => {
-                        // Not retried: counted and logged once.
-                        registry.dead_letter(
-                            std::any::type_name::<A::Msg>(),
-                            &cell.path,
-                            "handler failed",
-                        );
-                        return failure(r.map(|r| r.expect_err("matched Ok(Ok) above")));
-                    }
+                if let Err(e) = result {
+                    // Not retried: counted and logged once.
+                    handler_failed(registry, &cell.path, std::any::type_name::<A::Msg>());
+                    return failure(Ok(e));
                 }
                 if ctx.stop {
                     return Outcome::Stop(StopReason::Stopped);
@@ -980,13 +992,27 @@ async fn run_actor<A: Actor>(
         sys: VecDeque::new(),
         decoded: VecDeque::new(),
         meter,
+        handling: false,
     };
     let path = run.cell.path.clone();
     let mut restarts = Restarts::default();
     let mut actor = first;
     let (reason, escalate, last) = loop {
         run.ctx.strategy = actor.supervisor_strategy();
-        let (failed, panicked, own) = match run.instance(&mut actor).await {
+        let outcome = match guarded(run.instance(&mut actor)).await {
+            Ok(outcome) => outcome,
+            Err(p) => {
+                if std::mem::take(&mut run.handling) {
+                    handler_failed(
+                        &run.registry,
+                        &run.cell.path,
+                        std::any::type_name::<A::Msg>(),
+                    );
+                }
+                failure(Err(p))
+            }
+        };
+        let (failed, panicked, own) = match outcome {
             Outcome::Stop(reason) => break (reason, false, Some(actor)),
             Outcome::Fail { reason, panicked } => (reason, panicked, true),
             Outcome::SiblingFailed => (
