@@ -84,6 +84,10 @@ use crate::{
 };
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
 
+/// [`ClusterConfig::max_members`]'s default: members (other than this
+/// node) one node keeps.
+pub const DEFAULT_MAX_MEMBERS: usize = 4096;
+
 /// A member's state, as this node sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -168,6 +172,9 @@ pub struct ClusterStats {
     /// Packets refused: the tag did not verify (no secret, wrong secret,
     /// or altered).
     pub unauthenticated: u64,
+    /// Packets refused because they named a member past
+    /// [`ClusterConfig::max_members`].
+    pub full: u64,
 }
 
 /// How a node joins and runs membership. Defaults suit a LAN; tests and
@@ -182,6 +189,7 @@ pub struct ClusterConfig {
     remove_down_after: Duration,
     announce_interval: Duration,
     max_packet_size: usize,
+    max_members: usize,
     event_capacity: usize,
 }
 
@@ -206,6 +214,7 @@ impl ClusterConfig {
             remove_down_after: Duration::from_secs(15),
             announce_interval: Duration::from_secs(1),
             max_packet_size: 1400,
+            max_members: DEFAULT_MAX_MEMBERS,
             event_capacity: 1024,
         }
     }
@@ -273,6 +282,15 @@ impl ClusterConfig {
     /// bytes (under a typical MTU). At least 512.
     pub fn max_packet_size(mut self, bytes: usize) -> Self {
         self.max_packet_size = bytes.max(512);
+        self
+    }
+
+    /// The most other members this node keeps (every state, down ones
+    /// included until forgotten); default [`DEFAULT_MAX_MEMBERS`]. A
+    /// packet that names one more is refused whole and counted
+    /// ([`ClusterStats::full`]). About 200 bytes per member.
+    pub fn max_members(mut self, n: usize) -> Self {
+        self.max_members = n.max(1);
         self
     }
 
@@ -387,6 +405,7 @@ struct Stats {
     packets_in: AtomicU64,
     bytes_in: AtomicU64,
     malformed: AtomicU64,
+    full: AtomicU64,
     unauthenticated: AtomicU64,
 }
 
@@ -464,11 +483,12 @@ impl Cluster {
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed)
             .map_err(|e| ClusterError::Bind(bind, std::io::Error::other(e.to_string())))?;
+        let admission = Arc::new(wire::Admission::new(config.max_members, udp));
         let foca = Foca::with_custom_broadcast(
             me,
             config.foca(),
             SmallRng::from_seed(seed),
-            Codec::default(),
+            Codec::bounded(admission.clone()),
             groups::Handler(table),
         );
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
@@ -488,6 +508,7 @@ impl Cluster {
             max_packet: config.max_packet_size,
             own: BTreeMap::new(),
             version: 0,
+            admission,
         };
         tokio::spawn(task.run(
             config.announce_interval,
@@ -542,6 +563,7 @@ impl Cluster {
             packets_in: s.packets_in.load(Ordering::Relaxed),
             bytes_in: s.bytes_in.load(Ordering::Relaxed),
             malformed: s.malformed.load(Ordering::Relaxed),
+            full: s.full.load(Ordering::Relaxed),
             unauthenticated: s.unauthenticated.load(Ordering::Relaxed),
         }
     }
@@ -734,6 +756,8 @@ struct Task {
     own: BTreeMap<String, Vec<String>>,
     /// The version of this node's latest group broadcast.
     version: u64,
+    /// The member bound foca's codec checks, resynced with foca's table.
+    admission: Arc<wire::Admission>,
 }
 
 impl Task {
@@ -799,7 +823,14 @@ impl Task {
             KIND_SWIM => self
                 .foca
                 .handle_data(payload, &mut self.rt)
-                .map_err(|e| WireError::Decode(e.to_string())),
+                .map_err(|e| match e {
+                    // Our codec's own verdict, such as a full table.
+                    foca::Error::Decode(inner) => match inner.downcast::<WireError>() {
+                        Ok(w) => *w,
+                        Err(other) => WireError::Decode(other.to_string()),
+                    },
+                    other => WireError::Decode(other.to_string()),
+                }),
             KIND_LEAVE => wire::decode_leave(payload).map(|id| self.on_leave(id)),
             other => Err(WireError::UnknownKind(other)),
         };
@@ -816,6 +847,7 @@ impl Task {
         let stats = &self.shared.stats;
         let n = match e {
             WireError::Unauthenticated => stats.unauthenticated.fetch_add(1, Ordering::Relaxed),
+            WireError::Full(_) => stats.full.fetch_add(1, Ordering::Relaxed),
             _ => stats.malformed.fetch_add(1, Ordering::Relaxed),
         } + 1;
         // Sampled: a flood of bad packets logs a few lines.
@@ -977,6 +1009,11 @@ impl Task {
 
     /// Compares foca's member table with what subscribers were told.
     fn publish(&mut self) {
+        // Forgotten members free their room.
+        self.admission.resync(
+            self.shared.me.udp,
+            self.foca.iter_membership_state().map(|m| m.id().udp),
+        );
         let mut seen: HashSet<String> = HashSet::new();
         let mut changes: Vec<(Id, Option<MemberState>, MemberState)> = Vec::new();
         for m in self.foca.iter_membership_state() {

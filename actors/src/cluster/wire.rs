@@ -113,6 +113,55 @@ pub(crate) enum WireError {
     /// The payload does not decode.
     #[error("undecodable: {0}")]
     Decode(String),
+    /// It names a member this node has no room for
+    /// (`ClusterConfig::max_members`).
+    #[error("member table full ({0} members)")]
+    Full(usize),
+}
+
+/// Which member addresses this node keeps, and how many it may: checked
+/// as foca's input is decoded, so a packet naming a member past the bound
+/// is refused whole before foca stores anything of it.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    limit: usize,
+    known: std::sync::Mutex<std::collections::HashSet<SocketAddr>>,
+}
+
+impl Admission {
+    /// Room for `limit` addresses; `me` is always known.
+    pub(crate) fn new(limit: usize, me: SocketAddr) -> Self {
+        Self {
+            limit: limit.saturating_add(1),
+            known: std::sync::Mutex::new(std::iter::once(me).collect()),
+        }
+    }
+
+    fn admit(&self, id: &Id) -> Result<(), WireError> {
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.contains(&id.udp) {
+            return Ok(());
+        }
+        if known.len() >= self.limit {
+            return Err(WireError::Full(self.limit - 1));
+        }
+        known.insert(id.udp);
+        Ok(())
+    }
+
+    /// Forgets addresses foca no longer holds: `me` and `held` stay.
+    pub(crate) fn resync(&self, me: SocketAddr, held: impl Iterator<Item = SocketAddr>) {
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.clear();
+        known.insert(me);
+        known.extend(held);
+    }
 }
 
 fn tag(key: &[u8; 32], kind: u8, payload: &[u8]) -> [u8; TAG_LEN] {
@@ -181,9 +230,19 @@ pub(crate) fn decode_leave(payload: &[u8]) -> Result<Id, WireError> {
 #[derive(Debug, Default)]
 pub(crate) struct Codec {
     scratch: BytesMut,
+    /// The member bound, if any.
+    admission: Option<std::sync::Arc<Admission>>,
 }
 
 impl Codec {
+    /// A codec that admits at most `admission`'s members.
+    pub(crate) fn bounded(admission: std::sync::Arc<Admission>) -> Self {
+        Self {
+            scratch: BytesMut::new(),
+            admission: Some(admission),
+        }
+    }
+
     fn encode<T: Serialize>(&mut self, value: &T, mut buf: impl BufMut) -> Result<(), WireError> {
         self.scratch.clear();
         bincode_format::to_buf(value, &mut self.scratch, usize::MAX)
@@ -215,7 +274,11 @@ impl foca::Codec<Id> for Codec {
     }
 
     fn decode_header(&mut self, buf: impl Buf) -> Result<foca::Header<Id>, WireError> {
-        Self::decode(buf)
+        let header: foca::Header<Id> = Self::decode(buf)?;
+        if let Some(a) = &self.admission {
+            a.admit(&header.src)?;
+        }
+        Ok(header)
     }
 
     fn encode_member(
@@ -227,7 +290,11 @@ impl foca::Codec<Id> for Codec {
     }
 
     fn decode_member(&mut self, buf: impl Buf) -> Result<foca::Member<Id>, WireError> {
-        Self::decode(buf)
+        let member: foca::Member<Id> = Self::decode(buf)?;
+        if let Some(a) = &self.admission {
+            a.admit(member.id())?;
+        }
+        Ok(member)
     }
 }
 

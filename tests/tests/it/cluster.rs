@@ -401,15 +401,27 @@ async fn a_member_judged_down_terminates_watches_on_its_actors() {
     doomed_system.shutdown().await;
 }
 
+/// Takes a millisecond per `Work`, so that 100 queued messages are still
+/// queued when its node starts to leave.
+struct SlowWorker {
+    done: tokio::sync::mpsc::UnboundedSender<(&'static str, u64)>,
+}
+
+impl actors::Actor for SlowWorker {
+    type Msg = Work;
+    async fn handle(&mut self, Work(n): Work, _: &mut actors::Ctx<Self>) -> actors::ActorResult {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let _ = self.done.send(("slow", n));
+        Ok(())
+    }
+}
+
 #[tokio::test]
 async fn leave_and_drain_handles_queued_work_and_others_see_the_node_left() {
     let nodes = cluster_of(2, &fast(Duration::from_secs(60))).await;
     converged(&nodes, 1).await;
     let (tx, mut done) = tokio::sync::mpsc::unbounded_channel();
-    let w = nodes[1].0.spawn(Worker {
-        name: "w",
-        done: tx,
-    });
+    let w = nodes[1].0.spawn(SlowWorker { done: tx });
     for i in 0..100 {
         w.tell(Work(i)).expect("room");
     }
@@ -437,4 +449,31 @@ async fn leave_and_drain_handles_queued_work_and_others_see_the_node_left() {
             .any(|m| m.node == leaving && m.state == MemberState::Left)
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_node_keeps_at_most_max_members_and_counts_the_rest() {
+    let first = actor_system("n0").await;
+    let bounded = Cluster::join(&first, fast(Duration::from_secs(10)).max_members(2))
+        .await
+        .expect("joins");
+    let seed = bounded.myself().udp.to_string();
+    let mut others = Vec::new();
+    for i in 1..=5 {
+        let s = actor_system(&format!("n{i}")).await;
+        let c = Cluster::join(&s, fast(Duration::from_secs(10)).seeds([seed.clone()]))
+            .await
+            .expect("joins");
+        others.push((s, c));
+    }
+    eventually(
+        "packets naming a third member are refused and counted",
+        || bounded.stats().full >= 3,
+    )
+    .await;
+    eventually("the bounded node keeps two members", || {
+        bounded.members().len() == 2
+    })
+    .await;
+    assert!(bounded.members().len() <= 2);
 }
