@@ -244,20 +244,25 @@ impl ActorSystem {
         }
     }
 
-    /// Stops every actor (messages left in mailboxes become dead letters,
-    /// counted), waits for them to finish, then closes remote links
-    /// gracefully (queued frames are flushed, peers are told) and stops
-    /// listening. Bounded by the transport's close timeout.
-    pub async fn shutdown(&self) {
+    /// Marks the system shutting down (nothing new is spawned) and returns
+    /// the actors alive now, for a shutdown to stop.
+    fn begin_shutdown(&self) -> Vec<Arc<dyn Stoppable>> {
         self.inner.shutting_down.store(true, Ordering::Release);
-        let live: Vec<_> = self
-            .inner
+        self.inner
             .live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Stops every actor (messages left in mailboxes become dead letters,
+    /// counted), waits for them to finish, then closes remote links
+    /// gracefully (queued frames are flushed, peers are told) and stops
+    /// listening. Bounded by the transport's close timeout.
+    pub async fn shutdown(&self) {
+        let live = self.begin_shutdown();
         for a in live {
             a.stop();
         }
@@ -280,15 +285,7 @@ impl ActorSystem {
     /// letter: an actor's last messages to another that finished first are
     /// lost, as in any shutdown without phases.
     pub async fn shutdown_gracefully(&self, deadline: std::time::Duration) -> bool {
-        self.inner.shutting_down.store(true, Ordering::Release);
-        let live: Vec<_> = self
-            .inner
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let live = self.begin_shutdown();
         for a in live {
             a.stop_after_queued();
         }

@@ -584,16 +584,7 @@ impl Cluster {
         actor: &ActorRef<M>,
     ) -> Result<(), ClusterError> {
         let entry = self.entry(actor)?;
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(Cmd::Group {
-                group: group.to_owned(),
-                entry: entry.clone(),
-                join: true,
-                done: Some(tx),
-            })
-            .map_err(|_| ClusterError::Stopped)?;
-        rx.await.map_err(|_| ClusterError::Stopped)??;
+        self.change_group(group, entry.clone(), true).await?;
         // Leaves when the actor stops; does not keep membership running.
         let cmds = self.cmds.downgrade();
         let watch = actor.watch();
@@ -622,12 +613,23 @@ impl Cluster {
         actor: &ActorRef<M>,
     ) -> Result<(), ClusterError> {
         let entry = self.entry(actor)?;
+        self.change_group(group, entry, false).await
+    }
+
+    /// Asks the membership task to add (`join`) or remove `entry` in
+    /// `group`, and waits for its answer.
+    async fn change_group(
+        &self,
+        group: &str,
+        entry: String,
+        join: bool,
+    ) -> Result<(), ClusterError> {
         let (tx, rx) = oneshot::channel();
         self.cmds
             .send(Cmd::Group {
                 group: group.to_owned(),
                 entry,
-                join: false,
+                join,
                 done: Some(tx),
             })
             .map_err(|_| ClusterError::Stopped)?;
