@@ -477,3 +477,25 @@ async fn a_node_keeps_at_most_max_members_and_counts_the_rest() {
     .await;
     assert!(bounded.members().len() <= 2);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_flood_of_bad_packets_logs_a_few_lines() {
+    let logs = integration_tests::LogCapture::install(tracing::Level::WARN);
+    let s = actor_system("n0").await;
+    let c = Cluster::join(&s, fast(Duration::from_secs(5)))
+        .await
+        .expect("joins");
+    let raw = UdpSocket::bind("127.0.0.1:0").await.expect("binds");
+    for _ in 0..500 {
+        raw.send_to(b"not a membership packet", c.myself().udp)
+            .await
+            .expect("sent");
+    }
+    eventually("most refused", || c.stats().malformed >= 256).await;
+    let lines = logs.lines_with("membership packet refused");
+    assert!(
+        (1..=10).contains(&lines),
+        "{} refusals logged {lines} lines",
+        c.stats().malformed
+    );
+}
