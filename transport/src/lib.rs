@@ -76,7 +76,7 @@
 //!   the bound per address, eviction of idle connections when full.
 //!   → `error`, `shared`.
 //! - `sender`: [`Sender`], the producers' handle (encodes into the out
-//!   queue, never touches the socket), [`Pushed`], [`SendFrameError`],
+//!   queue, never touches the socket), [`Pushed`], [`SendFrameError`], [`SendManyError`],
 //!   [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
 //!
 //! The two tasks of a connection (the only code on a socket):
@@ -184,7 +184,7 @@ pub use peer_text::{MAX_PEER_TEXT, PeerText, peer_text_from_bytes};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
-pub use sender::{Pushed, SendFrameError, Sender, TrySendFrameError};
+pub use sender::{Pushed, SendFrameError, SendManyError, Sender, TrySendFrameError};
 pub use shared::{CloseReason, ConnStats, PeerInfo, PeerVerified};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};

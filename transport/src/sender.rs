@@ -134,6 +134,65 @@ impl Sender {
         }
     }
 
+    /// Queues `n` frames of `kind` in order, each body appended by
+    /// `encode` (called once per frame, in order), waiting for room as
+    /// [`send_with`](Self::send_with) does.
+    ///
+    /// For a producer with a burst in hand: the queue's lock, its state
+    /// check and the writer's wake-up are paid once per run of frames that
+    /// fit, not once per frame. It yields to a woken writer at the same
+    /// threshold as `send_with`, so the first frames go out while the rest
+    /// are encoded. `encode` runs under the queue lock: keep it to encoding.
+    ///
+    /// # Errors
+    /// [`SendManyError`] says how many frames were queued before the error
+    /// (they stay queued, in order): the connection closed, or a body was
+    /// over the maximum frame size (that frame is removed and not counted;
+    /// the frames after it are not sent).
+    pub async fn send_many_with<F: FnMut(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        n: usize,
+        mut encode: F,
+    ) -> Result<(), SendManyError> {
+        let out = &self.shared.out;
+        let mut remaining = n;
+        let failed = |remaining: usize, error| SendManyError {
+            queued: n - remaining,
+            error,
+        };
+        while remaining > 0 {
+            match out.push_many(kind, &mut encode, &mut remaining, false) {
+                Ok(true) => tokio::task::yield_now().await,
+                Ok(false) => {}
+                Err(Refused::Full(())) => loop {
+                    // Register interest before re-checking, so a writer
+                    // that frees room in between cannot be missed.
+                    let notified = out.space.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    match out.push_many(kind, &mut encode, &mut remaining, true) {
+                        Ok(_) => break,
+                        Err(Refused::Full(())) => notified.await,
+                        Err(Refused::TooLarge(e)) => {
+                            return Err(failed(remaining + 1, SendFrameError::TooLarge(e)));
+                        }
+                        Err(Refused::Closed(()) | Refused::Abandoned) => {
+                            return Err(failed(remaining, SendFrameError::Closed));
+                        }
+                    }
+                },
+                Err(Refused::TooLarge(e)) => {
+                    return Err(failed(remaining + 1, SendFrameError::TooLarge(e)));
+                }
+                Err(Refused::Closed(()) | Refused::Abandoned) => {
+                    return Err(failed(remaining, SendFrameError::Closed));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Queues `frame` if there is room now.
     ///
     /// # Errors
@@ -294,6 +353,18 @@ impl<T> TrySendFrameError<T> {
             Self::TooLarge(_) => None,
         }
     }
+}
+
+/// A [`send_many_with`](Sender::send_many_with) that stopped before the
+/// end: the first `queued` frames are queued, in order; the rest are not.
+#[derive(Debug, thiserror::Error)]
+#[error("{error} (after {queued} frames were queued)")]
+#[non_exhaustive]
+pub struct SendManyError {
+    /// Frames queued before the error.
+    pub queued: usize,
+    /// Why the next frame was not.
+    pub error: SendFrameError,
 }
 
 /// A refused [`send`](Sender::send).

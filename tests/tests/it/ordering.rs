@@ -6,9 +6,9 @@ use std::sync::{
 };
 
 use bytes::{Buf, BufMut};
-use integration_tests::{connect, establish, pair, within};
+use integration_tests::{connect, endpoint, establish, pair, within};
 use tokio::sync::oneshot;
-use transport::{CloseReason, Frame, FrameKind, Handler, Inbound};
+use transport::{CloseReason, Frame, FrameKind, Handler, Inbound, TransportConfig};
 
 /// Checks that frame bodies are consecutive `u64` sequence numbers from 0,
 /// and reports once `target` have arrived (or the first fault).
@@ -177,4 +177,95 @@ async fn both_directions_at_once() {
     sent_c.expect("client sender task");
     sent_s.expect("server sender task");
     assert!(c.stats().frames_in >= N && s.stats().frames_in >= N);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_sent_in_one_call_arrives_whole_and_in_order_through_a_small_queue() {
+    // 200,000 frames of 13 bytes through a 4 KiB queue: the call fills the
+    // queue hundreds of times and waits for room each time.
+    const N: u64 = 200_000;
+    let mut small = TransportConfig::default();
+    small.set_queue_capacity(4096);
+    let a = endpoint(small).await;
+    let b = endpoint(TransportConfig::default()).await;
+    let (dialed, accepted) = establish(&a, &b).await;
+    let (check, seen, done) = SeqCheck::new(N);
+    let receiver = accepted.start(check);
+    let (conn, _inbound) = dialed.start_channel(1);
+    let sender = conn.sender();
+    let mut seq = 0u64;
+    within(
+        "queueing 200,000 frames in one call",
+        sender.send_many_with(FrameKind::Message, N as usize, |b| {
+            b.put_u64(seq);
+            seq += 1;
+        }),
+    )
+    .await
+    .expect("send_many_with");
+    assert_eq!(seq, N, "the encoder ran once per frame");
+    let got = within("200,000 frames to arrive", done)
+        .await
+        .expect("handler reports");
+    assert_eq!(got, Ok(N));
+    conn.close("done").await;
+    within("receiver to close", receiver.closed()).await;
+    assert_eq!(seen.load(Relaxed), N, "nothing beyond the burst");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_a_closed_connection_says_how_many_were_queued() {
+    let (a, b) = pair().await;
+    let (conn, _c_in, _s, _inbound) = connect(&a, &b).await;
+    let sender = conn.sender();
+    conn.close("done").await;
+    let err = within(
+        "send_many_with on a closed connection",
+        sender.send_many_with(FrameKind::Message, 10, |b| b.put_u8(1)),
+    )
+    .await
+    .expect_err("closed");
+    assert_eq!(err.queued, 0);
+    assert!(
+        matches!(err.error, transport::SendFrameError::Closed),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_frame_in_a_burst_stops_it_after_the_frames_before_it() {
+    let (a, b) = pair().await;
+    let (conn, _c_in, _s, mut inbound) = connect(&a, &b).await;
+    let max = TransportConfig::default().max_frame_size();
+    let mut i = 0u8;
+    let err = within(
+        "send_many_with with an oversized third frame",
+        conn.sender().send_many_with(FrameKind::Message, 5, |b| {
+            let len = if i == 2 { max + 1 } else { 1 };
+            b.put_bytes(i, len);
+            i += 1;
+        }),
+    )
+    .await
+    .expect_err("the third frame is too large");
+    assert_eq!(err.queued, 2, "{err}");
+    assert!(
+        matches!(err.error, transport::SendFrameError::TooLarge(_)),
+        "{err}"
+    );
+    for expected in [0u8, 1] {
+        let f = within("a frame queued before the oversized one", inbound.recv())
+            .await
+            .expect("open");
+        assert_eq!(&f.body[..], [expected]);
+    }
+    // The connection is still usable, and nothing of frames 3..5 came.
+    conn.sender()
+        .send_with(FrameKind::Message, |b| b.put_u8(9))
+        .await
+        .expect("send after the refusal");
+    let f = within("the next frame", inbound.recv())
+        .await
+        .expect("open");
+    assert_eq!(&f.body[..], [9]);
 }
