@@ -109,6 +109,17 @@ fn writer(c: &mut Criterion) {
             });
         });
     });
+    group.bench_function("send_many_with_10k_100B", |b| {
+        b.iter(|| {
+            run(&rt, &link, |s| async move {
+                s.send_many_with(FrameKind::Message, FRAMES as usize, |b| {
+                    b.extend_from_slice(&body)
+                })
+                .await
+                .expect("send");
+            });
+        });
+    });
     group.bench_function("send_frame_10k_100B", |b| {
         b.iter(|| {
             run(&rt, &link, |s| {
