@@ -49,6 +49,7 @@
 //!   size except for the piggybacked updates.
 
 mod groups;
+mod suspicion;
 mod wire;
 
 use std::{
@@ -82,6 +83,7 @@ use crate::{
     serialization::{RemoteMessage, manifest_id},
     system::ActorSystem,
 };
+use suspicion::Swim;
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
 
 /// [`ClusterConfig::max_members`]'s default: members (other than this
@@ -509,6 +511,7 @@ impl Cluster {
             own: BTreeMap::new(),
             version: 0,
             admission,
+            suspects: suspicion::Suspects::default(),
         };
         tokio::spawn(task.run(
             config.announce_interval,
@@ -737,7 +740,7 @@ impl Ord for Due {
 
 /// The membership task's state.
 struct Task {
-    foca: Foca<Id, Codec, SmallRng, groups::Handler>,
+    foca: Swim,
     rt: AccumulatingRuntime<Id>,
     socket: UdpSocket,
     keys: Vec<[u8; 32]>,
@@ -760,6 +763,8 @@ struct Task {
     version: u64,
     /// The member bound foca's codec checks, resynced with foca's table.
     admission: Arc<wire::Admission>,
+    /// Members held suspect, to tell them when they talk to us.
+    suspects: suspicion::Suspects,
 }
 
 impl Task {
@@ -822,19 +827,20 @@ impl Task {
             Err(e) => return self.refused(&e),
         };
         let result = match kind {
-            KIND_SWIM => self
-                .foca
-                .handle_data(payload, &mut self.rt)
-                .map_err(|e| match e {
-                    // Our codec's own verdict, such as a full table.
-                    foca::Error::Decode(inner) => match inner.downcast::<WireError>() {
-                        Ok(w) => *w,
-                        Err(other) => WireError::Decode(other.to_string()),
-                    },
-                    other => WireError::Decode(other.to_string()),
-                }),
             KIND_LEAVE => wire::decode_leave(payload).map(|id| self.on_leave(id)),
-            other => Err(WireError::UnknownKind(other)),
+            _ => suspicion::handle(
+                &mut self.foca,
+                &mut self.rt,
+                &self.suspects,
+                &shared.me,
+                kind,
+                payload,
+            )
+            .map(|reply| {
+                if let Some((to, kind, notice)) = reply {
+                    self.send(to, kind, &notice);
+                }
+            }),
         };
         match result {
             Ok(()) => {
@@ -1016,6 +1022,7 @@ impl Task {
             self.shared.me.udp,
             self.foca.iter_membership_state().map(|m| m.id().udp),
         );
+        self.suspects.resync(self.foca.iter_membership_state());
         let mut seen: HashSet<String> = HashSet::new();
         let mut changes: Vec<(Id, Option<MemberState>, MemberState)> = Vec::new();
         for m in self.foca.iter_membership_state() {
