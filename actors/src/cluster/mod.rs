@@ -512,9 +512,11 @@ impl Cluster {
             version: 0,
             admission,
             suspects: suspicion::Suspects::default(),
+            meters: crate::telemetry::ClusterMeters::new(remoting.node_addr()),
         };
         tokio::spawn(task.run(
             config.announce_interval,
+            config.probe_period,
             cmd_rx,
             system.subscribe_remote_events(),
             remoting.cancel_token(),
@@ -765,12 +767,15 @@ struct Task {
     admission: Arc<wire::Admission>,
     /// Members held suspect, to tell them when they talk to us.
     suspects: suspicion::Suspects,
+    /// Metric handles, if a recorder was installed at join.
+    meters: Option<crate::telemetry::ClusterMeters>,
 }
 
 impl Task {
     async fn run(
         mut self,
         announce_every: Duration,
+        publish_every: Duration,
         mut cmds: mpsc::UnboundedReceiver<Cmd>,
         mut remote: broadcast::Receiver<RemoteEvent>,
         cancel: CancellationToken,
@@ -778,6 +783,9 @@ impl Task {
         let mut buf = vec![0u8; 65_536];
         let mut announce = tokio::time::interval(announce_every);
         announce.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Metrics go out once per probe period, not per packet.
+        let mut publish = tokio::time::interval(publish_every);
+        publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = self.timers.peek().map(|d| d.at);
             tokio::select! {
@@ -788,6 +796,7 @@ impl Task {
                 }
                 () = sleep_until(next), if next.is_some() => self.on_timers(),
                 _ = announce.tick() => self.announce(),
+                _ = publish.tick(), if self.meters.is_some() => self.publish_metrics(),
                 cmd = cmds.recv() => match cmd {
                     Some(Cmd::Leave(done)) => {
                         self.leave();
@@ -1119,6 +1128,40 @@ impl Task {
             self.rebroadcast();
         }
         self.group_events();
+    }
+
+    /// Publishes the membership counters, the members by state and the
+    /// group entries through the metric handles.
+    fn publish_metrics(&mut self) {
+        let Some(meters) = self.meters.as_mut() else {
+            return;
+        };
+        let stats = &self.shared.stats;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut members = [0usize; 4];
+        for (_, state) in self.known.values() {
+            let i = match state {
+                MemberState::Up => 0,
+                MemberState::Suspect => 1,
+                MemberState::Down => 2,
+                MemberState::Left => 3,
+                _ => continue,
+            };
+            members[i] += 1;
+        }
+        meters.publish(&crate::telemetry::ClusterSample {
+            packets_out: load(&stats.packets_out),
+            bytes_out: load(&stats.bytes_out),
+            packets_in: load(&stats.packets_in),
+            bytes_in: load(&stats.bytes_in),
+            refused: [
+                load(&stats.malformed),
+                load(&stats.unauthenticated),
+                load(&stats.full),
+            ],
+            members,
+            group_entries: lock(&self.shared.groups).len(),
+        });
     }
 
     /// Tells group subscribers which groups changed.
