@@ -37,6 +37,13 @@
 //! - [`Cluster::leave`] tells every member directly and gossips the
 //!   leave, so the others remove it at once ([`MemberState::Left`])
 //!   instead of after a failure detector's timeout.
+//! - A suspicion is cleared only by the suspect itself (it bumps its
+//!   incarnation), so it must learn of it. Gossip of a suspicion is
+//!   bounded and may be spent during a partition; so a member that hears
+//!   from a member it holds suspect, at an incarnation that does not
+//!   refute it, tells it directly (a suspicion notice), and it refutes.
+//! - [`RouterBuilder::cluster_group`]: a router whose routees follow a
+//!   group.
 //!
 //! # Costs and bounds
 //! - One task, one socket and a member table per node; the table holds
@@ -80,6 +87,7 @@ use crate::{
     node::Node,
     path::ActorPath,
     remote::RemoteEvent,
+    router::{Router, RouterBuilder},
     serialization::{RemoteMessage, manifest_id},
     system::ActorSystem,
 };
@@ -422,6 +430,86 @@ enum Cmd {
     },
 }
 
+impl Shared {
+    /// [`Cluster::group`].
+    fn group<M: RemoteMessage>(&self, group: &str) -> Vec<ActorRef<M>> {
+        let suffix = format!("#{:08x}", manifest_id(M::MANIFEST));
+        lock(&self.groups)
+            .refs(group)
+            .iter()
+            .filter_map(|e| e.strip_suffix(&suffix))
+            .filter_map(|p| ActorPath::parse(p).ok())
+            .filter_map(|p| ActorRef::for_path(&self.node, p).ok())
+            .collect()
+    }
+}
+
+impl<M: RemoteMessage> RouterBuilder<M> {
+    /// A group router whose routees follow cluster group `group` (the
+    /// refs that take `M`): it starts with the group's refs, adds those
+    /// that join, and removes those that leave, stop, or whose member
+    /// goes down or leaves the cluster, as `cluster` learns of it
+    /// ([`Cluster::subscribe_groups`]). A background task follows the
+    /// group until the router stops; it does not keep membership running
+    /// (when membership stops, the routees stay as they were). Routees
+    /// added or removed by hand are put back in line with the group at
+    /// its next change.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn cluster_group(self, system: &ActorSystem, cluster: &Cluster, group: &str) -> Router<M> {
+        // Subscribed before the first listing: no change falls between.
+        let mut events = cluster.shared.group_events.subscribe();
+        let shared = Arc::downgrade(&cluster.shared);
+        let router = self.group(system, cluster.shared.group::<M>(group));
+        let stopped = router.actor_ref().watch();
+        let follower = router.clone();
+        let group = group.to_owned();
+        tokio::spawn(async move {
+            tokio::pin!(stopped);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    ev = events.recv() => match ev {
+                        Ok(e) if e.group != group => continue,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let want = shared.group::<M>(&group);
+                drop(shared);
+                if follow(&follower, want).await.is_err() {
+                    // The router stopped.
+                    return;
+                }
+            }
+        });
+        router
+    }
+}
+
+/// Makes `router`'s routees `want`: adds the missing, removes the rest.
+async fn follow<M: RemoteMessage>(
+    router: &Router<M>,
+    want: Vec<ActorRef<M>>,
+) -> Result<(), crate::error::AskError> {
+    let have = router.routees();
+    for r in &want {
+        if !have.iter().any(|h| h.path() == r.path()) {
+            router.add_routee(r.clone()).await?;
+        }
+    }
+    for h in &have {
+        if !want.iter().any(|r| r.path() == h.path()) {
+            router.remove_routee(h.path()).await?;
+        }
+    }
+    Ok(())
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -657,14 +745,7 @@ impl Cluster {
     /// The refs in group `group`, over every member this node sees (and
     /// this one), that take `M`; entries of another type are skipped.
     pub fn group<M: RemoteMessage>(&self, group: &str) -> Vec<ActorRef<M>> {
-        let suffix = format!("#{:08x}", manifest_id(M::MANIFEST));
-        lock(&self.shared.groups)
-            .refs(group)
-            .iter()
-            .filter_map(|e| e.strip_suffix(&suffix))
-            .filter_map(|p| ActorPath::parse(p).ok())
-            .filter_map(|p| ActorRef::for_path(&self.shared.node, p).ok())
-            .collect()
+        self.shared.group(group)
     }
 
     /// The groups with entries anywhere in the cluster.
