@@ -177,7 +177,9 @@ pub struct ClusterStats {
     pub packets_in: u64,
     /// Bytes received (every packet, refused or not).
     pub bytes_in: u64,
-    /// Packets refused: not a membership packet, or undecodable.
+    /// Packets refused: not a membership packet, undecodable, or a
+    /// notice about an identity this node does not hold (a replayed leave,
+    /// say).
     pub malformed: u64,
     /// Packets refused: the tag did not verify (no secret, wrong secret,
     /// or altered).
@@ -510,6 +512,27 @@ async fn follow<M: RemoteMessage>(
     Ok(())
 }
 
+/// The last start stamp a membership of this process took.
+static LAST_START: AtomicU64 = AtomicU64::new(0);
+
+/// A membership's start time in ms: the wall clock's `now_ms`, but always
+/// above every earlier stamp of this process (`last`). A system that
+/// leaves and joins again keeps its uid, so this is what makes the new
+/// membership another identity: a leave notice of the old one (a replay,
+/// or a late copy) names an identity no live member has, and is ignored;
+/// and the new one wins the address from the old one
+/// (`Id::win_addr_conflict`), even within one millisecond or after the
+/// clock stepped back.
+fn start_stamp(last: &AtomicU64, now_ms: u64) -> u64 {
+    let mut stamp = 1;
+    // The closure always returns `Some`: the update cannot fail.
+    let _ = last.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |prev| {
+        stamp = now_ms.max(prev.saturating_add(1)).max(1);
+        Some(stamp)
+    });
+    stamp
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -545,10 +568,12 @@ impl Cluster {
             .local_addr()
             .map_err(|e| ClusterError::Bind(bind, e))?;
         seeds.retain(|s| *s != udp);
-        let started_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .max(1);
+        let started_ms = start_stamp(
+            &LAST_START,
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        );
         let me = Id {
             node: remoting.node_addr().to_owned(),
             uid: remoting.uid(),
@@ -917,7 +942,7 @@ impl Task {
             Err(e) => return self.refused(&e),
         };
         let result = match kind {
-            KIND_LEAVE => wire::decode_leave(payload).map(|id| self.on_leave(id)),
+            KIND_LEAVE => wire::decode_leave(payload).and_then(|id| self.on_leave(id)),
             _ => suspicion::handle(
                 &mut self.foca,
                 &mut self.rt,
@@ -954,13 +979,21 @@ impl Task {
         }
     }
 
-    fn on_leave(&mut self, id: Id) {
+    /// A member leaves. Its notice names one membership of it: a notice
+    /// of an identity this node does not hold (an earlier membership of a
+    /// node that joined again, replayed or late, or a member already
+    /// forgotten) is refused.
+    fn on_leave(&mut self, id: Id) -> Result<(), WireError> {
         if id == self.shared.me || id.is_seed() {
-            return;
+            return Err(WireError::Decode(format!(
+                "a leave notice for {id:?}, which is not a member"
+            )));
         }
         let known = self.foca.iter_membership_state().any(|m| m.id() == &id);
         if !known {
-            return;
+            return Err(WireError::Decode(format!(
+                "a leave notice for {id:?}, an identity this node does not hold"
+            )));
         }
         self.left.insert((id.node.clone(), id.uid));
         let _ = self.foca.apply_many(
@@ -968,6 +1001,7 @@ impl Task {
             true,
             &mut self.rt,
         );
+        Ok(())
     }
 
     /// Remoting quarantined an incarnation: it is down here too.
@@ -1263,5 +1297,132 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    const KEY: [u8; 32] = [3; 32];
+
+    fn id(name: &str, port: u16, uid: u64, started_ms: u64) -> Id {
+        Id {
+            node: format!("{name}@127.0.0.1:{port}"),
+            uid,
+            udp: SocketAddr::from(([127, 0, 0, 1], port)),
+            started_ms,
+        }
+    }
+
+    /// A membership task for `me`, driven by hand: nothing runs it.
+    async fn task_for(me: Id) -> Task {
+        let system = ActorSystem::local("t").expect("a valid name");
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("binds");
+        let table = Arc::new(Mutex::new(groups::Table::default()));
+        let shared = Arc::new(Shared {
+            me: me.clone(),
+            node: system.inner.node.clone(),
+            groups: table.clone(),
+            group_events: broadcast::channel(16).0,
+            view: Mutex::new(View {
+                members: BTreeMap::new(),
+                me: MemberState::Joining,
+            }),
+            events: broadcast::channel(16).0,
+            stats: Stats::default(),
+        });
+        let admission = Arc::new(wire::Admission::new(16, me.udp));
+        Task {
+            foca: Foca::with_custom_broadcast(
+                me,
+                ClusterConfig::new().foca(),
+                SmallRng::seed_from_u64(1),
+                Codec::bounded(admission.clone()),
+                groups::Handler(table),
+            ),
+            rt: AccumulatingRuntime::new(),
+            socket,
+            keys: vec![KEY],
+            seeds: Vec::new(),
+            timers: BinaryHeap::new(),
+            seq: 0,
+            shared,
+            remoting: std::sync::Weak::new(),
+            left: HashSet::new(),
+            known: BTreeMap::new(),
+            packet: BytesMut::new(),
+            max_packet: 1400,
+            own: BTreeMap::new(),
+            version: 0,
+            admission,
+            suspects: suspicion::Suspects::default(),
+            meters: None,
+        }
+    }
+
+    fn state_of(task: &Task, node: &str) -> Option<(u64, MemberState)> {
+        lock(&task.shared.view)
+            .members
+            .get(node)
+            .map(|m| (m.uid, m.state))
+    }
+
+    #[tokio::test]
+    async fn a_leave_notice_names_one_membership_and_a_replay_is_refused() {
+        let mut task = task_for(id("a", 9001, 1, 1)).await;
+        let b1 = id("b", 9002, 7, 10);
+        // b's system leaves and joins again: the same node and uid, a
+        // later start.
+        let b2 = Id {
+            started_ms: 11,
+            ..b1.clone()
+        };
+        let leave = |id: &Id| {
+            let mut p = BytesMut::new();
+            wire::seal(&KEY, KIND_LEAVE, &wire::encode_leave(id), &mut p);
+            p
+        };
+        let alive = |task: &mut Task, id: &Id| {
+            task.foca
+                .apply_many(
+                    std::iter::once(foca::Member::alive(id.clone())),
+                    true,
+                    &mut task.rt,
+                )
+                .expect("applies");
+            task.drain();
+        };
+        let refused = |task: &Task| task.shared.stats.malformed.load(Ordering::Relaxed);
+        alive(&mut task, &b1);
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
+        task.on_packet(&leave(&b1));
+        task.drain();
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
+        alive(&mut task, &b2);
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
+        // The first membership's notice again (replayed, or a late copy):
+        // refused and counted; b stays up.
+        task.on_packet(&leave(&b1));
+        task.drain();
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
+        assert_eq!(refused(&task), 1);
+        // The new membership's own notice is taken.
+        task.on_packet(&leave(&b2));
+        task.drain();
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
+        assert_eq!(refused(&task), 1);
+    }
+
+    #[test]
+    fn start_stamps_grow_though_the_clock_stands_still_or_goes_back() {
+        let last = AtomicU64::new(0);
+        assert_eq!(start_stamp(&last, 0), 1);
+        assert_eq!(start_stamp(&last, 1000), 1000);
+        assert_eq!(start_stamp(&last, 1000), 1001);
+        assert_eq!(start_stamp(&last, 900), 1002);
+        assert_eq!(start_stamp(&last, 5000), 5000);
     }
 }

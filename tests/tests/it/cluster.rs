@@ -565,3 +565,41 @@ async fn a_router_on_a_cluster_group_follows_the_group() {
     router.stop();
     silent_system.shutdown().await;
 }
+
+/// A system that left can join again: the same node and uid, a new
+/// membership (a later start stamp), up for everyone.
+#[tokio::test]
+async fn a_system_that_left_joins_again_as_a_new_membership() {
+    let config = fast(Duration::from_millis(300));
+    let nodes = cluster_of(3, &config).await;
+    converged(&nodes, 2).await;
+    let seed = nodes[0].1.myself().udp.to_string();
+    let node = nodes[2].1.myself().node.clone();
+    let uid = nodes[2].1.myself().uid;
+    within("leave", nodes[2].1.leave()).await.expect("leaves");
+    eventually("the others see it left", || {
+        nodes[..2].iter().all(|(_, c)| {
+            c.members()
+                .iter()
+                .any(|m| m.node == node && m.state == MemberState::Left)
+        })
+    })
+    .await;
+    // Its socket is closed when `leave` returns: the port is free.
+    let again = within(
+        "join",
+        Cluster::join(&nodes[2].0, config.clone().seeds([seed])),
+    )
+    .await
+    .expect("joins again");
+    assert_eq!(again.myself().uid, uid);
+    eventually("up again for everyone", || {
+        again.up_members().len() == 2
+            && nodes[..2].iter().all(|(_, c)| {
+                c.members()
+                    .iter()
+                    .any(|m| m.node == node && m.uid == uid && m.state == MemberState::Up)
+            })
+    })
+    .await;
+}
