@@ -519,7 +519,7 @@ static LAST_START: AtomicU64 = AtomicU64::new(0);
 /// above every earlier stamp of this process (`last`). A system that
 /// leaves and joins again keeps its uid, so this is what makes the new
 /// membership another identity: a leave notice of the old one (a replay,
-/// or a late copy) names an identity no live member has, and is ignored;
+/// or a late copy) names an identity no live member has, and is refused;
 /// and the new one wins the address from the old one
 /// (`Id::win_addr_conflict`), even within one millisecond or after the
 /// clock stepped back.
