@@ -26,7 +26,8 @@
 //! - A **group** routes to refs it is given, local or remote
 //!   ([`RouterBuilder::group`]). It does not own them: it watches each, and
 //!   one that terminates, or whose node becomes unreachable, leaves the
-//!   group.
+//!   group. [`RouterBuilder::cluster_group`] builds one whose routees
+//!   follow a cluster group as actors join and leave it.
 //! - A **pool** creates its routees ([`RouterBuilder::pool`] from a local
 //!   factory, [`RouterBuilder::pool_with`] from any async deploy function,
 //!   such as one that asks a spawner on another node). It owns them: one

@@ -22,6 +22,11 @@
 //!   was spawned (checked once, at spawn); without one an actor pays one
 //!   branch per message.
 //!
+//! - **Cluster membership** (packets, bytes, refused packets, members by
+//!   state, group entries): the membership task counts in atomics it
+//!   keeps anyway (`Cluster::stats`) and publishes them once per probe
+//!   period through handles registered once, at join ([`ClusterMeters`]).
+//!
 //! Every metric name, kind, unit and label is in [`METRICS`], which the
 //! README's table mirrors (a test compares them).
 
@@ -74,6 +79,13 @@ pub(crate) const DEAD_LETTERS: &str = "actors_dead_letters_total";
 pub(crate) const ALIVE: &str = "actors_alive";
 pub(crate) const MAILBOX_DEPTH: &str = "actors_mailbox_depth";
 pub(crate) const HANDLING: &str = "actors_handling_seconds";
+pub(crate) const CLUSTER_PACKETS_OUT: &str = "actors_cluster_packets_out_total";
+pub(crate) const CLUSTER_BYTES_OUT: &str = "actors_cluster_bytes_out_total";
+pub(crate) const CLUSTER_PACKETS_IN: &str = "actors_cluster_packets_in_total";
+pub(crate) const CLUSTER_BYTES_IN: &str = "actors_cluster_bytes_in_total";
+pub(crate) const CLUSTER_REFUSED: &str = "actors_cluster_refused_total";
+pub(crate) const CLUSTER_MEMBERS: &str = "actors_cluster_members";
+pub(crate) const CLUSTER_GROUP_ENTRIES: &str = "actors_cluster_group_entries";
 
 const PEER: &str = "node, peer";
 
@@ -212,7 +224,62 @@ pub(crate) const METRICS: &[Spec] = &[
         labels: "node, actor",
         help: "Time an actor's handle took per message, by actor type; measured only for actors spawned while a recorder was installed.",
     },
+    Spec {
+        name: CLUSTER_PACKETS_OUT,
+        kind: Kind::Counter,
+        unit: None,
+        labels: "node",
+        help: "Membership (UDP) packets sent.",
+    },
+    Spec {
+        name: CLUSTER_BYTES_OUT,
+        kind: Kind::Counter,
+        unit: Some(Unit::Bytes),
+        labels: "node",
+        help: "Bytes of membership packets sent, headers included.",
+    },
+    Spec {
+        name: CLUSTER_PACKETS_IN,
+        kind: Kind::Counter,
+        unit: None,
+        labels: "node",
+        help: "Membership packets received that were authenticated and handled.",
+    },
+    Spec {
+        name: CLUSTER_BYTES_IN,
+        kind: Kind::Counter,
+        unit: Some(Unit::Bytes),
+        labels: "node",
+        help: "Bytes of membership packets received, refused ones included.",
+    },
+    Spec {
+        name: CLUSTER_REFUSED,
+        kind: Kind::Counter,
+        unit: None,
+        labels: "node, kind",
+        help: "Membership packets refused by kind: malformed, unauthenticated, full (past max_members).",
+    },
+    Spec {
+        name: CLUSTER_MEMBERS,
+        kind: Kind::Gauge,
+        unit: None,
+        labels: "node, state",
+        help: "Other members this node knows, by state: up, suspect, down, left.",
+    },
+    Spec {
+        name: CLUSTER_GROUP_ENTRIES,
+        kind: Kind::Gauge,
+        unit: None,
+        labels: "node",
+        help: "Group registry entries (actor refs) this node holds, over every member and group.",
+    },
 ];
+
+/// `actors_cluster_refused_total`'s kinds, in `ClusterMeters::publish`'s
+/// order.
+pub(crate) const CLUSTER_REFUSED_KINDS: [&str; 3] = ["malformed", "unauthenticated", "full"];
+/// `actors_cluster_members`'s states, in `ClusterMeters::publish`'s order.
+pub(crate) const CLUSTER_MEMBER_STATES: [&str; 4] = ["up", "suspect", "down", "left"];
 
 /// Dead-letter reasons: the label, and the phrases of the (free-form)
 /// reasons and message kinds that map to it, first match wins. Free-form
@@ -483,6 +550,87 @@ impl Drop for ActorMeter {
     }
 }
 
+/// One reading of a node's membership counters, for
+/// [`ClusterMeters::publish`]: totals since join.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClusterSample {
+    pub(crate) packets_out: u64,
+    pub(crate) bytes_out: u64,
+    pub(crate) packets_in: u64,
+    pub(crate) bytes_in: u64,
+    /// By [`CLUSTER_REFUSED_KINDS`].
+    pub(crate) refused: [u64; 3],
+    /// By [`CLUSTER_MEMBER_STATES`].
+    pub(crate) members: [usize; 4],
+    pub(crate) group_entries: usize,
+}
+
+/// A cluster node's handles, registered once at join, and what was last
+/// published through them.
+pub(crate) struct ClusterMeters {
+    packets_out: Counter,
+    bytes_out: Counter,
+    packets_in: Counter,
+    bytes_in: Counter,
+    refused: [Counter; 3],
+    members: [Gauge; 4],
+    group_entries: Gauge,
+    last: ClusterSample,
+}
+
+impl ClusterMeters {
+    /// Registers node `node`'s handles with the recorder installed now;
+    /// `None` without one (then membership publishes nothing).
+    pub(crate) fn new(node: &str) -> Option<Self> {
+        if !recorder_installed() {
+            return None;
+        }
+        describe();
+        let node = SharedString::from(node.to_owned());
+        let c = |name: &'static str| metrics::counter!(name, "node" => node.clone());
+        Some(Self {
+            packets_out: c(CLUSTER_PACKETS_OUT),
+            bytes_out: c(CLUSTER_BYTES_OUT),
+            packets_in: c(CLUSTER_PACKETS_IN),
+            bytes_in: c(CLUSTER_BYTES_IN),
+            refused: CLUSTER_REFUSED_KINDS
+                .map(|k| metrics::counter!(CLUSTER_REFUSED, "node" => node.clone(), "kind" => k)),
+            members: CLUSTER_MEMBER_STATES
+                .map(|s| metrics::gauge!(CLUSTER_MEMBERS, "node" => node.clone(), "state" => s)),
+            group_entries: metrics::gauge!(CLUSTER_GROUP_ENTRIES, "node" => node.clone()),
+            last: ClusterSample::default(),
+        })
+    }
+
+    /// Publishes `now`: counters grow by what they gained since the last
+    /// call, gauges take its values.
+    pub(crate) fn publish(&mut self, now: &ClusterSample) {
+        let l = &mut self.last;
+        let pairs = [
+            (&self.packets_out, now.packets_out, &mut l.packets_out),
+            (&self.bytes_out, now.bytes_out, &mut l.bytes_out),
+            (&self.packets_in, now.packets_in, &mut l.packets_in),
+            (&self.bytes_in, now.bytes_in, &mut l.bytes_in),
+        ];
+        for (c, new, last) in pairs {
+            if new > *last {
+                c.increment(new - *last);
+                *last = new;
+            }
+        }
+        for ((c, new), last) in self.refused.iter().zip(now.refused).zip(&mut l.refused) {
+            if new > *last {
+                c.increment(new - *last);
+                *last = new;
+            }
+        }
+        for (g, n) in self.members.iter().zip(now.members) {
+            g.set(n as f64);
+        }
+        self.group_entries.set(now.group_entries as f64);
+    }
+}
+
 /// Counts an association keeps of events on its link that the transport
 /// does not: bumped where they happen (rare), read by the keeper.
 #[derive(Debug, Default)]
@@ -627,6 +775,12 @@ mod tests {
             .collect();
         assert_eq!(rows, expected);
         for (label, _) in DEAD_REASONS.iter().chain(MALFORMED_KINDS) {
+            assert!(
+                readme.contains(&format!("`{label}`")),
+                "{label} is documented"
+            );
+        }
+        for label in CLUSTER_REFUSED_KINDS.iter().chain(&CLUSTER_MEMBER_STATES) {
             assert!(
                 readme.contains(&format!("`{label}`")),
                 "{label} is documented"

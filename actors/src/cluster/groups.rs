@@ -132,6 +132,12 @@ impl Table {
         out
     }
 
+    /// How many entries (refs) the table holds, over every member and
+    /// group.
+    pub(crate) fn len(&self) -> usize {
+        self.entries
+    }
+
     /// The groups with entries.
     pub(crate) fn groups(&self) -> Vec<String> {
         let mut g: Vec<String> = self.items.keys().map(|(_, _, g)| g.clone()).collect();

@@ -37,6 +37,13 @@
 //! - [`Cluster::leave`] tells every member directly and gossips the
 //!   leave, so the others remove it at once ([`MemberState::Left`])
 //!   instead of after a failure detector's timeout.
+//! - A suspicion is cleared only by the suspect itself (it bumps its
+//!   incarnation), so it must learn of it. Gossip of a suspicion is
+//!   bounded and may be spent during a partition; so a member that hears
+//!   from a member it holds suspect, at an incarnation that does not
+//!   refute it, tells it directly (a suspicion notice), and it refutes.
+//! - [`RouterBuilder::cluster_group`]: a router whose routees follow a
+//!   group.
 //!
 //! # Costs and bounds
 //! - One task, one socket and a member table per node; the table holds
@@ -49,6 +56,7 @@
 //!   size except for the piggybacked updates.
 
 mod groups;
+mod suspicion;
 mod wire;
 
 use std::{
@@ -79,9 +87,11 @@ use crate::{
     node::Node,
     path::ActorPath,
     remote::RemoteEvent,
+    router::{Router, RouterBuilder},
     serialization::{RemoteMessage, manifest_id},
     system::ActorSystem,
 };
+use suspicion::Swim;
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
 
 /// [`ClusterConfig::max_members`]'s default: members (other than this
@@ -167,7 +177,9 @@ pub struct ClusterStats {
     pub packets_in: u64,
     /// Bytes received (every packet, refused or not).
     pub bytes_in: u64,
-    /// Packets refused: not a membership packet, or undecodable.
+    /// Packets refused: not a membership packet, undecodable, or a
+    /// notice about an identity this node does not hold (a replayed leave,
+    /// say).
     pub malformed: u64,
     /// Packets refused: the tag did not verify (no secret, wrong secret,
     /// or altered).
@@ -420,6 +432,107 @@ enum Cmd {
     },
 }
 
+impl Shared {
+    /// [`Cluster::group`].
+    fn group<M: RemoteMessage>(&self, group: &str) -> Vec<ActorRef<M>> {
+        let suffix = format!("#{:08x}", manifest_id(M::MANIFEST));
+        lock(&self.groups)
+            .refs(group)
+            .iter()
+            .filter_map(|e| e.strip_suffix(&suffix))
+            .filter_map(|p| ActorPath::parse(p).ok())
+            .filter_map(|p| ActorRef::for_path(&self.node, p).ok())
+            .collect()
+    }
+}
+
+impl<M: RemoteMessage> RouterBuilder<M> {
+    /// A group router whose routees follow cluster group `group` (the
+    /// refs that take `M`): it starts with the group's refs, adds those
+    /// that join, and removes those that leave, stop, or whose member
+    /// goes down or leaves the cluster, as `cluster` learns of it
+    /// ([`Cluster::subscribe_groups`]). A background task follows the
+    /// group until the router stops; it does not keep membership running
+    /// (when membership stops, the routees stay as they were). Routees
+    /// added or removed by hand are put back in line with the group at
+    /// its next change.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn cluster_group(self, system: &ActorSystem, cluster: &Cluster, group: &str) -> Router<M> {
+        // Subscribed before the first listing: no change falls between.
+        let mut events = cluster.shared.group_events.subscribe();
+        let shared = Arc::downgrade(&cluster.shared);
+        let router = self.group(system, cluster.shared.group::<M>(group));
+        let stopped = router.actor_ref().watch();
+        let follower = router.clone();
+        let group = group.to_owned();
+        tokio::spawn(async move {
+            tokio::pin!(stopped);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    ev = events.recv() => match ev {
+                        Ok(e) if e.group != group => continue,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let want = shared.group::<M>(&group);
+                drop(shared);
+                if follow(&follower, want).await.is_err() {
+                    // The router stopped.
+                    return;
+                }
+            }
+        });
+        router
+    }
+}
+
+/// Makes `router`'s routees `want`: adds the missing, removes the rest.
+async fn follow<M: RemoteMessage>(
+    router: &Router<M>,
+    want: Vec<ActorRef<M>>,
+) -> Result<(), crate::error::AskError> {
+    let have = router.routees();
+    for r in &want {
+        if !have.iter().any(|h| h.path() == r.path()) {
+            router.add_routee(r.clone()).await?;
+        }
+    }
+    for h in &have {
+        if !want.iter().any(|r| r.path() == h.path()) {
+            router.remove_routee(h.path()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The last start stamp a membership of this process took.
+static LAST_START: AtomicU64 = AtomicU64::new(0);
+
+/// A membership's start time in ms: the wall clock's `now_ms`, but always
+/// above every earlier stamp of this process (`last`). A system that
+/// leaves and joins again keeps its uid, so this is what makes the new
+/// membership another identity: a leave notice of the old one (a replay,
+/// or a late copy) names an identity no live member has, and is refused;
+/// and the new one wins the address from the old one
+/// (`Id::win_addr_conflict`), even within one millisecond or after the
+/// clock stepped back.
+fn start_stamp(last: &AtomicU64, now_ms: u64) -> u64 {
+    let mut stamp = 1;
+    // The closure always returns `Some`: the update cannot fail.
+    let _ = last.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |prev| {
+        stamp = now_ms.max(prev.saturating_add(1)).max(1);
+        Some(stamp)
+    });
+    stamp
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -455,10 +568,12 @@ impl Cluster {
             .local_addr()
             .map_err(|e| ClusterError::Bind(bind, e))?;
         seeds.retain(|s| *s != udp);
-        let started_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .max(1);
+        let started_ms = start_stamp(
+            &LAST_START,
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        );
         let me = Id {
             node: remoting.node_addr().to_owned(),
             uid: remoting.uid(),
@@ -509,9 +624,12 @@ impl Cluster {
             own: BTreeMap::new(),
             version: 0,
             admission,
+            suspects: suspicion::Suspects::default(),
+            meters: crate::telemetry::ClusterMeters::new(remoting.node_addr()),
         };
         tokio::spawn(task.run(
             config.announce_interval,
+            config.probe_period,
             cmd_rx,
             system.subscribe_remote_events(),
             remoting.cancel_token(),
@@ -652,14 +770,7 @@ impl Cluster {
     /// The refs in group `group`, over every member this node sees (and
     /// this one), that take `M`; entries of another type are skipped.
     pub fn group<M: RemoteMessage>(&self, group: &str) -> Vec<ActorRef<M>> {
-        let suffix = format!("#{:08x}", manifest_id(M::MANIFEST));
-        lock(&self.shared.groups)
-            .refs(group)
-            .iter()
-            .filter_map(|e| e.strip_suffix(&suffix))
-            .filter_map(|p| ActorPath::parse(p).ok())
-            .filter_map(|p| ActorRef::for_path(&self.shared.node, p).ok())
-            .collect()
+        self.shared.group(group)
     }
 
     /// The groups with entries anywhere in the cluster.
@@ -737,7 +848,7 @@ impl Ord for Due {
 
 /// The membership task's state.
 struct Task {
-    foca: Foca<Id, Codec, SmallRng, groups::Handler>,
+    foca: Swim,
     rt: AccumulatingRuntime<Id>,
     socket: UdpSocket,
     keys: Vec<[u8; 32]>,
@@ -760,12 +871,17 @@ struct Task {
     version: u64,
     /// The member bound foca's codec checks, resynced with foca's table.
     admission: Arc<wire::Admission>,
+    /// Members held suspect, to tell them when they talk to us.
+    suspects: suspicion::Suspects,
+    /// Metric handles, if a recorder was installed at join.
+    meters: Option<crate::telemetry::ClusterMeters>,
 }
 
 impl Task {
     async fn run(
         mut self,
         announce_every: Duration,
+        publish_every: Duration,
         mut cmds: mpsc::UnboundedReceiver<Cmd>,
         mut remote: broadcast::Receiver<RemoteEvent>,
         cancel: CancellationToken,
@@ -773,6 +889,9 @@ impl Task {
         let mut buf = vec![0u8; 65_536];
         let mut announce = tokio::time::interval(announce_every);
         announce.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Metrics go out once per probe period, not per packet.
+        let mut publish = tokio::time::interval(publish_every);
+        publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = self.timers.peek().map(|d| d.at);
             tokio::select! {
@@ -783,6 +902,7 @@ impl Task {
                 }
                 () = sleep_until(next), if next.is_some() => self.on_timers(),
                 _ = announce.tick() => self.announce(),
+                _ = publish.tick(), if self.meters.is_some() => self.publish_metrics(),
                 cmd = cmds.recv() => match cmd {
                     Some(Cmd::Leave(done)) => {
                         self.leave();
@@ -822,19 +942,20 @@ impl Task {
             Err(e) => return self.refused(&e),
         };
         let result = match kind {
-            KIND_SWIM => self
-                .foca
-                .handle_data(payload, &mut self.rt)
-                .map_err(|e| match e {
-                    // Our codec's own verdict, such as a full table.
-                    foca::Error::Decode(inner) => match inner.downcast::<WireError>() {
-                        Ok(w) => *w,
-                        Err(other) => WireError::Decode(other.to_string()),
-                    },
-                    other => WireError::Decode(other.to_string()),
-                }),
-            KIND_LEAVE => wire::decode_leave(payload).map(|id| self.on_leave(id)),
-            other => Err(WireError::UnknownKind(other)),
+            KIND_LEAVE => wire::decode_leave(payload).and_then(|id| self.on_leave(id)),
+            _ => suspicion::handle(
+                &mut self.foca,
+                &mut self.rt,
+                &self.suspects,
+                &shared.me,
+                kind,
+                payload,
+            )
+            .map(|reply| {
+                if let Some((to, kind, notice)) = reply {
+                    self.send(to, kind, &notice);
+                }
+            }),
         };
         match result {
             Ok(()) => {
@@ -858,13 +979,21 @@ impl Task {
         }
     }
 
-    fn on_leave(&mut self, id: Id) {
+    /// A member leaves. Its notice names one membership of it: a notice
+    /// of an identity this node does not hold (an earlier membership of a
+    /// node that joined again, replayed or late, or a member already
+    /// forgotten) is refused.
+    fn on_leave(&mut self, id: Id) -> Result<(), WireError> {
         if id == self.shared.me || id.is_seed() {
-            return;
+            return Err(WireError::Decode(format!(
+                "a leave notice for {id:?}, which is not a member"
+            )));
         }
         let known = self.foca.iter_membership_state().any(|m| m.id() == &id);
         if !known {
-            return;
+            return Err(WireError::Decode(format!(
+                "a leave notice for {id:?}, an identity this node does not hold"
+            )));
         }
         self.left.insert((id.node.clone(), id.uid));
         let _ = self.foca.apply_many(
@@ -872,6 +1001,7 @@ impl Task {
             true,
             &mut self.rt,
         );
+        Ok(())
     }
 
     /// Remoting quarantined an incarnation: it is down here too.
@@ -1016,6 +1146,7 @@ impl Task {
             self.shared.me.udp,
             self.foca.iter_membership_state().map(|m| m.id().udp),
         );
+        self.suspects.resync(self.foca.iter_membership_state());
         let mut seen: HashSet<String> = HashSet::new();
         let mut changes: Vec<(Id, Option<MemberState>, MemberState)> = Vec::new();
         for m in self.foca.iter_membership_state() {
@@ -1114,6 +1245,40 @@ impl Task {
         self.group_events();
     }
 
+    /// Publishes the membership counters, the members by state and the
+    /// group entries through the metric handles.
+    fn publish_metrics(&mut self) {
+        let Some(meters) = self.meters.as_mut() else {
+            return;
+        };
+        let stats = &self.shared.stats;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut members = [0usize; 4];
+        for (_, state) in self.known.values() {
+            let i = match state {
+                MemberState::Up => 0,
+                MemberState::Suspect => 1,
+                MemberState::Down => 2,
+                MemberState::Left => 3,
+                _ => continue,
+            };
+            members[i] += 1;
+        }
+        meters.publish(&crate::telemetry::ClusterSample {
+            packets_out: load(&stats.packets_out),
+            bytes_out: load(&stats.bytes_out),
+            packets_in: load(&stats.packets_in),
+            bytes_in: load(&stats.bytes_in),
+            refused: [
+                load(&stats.malformed),
+                load(&stats.unauthenticated),
+                load(&stats.full),
+            ],
+            members,
+            group_entries: lock(&self.shared.groups).len(),
+        });
+    }
+
     /// Tells group subscribers which groups changed.
     fn group_events(&mut self) {
         let mut changed = std::mem::take(&mut lock(&self.shared.groups).changed);
@@ -1132,5 +1297,132 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    const KEY: [u8; 32] = [3; 32];
+
+    fn id(name: &str, port: u16, uid: u64, started_ms: u64) -> Id {
+        Id {
+            node: format!("{name}@127.0.0.1:{port}"),
+            uid,
+            udp: SocketAddr::from(([127, 0, 0, 1], port)),
+            started_ms,
+        }
+    }
+
+    /// A membership task for `me`, driven by hand: nothing runs it.
+    async fn task_for(me: Id) -> Task {
+        let system = ActorSystem::local("t").expect("a valid name");
+        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("binds");
+        let table = Arc::new(Mutex::new(groups::Table::default()));
+        let shared = Arc::new(Shared {
+            me: me.clone(),
+            node: system.inner.node.clone(),
+            groups: table.clone(),
+            group_events: broadcast::channel(16).0,
+            view: Mutex::new(View {
+                members: BTreeMap::new(),
+                me: MemberState::Joining,
+            }),
+            events: broadcast::channel(16).0,
+            stats: Stats::default(),
+        });
+        let admission = Arc::new(wire::Admission::new(16, me.udp));
+        Task {
+            foca: Foca::with_custom_broadcast(
+                me,
+                ClusterConfig::new().foca(),
+                SmallRng::seed_from_u64(1),
+                Codec::bounded(admission.clone()),
+                groups::Handler(table),
+            ),
+            rt: AccumulatingRuntime::new(),
+            socket,
+            keys: vec![KEY],
+            seeds: Vec::new(),
+            timers: BinaryHeap::new(),
+            seq: 0,
+            shared,
+            remoting: std::sync::Weak::new(),
+            left: HashSet::new(),
+            known: BTreeMap::new(),
+            packet: BytesMut::new(),
+            max_packet: 1400,
+            own: BTreeMap::new(),
+            version: 0,
+            admission,
+            suspects: suspicion::Suspects::default(),
+            meters: None,
+        }
+    }
+
+    fn state_of(task: &Task, node: &str) -> Option<(u64, MemberState)> {
+        lock(&task.shared.view)
+            .members
+            .get(node)
+            .map(|m| (m.uid, m.state))
+    }
+
+    #[tokio::test]
+    async fn a_leave_notice_names_one_membership_and_a_replay_is_refused() {
+        let mut task = task_for(id("a", 9001, 1, 1)).await;
+        let b1 = id("b", 9002, 7, 10);
+        // b's system leaves and joins again: the same node and uid, a
+        // later start.
+        let b2 = Id {
+            started_ms: 11,
+            ..b1.clone()
+        };
+        let leave = |id: &Id| {
+            let mut p = BytesMut::new();
+            wire::seal(&KEY, KIND_LEAVE, &wire::encode_leave(id), &mut p);
+            p
+        };
+        let alive = |task: &mut Task, id: &Id| {
+            task.foca
+                .apply_many(
+                    std::iter::once(foca::Member::alive(id.clone())),
+                    true,
+                    &mut task.rt,
+                )
+                .expect("applies");
+            task.drain();
+        };
+        let refused = |task: &Task| task.shared.stats.malformed.load(Ordering::Relaxed);
+        alive(&mut task, &b1);
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
+        task.on_packet(&leave(&b1));
+        task.drain();
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
+        alive(&mut task, &b2);
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
+        // The first membership's notice again (replayed, or a late copy):
+        // refused and counted; b stays up.
+        task.on_packet(&leave(&b1));
+        task.drain();
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
+        assert_eq!(refused(&task), 1);
+        // The new membership's own notice is taken.
+        task.on_packet(&leave(&b2));
+        task.drain();
+        assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
+        assert_eq!(refused(&task), 1);
+    }
+
+    #[test]
+    fn start_stamps_grow_though_the_clock_stands_still_or_goes_back() {
+        let last = AtomicU64::new(0);
+        assert_eq!(start_stamp(&last, 0), 1);
+        assert_eq!(start_stamp(&last, 1000), 1000);
+        assert_eq!(start_stamp(&last, 1000), 1001);
+        assert_eq!(start_stamp(&last, 900), 1002);
+        assert_eq!(start_stamp(&last, 5000), 5000);
     }
 }

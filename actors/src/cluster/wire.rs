@@ -12,7 +12,9 @@
 //! payload, keyed with a key derived from the nodes' shared secret (label
 //! [`KEY_LABEL`]). `kind` [`KIND_SWIM`]: the payload is one foca packet;
 //! [`KIND_LEAVE`]: the payload is the [`Id`] of a member leaving the
-//! cluster gracefully.
+//! cluster gracefully; [`KIND_SUSPECTED`]: the payload is a foca member
+//! update (`Id`, incarnation, state) telling its addressee that the
+//! sender holds it suspect at that incarnation (see `suspicion.rs`).
 
 use std::{fmt, net::SocketAddr};
 
@@ -33,6 +35,9 @@ const VERSION: u8 = 1;
 pub(crate) const KIND_SWIM: u8 = 0;
 /// Packet kind: a member leaves gracefully.
 pub(crate) const KIND_LEAVE: u8 = 1;
+/// Packet kind: "I hold you suspect at this incarnation": sent to a
+/// suspected member that talks to us without having refuted.
+pub(crate) const KIND_SUSPECTED: u8 = 2;
 /// Tag length (HMAC-SHA256 truncated, as RFC 2104 allows).
 const TAG_LEN: usize = 16;
 /// Header bytes before the payload.
@@ -202,7 +207,7 @@ pub(crate) fn open<'a>(keys: &[[u8; 32]], packet: &'a [u8]) -> Result<(u8, &'a [
     if !ok {
         return Err(WireError::Unauthenticated);
     }
-    if kind != KIND_SWIM && kind != KIND_LEAVE {
+    if !matches!(kind, KIND_SWIM | KIND_LEAVE | KIND_SUSPECTED) {
         return Err(WireError::UnknownKind(kind));
     }
     Ok((kind, payload))
@@ -223,6 +228,36 @@ pub(crate) fn decode_leave(payload: &[u8]) -> Result<Id, WireError> {
         Ok(_) => Err(WireError::Decode("trailing bytes".into())),
         Err(e) => Err(WireError::Decode(e.to_string())),
     }
+}
+
+/// Encodes a suspicion notice: `member` (its addressee) is held suspect
+/// at `member`'s incarnation.
+pub(crate) fn encode_suspected(member: &foca::Member<Id>) -> BytesMut {
+    let mut out = BytesMut::new();
+    // A member update always encodes: an `Id`, an integer, a state.
+    let _ = bincode_format::to_buf(member, &mut out, usize::MAX);
+    out
+}
+
+/// Decodes a suspicion notice; only a suspicion decodes.
+pub(crate) fn decode_suspected(payload: &[u8]) -> Result<foca::Member<Id>, WireError> {
+    match bincode_format::from_slice::<foca::Member<Id>>(payload) {
+        Ok((m, used)) if used == payload.len() && m.state() == foca::State::Suspect => Ok(m),
+        Ok((m, used)) if used == payload.len() => Err(WireError::Decode(format!(
+            "a suspicion notice says {:?}",
+            m.state()
+        ))),
+        Ok(_) => Err(WireError::Decode("trailing bytes".into())),
+        Err(e) => Err(WireError::Decode(e.to_string())),
+    }
+}
+
+/// The header of a foca packet, decoded without admitting anyone (the
+/// packet itself goes through foca and [`Codec`] afterwards).
+pub(crate) fn peek_header(payload: &[u8]) -> Option<foca::Header<Id>> {
+    bincode_format::from_slice::<foca::Header<Id>>(payload)
+        .ok()
+        .map(|(h, _)| h)
 }
 
 /// foca's codec: its headers and member updates in this crate's bincode
@@ -350,6 +385,18 @@ mod tests {
         let mut long = encode_leave(&id()).to_vec();
         long.push(0);
         assert!(decode_leave(&long).is_err());
+    }
+
+    #[test]
+    fn suspicion_notices_round_trip_and_refuse_other_states() {
+        let m = foca::Member::new(id(), 7, foca::State::Suspect);
+        assert_eq!(decode_suspected(&encode_suspected(&m)), Ok(m));
+        let alive = foca::Member::new(id(), 7, foca::State::Alive);
+        assert!(decode_suspected(&encode_suspected(&alive)).is_err());
+        assert!(decode_suspected(&[0xff; 3]).is_err());
+        let mut p = BytesMut::new();
+        seal(&KEY, KIND_SUSPECTED, b"x", &mut p);
+        assert_eq!(open(&[KEY], &p), Ok((KIND_SUSPECTED, &b"x"[..])));
     }
 
     #[test]

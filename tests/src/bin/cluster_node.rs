@@ -2,7 +2,8 @@
 //! (`tests/netns/cluster.sh`): binds `ADDR` (TCP and membership UDP),
 //! joins through `--seed`, and prints one line per membership change:
 //! `member <node> <state>`. The shared secret comes from `ACTORS_COOKIE`.
-//! Stops when its standard input closes.
+//! Stops when its standard input closes. With `RUST_LOG` set (an
+//! `EnvFilter`, e.g. `actors=debug`) it logs to standard error as well.
 //!
 //! Usage: `cluster_node NAME ADDR [--seed HOST:PORT] [--probe-ms N]
 //! [--suspect-ms N]`
@@ -34,6 +35,13 @@ fn millis(args: &[String], name: &str, default: u64) -> Duration {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Ok(filter) = std::env::var("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let [name, addr, ..] = args.as_slice() else {
         eprintln!(
             "usage: cluster_node NAME ADDR [--seed HOST:PORT] [--probe-ms N] [--suspect-ms N]"

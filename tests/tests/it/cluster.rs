@@ -499,3 +499,107 @@ async fn a_flood_of_bad_packets_logs_a_few_lines() {
         c.stats().malformed
     );
 }
+
+/// `n` `Work` results from `done`, by worker name.
+async fn names_of(
+    done: &mut tokio::sync::mpsc::UnboundedReceiver<(&'static str, u64)>,
+    n: usize,
+) -> Vec<&'static str> {
+    let mut names = Vec::with_capacity(n);
+    for _ in 0..n {
+        names.push(within("work", done.recv()).await.expect("done").0);
+    }
+    names.sort_unstable();
+    names
+}
+
+#[tokio::test]
+async fn a_router_on_a_cluster_group_follows_the_group() {
+    use actors::{Router, RoutingLogic};
+
+    let mut nodes = cluster_of(3, &fast(Duration::from_millis(300))).await;
+    converged(&nodes, 2).await;
+    let (tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let worker = |name| Worker {
+        name,
+        done: tx.clone(),
+    };
+    // One worker on node 0 is in the group from the start.
+    let a = nodes[0].0.spawn(worker("a"));
+    nodes[0].1.join_group("g", &a).await.expect("joins");
+    let router =
+        Router::builder(RoutingLogic::round_robin()).cluster_group(&nodes[0].0, &nodes[0].1, "g");
+    assert_eq!(router.routees().len(), 1);
+
+    // A worker on node 1 joins later: the router routes to it too.
+    let b = nodes[1].0.spawn(worker("b"));
+    nodes[1].1.join_group("g", &b).await.expect("joins");
+    within("b is a routee", router.wait_routees(|r| r.len() == 2)).await;
+    for i in 0..4 {
+        router.tell(Work(i)).expect("room");
+    }
+    assert_eq!(names_of(&mut done, 4).await, ["a", "a", "b", "b"]);
+
+    // It leaves the group but keeps running (its watch never fires):
+    // only the group says the router should stop sending to it.
+    nodes[1].1.leave_group("g", &b).await.expect("leaves");
+    within("b is no routee", router.wait_routees(|r| r.len() == 1)).await;
+    for i in 0..4 {
+        router.tell(Work(i)).expect("room");
+    }
+    assert_eq!(names_of(&mut done, 4).await, ["a"; 4]);
+
+    // A worker on node 2 joins, then its node falls silent and is judged
+    // down: its entry goes, and so does the routee.
+    let c = nodes[2].0.spawn(worker("c"));
+    nodes[2].1.join_group("g", &c).await.expect("joins");
+    within("c is a routee", router.wait_routees(|r| r.len() == 2)).await;
+    let (silent_system, silent) = nodes.pop().expect("three");
+    drop(silent);
+    let left = within("c is no routee", router.wait_routees(|r| r.len() == 1)).await;
+    assert_eq!(left[0].path(), a.path());
+    for i in 0..4 {
+        router.tell(Work(i)).expect("room");
+    }
+    assert_eq!(names_of(&mut done, 4).await, ["a"; 4]);
+    router.stop();
+    silent_system.shutdown().await;
+}
+
+/// A system that left can join again: the same node and uid, a new
+/// membership (a later start stamp), up for everyone.
+#[tokio::test]
+async fn a_system_that_left_joins_again_as_a_new_membership() {
+    let config = fast(Duration::from_millis(300));
+    let nodes = cluster_of(3, &config).await;
+    converged(&nodes, 2).await;
+    let seed = nodes[0].1.myself().udp.to_string();
+    let node = nodes[2].1.myself().node.clone();
+    let uid = nodes[2].1.myself().uid;
+    within("leave", nodes[2].1.leave()).await.expect("leaves");
+    eventually("the others see it left", || {
+        nodes[..2].iter().all(|(_, c)| {
+            c.members()
+                .iter()
+                .any(|m| m.node == node && m.state == MemberState::Left)
+        })
+    })
+    .await;
+    // Its socket is closed when `leave` returns: the port is free.
+    let again = within(
+        "join",
+        Cluster::join(&nodes[2].0, config.clone().seeds([seed])),
+    )
+    .await
+    .expect("joins again");
+    assert_eq!(again.myself().uid, uid);
+    eventually("up again for everyone", || {
+        again.up_members().len() == 2
+            && nodes[..2].iter().all(|(_, c)| {
+                c.members()
+                    .iter()
+                    .any(|m| m.node == node && m.uid == uid && m.state == MemberState::Up)
+            })
+    })
+    .await;
+}

@@ -334,3 +334,97 @@ async fn reconnects_and_quarantines_are_counted_per_peer() {
     .await;
     within("a shuts down", p.a.shutdown()).await;
 }
+
+/// Membership metrics: three cluster nodes on this thread's recorder, one
+/// actor in a group, a forged and a foreign packet, then a silent node.
+#[tokio::test(flavor = "current_thread")]
+async fn cluster_membership_metrics_reach_the_recorder() {
+    use actors::cluster::{Cluster, ClusterConfig};
+
+    let seen = Seen::new();
+    let _installed = metrics::set_default_local_recorder(&seen);
+    let config = ClusterConfig::new()
+        .probe_period(Duration::from_millis(100))
+        .probe_rtt(Duration::from_millis(50))
+        .suspect_timeout(Duration::from_millis(300))
+        .remove_down_after(Duration::from_secs(30))
+        .announce_interval(Duration::from_millis(50));
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let s = actor_system_with(&format!("m{i}"), actors::SystemConfig::default()).await;
+        let mut c = config.clone();
+        if let Some((_, first)) = nodes.first() {
+            c = c.seeds([Cluster::myself(first).udp.to_string()]);
+        }
+        let cluster = Cluster::join(&s, c).await.expect("joins");
+        nodes.push((s, cluster));
+    }
+    let names: Vec<String> = nodes.iter().map(|(s, _)| s.node().to_owned()).collect();
+    let node = |i: usize| [("node", names[i].as_str())];
+    let state = |i: usize, s: &'static str| [("node", names[i].as_str()), ("state", s)];
+    let counter = nodes[0]
+        .0
+        .spawn_named("counter", CounterActor::default())
+        .expect("free");
+    nodes[0]
+        .1
+        .join_group("g", &counter)
+        .await
+        .expect("joins the group");
+    eventually("every node: two members up, one group entry", || {
+        (0..3).all(|i| {
+            seen.gauge("actors_cluster_members", &state(i, "up")) == Some(2.0)
+                && seen.gauge("actors_cluster_group_entries", &node(i)) == Some(1.0)
+        })
+    })
+    .await;
+    for i in 0..3 {
+        assert!(seen.counter("actors_cluster_packets_out_total", &node(i)) > 0);
+        assert!(seen.counter("actors_cluster_packets_in_total", &node(i)) > 0);
+        assert!(seen.counter("actors_cluster_bytes_out_total", &node(i)) > 0);
+        assert!(seen.counter("actors_cluster_bytes_in_total", &node(i)) > 0);
+        assert_eq!(
+            seen.gauge("actors_cluster_members", &state(i, "down")),
+            Some(0.0)
+        );
+    }
+
+    // Refused packets, by kind.
+    let target = nodes[0].1.myself().udp;
+    let raw = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    raw.send_to(b"hello", target).await.expect("sent");
+    let mut forged = b"RC\x01\x00".to_vec();
+    forged.extend_from_slice(&[0u8; 16]);
+    forged.extend_from_slice(b"payload");
+    raw.send_to(&forged, target).await.expect("sent");
+    let refused = |kind: &'static str| {
+        seen.counter(
+            "actors_cluster_refused_total",
+            &[("node", names[0].as_str()), ("kind", kind)],
+        )
+    };
+    eventually("one malformed and one unauthenticated packet", || {
+        refused("malformed") == 1 && refused("unauthenticated") == 1
+    })
+    .await;
+    assert_eq!(refused("full"), 0);
+
+    // A node that falls silent is down in the others' gauges, and its
+    // group entry is gone.
+    let (silent_system, silent) = nodes.remove(0);
+    drop(silent);
+    eventually("the silent node is down, its entry gone", || {
+        (1..3).all(|i| {
+            seen.gauge("actors_cluster_members", &state(i, "down")) == Some(1.0)
+                && seen.gauge("actors_cluster_members", &state(i, "up")) == Some(1.0)
+                && seen.gauge("actors_cluster_group_entries", &node(i)) == Some(0.0)
+        })
+    })
+    .await;
+    within("shutdown", silent_system.shutdown()).await;
+    for (s, _) in nodes {
+        within("shutdown", s.shutdown()).await;
+    }
+}
