@@ -54,7 +54,7 @@ use tokio::{
 use tokio_util::io::poll_read_buf;
 
 use crate::{
-    reader::ReadIo,
+    reader::{Chunks, ReadIo},
     tls_record::{
         self, ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, KEY_UPDATE, Keys, MAX_PLAINTEXT,
         NEW_SESSION_TICKET, Role, SecretCapture, Suite,
@@ -276,6 +276,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> TlsStream<T> {
                         io: rd,
                         buf,
                         consumed: 0,
+                        ranges: Vec::new(),
+                        failed: None,
                         pending: 0..0,
                         carry: h.plaintext,
                         rx: Some(h.rx),
@@ -398,15 +400,29 @@ impl crate::security::sealed::SplitIo for TlsStream<TcpStream> {
     }
 }
 
+/// What the records already read hold next.
+enum Next {
+    /// Application data: its plaintext's place in the buffer.
+    Data(Range<usize>),
+    /// The rest of a record (or a header) must be read first.
+    More,
+    /// The peer sent close_notify.
+    Closed,
+}
+
 /// The reader's half of a TLS connection: reads into its own buffer and
 /// lends out each record's plaintext where it was decrypted.
 #[derive(Debug)]
 pub struct TlsReadHalf<R = OwnedReadHalf> {
     io: R,
     /// Records as read; the front `consumed` bytes are records already
-    /// handed out (their plaintext may still be lent).
+    /// opened (their plaintext may still be lent until the next read).
     buf: BytesMut,
     consumed: usize,
+    /// The plaintext ranges of one chunk (kept for their allocation).
+    ranges: Vec<Range<usize>>,
+    /// An error met after a chunk's first record, for the next poll.
+    failed: Option<io::Error>,
     /// Plaintext in `buf` not yet read (by `poll_read`).
     pending: Range<usize>,
     /// Plaintext rustls had decrypted before the handover.
@@ -427,6 +443,8 @@ impl<R> TlsReadHalf<R> {
             io,
             buf: BytesMut::new(),
             consumed: 0,
+            ranges: Vec::new(),
+            failed: None,
             pending: 0..0,
             carry: BytesMut::new(),
             rx: None,
@@ -439,55 +457,73 @@ impl<R> TlsReadHalf<R> {
 }
 
 impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
+    /// Opens the records already in `buf` after `consumed` up to the next
+    /// one with application data.
+    fn next_record(&mut self) -> io::Result<Next> {
+        loop {
+            if self.closed {
+                return Ok(Next::Closed);
+            }
+            let at = self.consumed;
+            let rest = &self.buf[at..];
+            let n = match tls_record::record_len(rest).map_err(invalid)? {
+                Some(n) if rest.len() >= n => n,
+                _ => return Ok(Next::More),
+            };
+            let rx = self.rx.as_mut().expect("set unless broken");
+            let (typ, range) = rx.open(&mut self.buf[at..at + n]).map_err(invalid)?;
+            self.consumed += n;
+            let range = at + range.start..at + range.end;
+            match typ {
+                APPLICATION_DATA if range.is_empty() => {}
+                APPLICATION_DATA => return Ok(Next::Data(range)),
+                HANDSHAKE => self.post_handshake(range)?,
+                ALERT => self.alert(range)?,
+                t => {
+                    return Err(invalid(format!(
+                        "TLS record of unexpected content type {t}"
+                    )));
+                }
+            }
+        }
+    }
+
     /// The next application data record's plaintext (its place in `buf`),
-    /// `None` after close_notify. Only with nothing pending.
+    /// reading as needed; `None` after close_notify. Only with nothing
+    /// pending or lent: a read moves what `buf` holds.
     fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Range<usize>>>> {
         debug_assert!(self.pending.is_empty());
         if let Some(reason) = &self.broken {
             return Poll::Ready(Err(invalid(reason.clone())));
         }
+        if let Some(e) = self.failed.take() {
+            return Poll::Ready(Err(e));
+        }
         loop {
-            self.buf.advance(std::mem::take(&mut self.consumed));
-            if self.closed {
-                return Poll::Ready(Ok(None));
+            match self.next_record()? {
+                Next::Data(range) => return Poll::Ready(Ok(Some(range))),
+                Next::Closed => return Poll::Ready(Ok(None)),
+                Next::More => {}
             }
+            // Drop the opened records, keep the partial one.
+            self.buf.advance(std::mem::take(&mut self.consumed));
             let want = tls_record::record_len(&self.buf).map_err(invalid)?;
-            match want {
-                Some(n) if self.buf.len() >= n => {
-                    let rx = self.rx.as_mut().expect("set unless broken");
-                    let (typ, range) = rx.open(&mut self.buf[..n]).map_err(invalid)?;
-                    self.consumed = n;
-                    match typ {
-                        APPLICATION_DATA if range.is_empty() => {}
-                        APPLICATION_DATA => return Poll::Ready(Ok(Some(range))),
-                        HANDSHAKE => self.post_handshake(range)?,
-                        ALERT => self.alert(range)?,
-                        t => {
-                            return Poll::Ready(Err(invalid(format!(
-                                "TLS record of unexpected content type {t}"
-                            ))));
-                        }
-                    }
-                }
-                want => {
-                    // Room for the whole record (checked: at most
-                    // MAX_RECORD) and a read's worth.
-                    let need = want
-                        .unwrap_or(HEADER_LEN)
-                        .max(self.buf.len() + READ_SIZE / 2);
-                    if self.buf.capacity() < need {
-                        self.buf.reserve(READ_SIZE.max(need - self.buf.len()));
-                    }
-                    let n = ready!(poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf))?;
-                    if n == 0 {
-                        let why = if self.buf.is_empty() {
-                            "peer closed connection without sending TLS close_notify"
-                        } else {
-                            "peer closed connection in the middle of a TLS record"
-                        };
-                        return Poll::Ready(Err(io::Error::new(io::ErrorKind::UnexpectedEof, why)));
-                    }
-                }
+            // Room for the whole record (checked: at most MAX_RECORD) and a
+            // read's worth.
+            let need = want
+                .unwrap_or(HEADER_LEN)
+                .max(self.buf.len() + READ_SIZE / 2);
+            if self.buf.capacity() < need {
+                self.buf.reserve(READ_SIZE.max(need - self.buf.len()));
+            }
+            let n = ready!(poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf))?;
+            if n == 0 {
+                let why = if self.buf.is_empty() {
+                    "peer closed connection without sending TLS close_notify"
+                } else {
+                    "peer closed connection in the middle of a TLS record"
+                };
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::UnexpectedEof, why)));
             }
         }
     }
@@ -581,21 +617,41 @@ impl<R: AsyncRead + Unpin + Send + 'static> ReadIo for TlsReadHalf<R> {
     fn poll_chunk<T>(
         &mut self,
         cx: &mut Context<'_>,
-        f: impl FnOnce(&[u8]) -> T,
+        f: impl FnOnce(Chunks<'_>) -> T,
     ) -> Poll<io::Result<Option<T>>> {
         if !self.carry.is_empty() {
-            let out = f(&self.carry);
+            let all = [0..self.carry.len()];
+            let out = f(Chunks::new(&self.carry, &all));
             self.carry.clear();
             return Poll::Ready(Ok(Some(out)));
         }
         if !self.pending.is_empty() {
-            let out = f(&self.buf[self.pending.clone()]);
+            let out = f(Chunks::new(&self.buf, std::slice::from_ref(&self.pending)));
             self.pending = 0..0;
             return Poll::Ready(Ok(Some(out)));
         }
-        Poll::Ready(Ok(
-            ready!(self.poll_record(cx))?.map(|range| f(&self.buf[range]))
-        ))
+        let Some(first) = ready!(self.poll_record(cx))? else {
+            return Poll::Ready(Ok(None));
+        };
+        // Every whole record already read goes in the same chunk: one
+        // batch for the handler per read, as on a plaintext connection.
+        let mut ranges = std::mem::take(&mut self.ranges);
+        ranges.clear();
+        ranges.push(first);
+        loop {
+            match self.next_record() {
+                Ok(Next::Data(range)) => ranges.push(range),
+                Ok(Next::More | Next::Closed) => break,
+                Err(e) => {
+                    // After the records before it.
+                    self.failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let out = f(Chunks::new(&self.buf, &ranges));
+        self.ranges = ranges;
+        Poll::Ready(Ok(Some(out)))
     }
 }
 
@@ -714,7 +770,7 @@ mod tests {
 
     use super::*;
 
-    const LIMIT: Duration = Duration::from_secs(10);
+    const LIMIT: Duration = Duration::from_secs(5);
 
     /// A TLS 1.3 handshake over an in-memory pipe with `suite`:
     /// (server, client), both still rustls's.
@@ -802,13 +858,21 @@ mod tests {
         while got.len() < n {
             let chunk = tokio::time::timeout(
                 LIMIT,
-                std::future::poll_fn(|cx| r.poll_chunk(cx, |c| c.to_vec())),
+                std::future::poll_fn(|cx| {
+                    r.poll_chunk(cx, |c| {
+                        c.iter()
+                            .inspect(|p| assert!(p.len() <= MAX_PLAINTEXT))
+                            .fold(Vec::new(), |mut v, p| {
+                                v.extend_from_slice(p);
+                                v
+                            })
+                    })
+                }),
             )
             .await
             .expect("chunk in time")
             .unwrap()
             .expect("not the end");
-            assert!(chunk.len() <= MAX_PLAINTEXT);
             got.extend(chunk);
         }
         got
@@ -858,6 +922,30 @@ mod tests {
             assert_eq!(read_n(&mut client, 8).await, b"twothree");
             assert_eq!(wr.tx.as_ref().unwrap().seq(), 1, "tx keys were updated");
         }
+    }
+
+    #[tokio::test]
+    async fn the_records_of_one_read_are_one_chunk() {
+        let (server, mut client) = pair(SUITES[0]).await;
+        let (mut rd, _wr) = halves(server);
+        // Three records (16 KiB, 16 KiB, 8 KiB), all on the pipe before
+        // the first read.
+        let data = payload(40_960, 4);
+        client.write_all(&data).await.unwrap();
+        client.flush().await.unwrap();
+        let (pieces, bytes) = std::future::poll_fn(|cx| {
+            rd.poll_chunk(cx, |c| {
+                (
+                    c.iter().count(),
+                    c.iter().flatten().copied().collect::<Vec<_>>(),
+                )
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(pieces, 3);
+        assert_eq!(bytes, data);
     }
 
     #[tokio::test]
@@ -975,6 +1063,30 @@ mod tests {
             .unwrap_err();
             assert!(err.to_string().contains(want), "{err} / {want}");
         }
+    }
+
+    #[tokio::test]
+    async fn records_before_a_bad_one_are_delivered_first() {
+        let (server, client) = pair(SUITES[0]).await;
+        let (mut rd, _swr) = halves(server);
+        let (_crd, mut cwr) = halves(client);
+        let tx = cwr.tx.as_mut().unwrap();
+        let mut bytes = BytesMut::new();
+        tx.seal(APPLICATION_DATA, b"good", &mut bytes);
+        tx.seal(ALERT, &[2, 50], &mut bytes); // decode_error
+        cwr.io.write_all(&bytes).await.unwrap();
+        async fn next(rd: &mut TlsReadHalf<ReadHalf<DuplexStream>>) -> io::Result<Vec<u8>> {
+            let chunk = std::future::poll_fn(|cx| {
+                rd.poll_chunk(cx, |c| c.iter().flatten().copied().collect::<Vec<_>>())
+            });
+            tokio::time::timeout(LIMIT, chunk)
+                .await
+                .expect("in time")
+                .map(|c| c.expect("not the end"))
+        }
+        assert_eq!(next(&mut rd).await.unwrap(), b"good");
+        let err = next(&mut rd).await.unwrap_err();
+        assert!(err.to_string().contains("DecodeError"), "{err}");
     }
 
     #[tokio::test]
