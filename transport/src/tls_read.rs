@@ -620,8 +620,8 @@ impl<R: AsyncRead + Unpin + Send + 'static> ReadIo for TlsReadHalf<R> {
         f: impl FnOnce(Chunks<'_>) -> T,
     ) -> Poll<io::Result<Option<T>>> {
         if !self.carry.is_empty() {
-            let all = [0..self.carry.len()];
-            let out = f(Chunks::new(&self.carry, &all));
+            let all = 0..self.carry.len();
+            let out = f(Chunks::new(&self.carry, std::slice::from_ref(&all)));
             self.carry.clear();
             return Poll::Ready(Ok(Some(out)));
         }
