@@ -34,7 +34,7 @@ for _ in $(seq "$rounds"); do
         rate=$(echo "$line" | sed -E 's/.*actors[^0-9]*([0-9]+) msg\/s.*/\1/; s/.*raw transport ([0-9]+) msg\/s.*/\1/')
         ratio=$(echo "$line" | sed -E 's/.*ratio ([0-9.]+).*/\1/')
         # With --tls, also the TLS / plaintext ratio of the same pass.
-        tls=$(grep '^median.*tls/plaintext' <<<"$out" | sed -E 's/.*tls\/plaintext ([0-9.]+).*/\1/')
+        tls=$(grep '^median.*tls/plaintext' <<<"$out" | sed -E 's/.*tls\/plaintext ([0-9.]+).*/\1/' || true)
         rows+="$which $rate $ratio ${tls:-}"$'\n'
     done
 done
