@@ -10,6 +10,9 @@
 #   cp target/release/bench-remote /tmp/br-old   # before the change
 #   cargo build --release -p bench-remote         # after it
 #   scripts/ab.sh /tmp/br-old target/release/bench-remote 5 --in-flight 3
+#
+# With --tls it also prints each binary's median TLS / plaintext ratio
+# (both measured in the same pass).
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: $0 BASE NEW ROUNDS [bench-remote options...]" >&2
@@ -30,7 +33,9 @@ for _ in $(seq "$rounds"); do
         line=$(grep '^median' <<<"$out" | tail -1)
         rate=$(echo "$line" | sed -E 's/.*actors[^0-9]*([0-9]+) msg\/s.*/\1/; s/.*raw transport ([0-9]+) msg\/s.*/\1/')
         ratio=$(echo "$line" | sed -E 's/.*ratio ([0-9.]+).*/\1/')
-        rows+="$which $rate $ratio"$'\n'
+        # With --tls, also the TLS / plaintext ratio of the same pass.
+        tls=$(grep '^median.*tls/plaintext' <<<"$out" | sed -E 's/.*tls\/plaintext ([0-9.]+).*/\1/' || true)
+        rows+="$which $rate $ratio ${tls:-}"$'\n'
     done
 done
 python3 - "$rows" <<'PY'
@@ -41,4 +46,7 @@ for k in ("base", "new"):
     ratio = [float(r[2]) for r in rows if r[0] == k]
     print(f"{k}: median {st.median(rate) / 1e6:.2f} M msg/s {[round(x / 1e6, 2) for x in rate]}, "
           f"ratio median {st.median(ratio):.3f} {ratio}")
+    tls = [float(r[3]) for r in rows if r[0] == k and len(r) > 3]
+    if tls:
+        print(f"{k}: tls/plaintext median {st.median(tls):.3f} {tls}")
 PY

@@ -124,7 +124,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: None,
         labels: PEER,
-        help: "Write calls (syscalls, or TLS record writes) on the peer's connections.",
+        help: "Write calls (syscalls; with TLS, calls that seal up to 256 KiB into records and write them) on the peer's connections.",
     },
     Spec {
         name: FRAMES_PER_WRITE,

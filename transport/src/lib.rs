@@ -91,12 +91,16 @@
 //!   that forwards batches). → `frame`, `reader`, `shared`.
 //!
 //! Streams:
-//! - `tls_read` (feature `tls`): the reader's and writer's halves of a
-//!   TLS stream; reads lend rustls's plaintext buffer so the reader parses
-//!   in place. → `reader`.
+//! - `tls_record` (feature `tls`): TLS 1.3 records, sans-IO: sealed into
+//!   our buffer, opened in place, key updates. → nothing.
 //! - `security`: [`Security`], what secures a TCP stream before the
 //!   handshake, and how each stream splits into the tasks' halves;
-//!   [`Plain`] does nothing. → `auth`, `error`, `handshake`, `reader`, `shared`, `tls_read`.
+//!   [`Plain`] does nothing. → `auth`, `error`, `handshake`, `reader`, `shared`.
+//! - `tls_read` (feature `tls`): a TLS connection's stream: rustls for the
+//!   TLS and protocol handshakes, then halves on our record layer that
+//!   read into our own buffer, decrypt in place and lend the plaintext so
+//!   the reader parses frames where they were decrypted. → `reader`,
+//!   `security`, `tls_record`.
 //!
 //! Connections and endpoints:
 //! - `conn`: [`Established`] → [`Connection`]: wires the shared state, the
@@ -114,7 +118,8 @@
 //! # Security
 //! An [`Endpoint`] is generic over its [`Security`]: `Endpoint` (=
 //! `Endpoint<Plain>`) runs connections on `TcpStream`, `Endpoint<Tls>`
-//! (from [`Endpoint::bind_tls`]) on rustls streams, through the same
+//! (from [`Endpoint::bind_tls`]) on rustls for the handshakes, then on its
+//! own TLS 1.3 record layer (keys taken over from rustls), through the same
 //! reader, writer and codec. Independently, every handshake proves a shared
 //! secret (bound to the TLS session under TLS): the configured one
 //! ([`TransportConfig::set_shared_secret`]), else `ACTORS_COOKIE`, else a
@@ -160,6 +165,8 @@ mod slots;
 mod tls;
 #[cfg(feature = "tls")]
 mod tls_read;
+#[cfg(feature = "tls")]
+mod tls_record;
 mod writer;
 
 pub use auth::{MIN_SECRET_LEN, SharedSecret};

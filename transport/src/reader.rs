@@ -48,16 +48,43 @@ pub trait ReadIo: AsyncRead + Unpin + Send + 'static {
     /// ([`poll_chunk`](Self::poll_chunk)) instead of `poll_read`.
     const CHUNKED: bool = false;
 
-    /// Waits for buffered data, hands it to `f` and consumes all of it;
-    /// `Ok(None)` at end of stream. Only for `CHUNKED` streams; others
-    /// answer with an error.
+    /// Waits for buffered data, hands it to `f` (the pieces of the stream
+    /// that are here, in order: one read's worth, one batch for the
+    /// handler) and consumes all of it; `Ok(None)` at end of stream. Only
+    /// for `CHUNKED` streams; others answer with an error.
     fn poll_chunk<R>(
         &mut self,
         cx: &mut Context<'_>,
-        f: impl FnOnce(&[u8]) -> R,
+        f: impl FnOnce(Chunks<'_>) -> R,
     ) -> Poll<io::Result<Option<R>>> {
         let _ = (cx, f);
         Poll::Ready(Err(io::Error::other("this stream reads with poll_read")))
+    }
+}
+
+/// Consecutive pieces of a stream, lent by a [`ReadIo::CHUNKED`] stream:
+/// `ranges` of `buf`, in stream order (TLS: one record's plaintext each).
+#[derive(Debug, Clone, Copy)]
+pub struct Chunks<'a> {
+    buf: &'a [u8],
+    ranges: &'a [std::ops::Range<usize>],
+}
+
+impl<'a> Chunks<'a> {
+    /// The pieces `ranges` of `buf`.
+    pub(crate) fn new(buf: &'a [u8], ranges: &'a [std::ops::Range<usize>]) -> Self {
+        Self { buf, ranges }
+    }
+
+    /// How many bytes in all.
+    pub(crate) fn len(&self) -> usize {
+        self.ranges.iter().map(|r| r.len()).sum()
+    }
+
+    /// The pieces, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'a [u8]> + use<'a> {
+        let buf = self.buf;
+        self.ranges.iter().map(move |r| &buf[r.clone()])
     }
 }
 
@@ -367,13 +394,16 @@ async fn drive<R: ReadIo, H: Handler>(
                 () = shared.cancel.cancelled() => return Ok(()),
                 () = after_close(peer_gone_by) => return Ok(()),
                 r = std::future::poll_fn(|cx| {
-                    io.poll_chunk(cx, |chunk| {
-                        handler.on_read(buf.len() + chunk.len());
-                        let n = chunk.len() as u64;
-                        let parsed = parse_chunk(chunk, buf, max, |kind, body| {
-                            dispatch.frame(handler, kind, body)
-                        });
-                        parsed.map(|f| (n, f))
+                    io.poll_chunk(cx, |chunks| {
+                        handler.on_read(buf.len() + chunks.len());
+                        let n = chunks.len() as u64;
+                        let mut frames = 0;
+                        for chunk in chunks.iter() {
+                            frames += parse_chunk(chunk, buf, max, |kind, body| {
+                                dispatch.frame(handler, kind, body)
+                            })?;
+                        }
+                        Ok::<_, TransportError>((n, frames))
                     })
                 }) => r?,
             };

@@ -169,23 +169,7 @@ pub(crate) mod sealed {
     // The in-memory stream is for unit tests of the connection tasks.
     tokio_split!(tokio::net::TcpStream, tokio::io::DuplexStream);
 
-    /// TLS streams read in place in rustls's plaintext buffer.
-    #[cfg(feature = "tls")]
-    macro_rules! tls_split {
-        ($($t:ty),*) => {
-            $(impl SplitIo for $t {
-                type Read = crate::tls_read::TlsReadHalf<$t>;
-                type Write = crate::tls_read::TlsWriteHalf<$t>;
-                fn split_io(self) -> (Self::Read, Self::Write) {
-                    crate::tls_read::split_tls(self)
-                }
-            })*
-        };
-    }
-
-    #[cfg(feature = "tls")]
-    tls_split!(
-        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-        tokio_rustls::client::TlsStream<tokio::net::TcpStream>
-    );
+    // TLS streams (`tls_read::TlsStream`) split into our record layer's
+    // halves; their `SplitIo` lives in `tls_read`, which this module does
+    // not import.
 }

@@ -151,7 +151,8 @@ pub struct ConnStats {
     pub frames_out: u64,
     /// Bytes handed to the socket.
     pub bytes_out: u64,
-    /// `write` calls made (syscalls, or TLS record writes).
+    /// `write` calls made (syscalls; with TLS, calls that seal up to
+    /// 256 KiB into records and write them).
     pub writes: u64,
     /// Frames decoded from the socket (control frames included).
     pub frames_in: u64,

@@ -4,7 +4,11 @@
 //!
 //! This module only builds the stream: after the TLS handshake the
 //! connection runs the same handshake, reader, writer and codec as a
-//! plaintext one, on `tokio_rustls` streams instead of `TcpStream`.
+//! plaintext one, on a [`TlsStream`]: rustls's until the connection starts,
+//! then our own record layer with the keys rustls negotiated (`tls_read`).
+//! Each connection gets its own copy of the rustls configuration, whose
+//! key-log hook keeps that connection's traffic secrets for the record
+//! layer's key updates (and logs nothing).
 //!
 //! What is checked, in order:
 //!
@@ -54,7 +58,7 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
-use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::{
     Endpoint,
@@ -64,6 +68,8 @@ use crate::{
     handshake::Hello,
     security::{Security, sealed::Sealed},
     shared::PeerVerified,
+    tls_read::{RecordIo, TlsStream},
+    tls_record::SecretCapture,
 };
 
 /// How long a failed TLS handshake keeps the socket open to let our alert
@@ -262,9 +268,14 @@ impl TlsConfig {
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .map_err(config_error)?;
+        // Each connection's record layer takes its keys out of rustls
+        // after the handshakes (`tls_read`).
+        let (mut server, mut client) = (server, client);
+        server.enable_secret_extraction = true;
+        client.enable_secret_extraction = true;
         Ok(Loaded {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
-            connector: TlsConnector::from(Arc::new(client)),
+            server: Arc::new(server),
+            client: Arc::new(client),
         })
     }
 }
@@ -303,8 +314,8 @@ pub fn fingerprint(cert_der: &[u8]) -> [u8; 32] {
 
 /// The rustls configurations built from one load of the PEM sources.
 struct Loaded {
-    acceptor: TlsAcceptor,
-    connector: TlsConnector,
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
 }
 
 /// The TLS security layer of an [`Endpoint<Tls>`](crate::Endpoint): TLS 1.3
@@ -554,11 +565,12 @@ fn der_any(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 }
 
 /// The keying material a TLS session exports for the shared-secret proof.
-fn export(conn: &rustls::ConnectionCommon<impl Sized>) -> Option<ChannelBinding> {
+fn export(stream: &TlsStream) -> Option<ChannelBinding> {
     // Only fails before the TLS handshake completes, which it has here;
     // without a value the proofs are unbound and the peer's (bound) proof
     // fails to verify, so a failure here can only refuse, never admit.
-    conn.export_keying_material([0u8; EXPORTER_LEN], EXPORTER_LABEL, None)
+    stream
+        .export_keying_material([0u8; EXPORTER_LEN], EXPORTER_LABEL)
         .ok()
 }
 
@@ -623,19 +635,24 @@ fn linger(mut tcp: TcpStream) {
 impl Sealed for Tls {}
 
 impl Security for Tls {
-    type Accepted = server::TlsStream<TcpStream>;
-    type Dialed = client::TlsStream<TcpStream>;
+    type Accepted = TlsStream;
+    type Dialed = TlsStream;
 
     async fn accept(
         &self,
         tcp: TcpStream,
         peer: SocketAddr,
     ) -> Result<Self::Accepted, TransportError> {
-        let acceptor = self.loaded().acceptor.clone();
-        match acceptor.accept(tcp).into_fallible().await {
-            Ok(s) => Ok(s),
-            Err((e, tcp)) => {
-                linger(tcp);
+        // This connection's own configuration: its key log keeps the
+        // traffic secrets for our record layer, for this connection only.
+        let capture = Arc::new(SecretCapture::default());
+        let mut config = (*self.loaded().server).clone();
+        config.key_log = capture.clone();
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        match acceptor.accept(RecordIo::new(tcp)).into_fallible().await {
+            Ok(s) => Ok(TlsStream::server(s, capture)),
+            Err((e, io)) => {
+                linger(io.into_inner());
                 Err(handshake_error(peer, e).into())
             }
         }
@@ -646,13 +663,20 @@ impl Security for Tls {
         tcp: TcpStream,
         addr: SocketAddr,
     ) -> Result<Self::Dialed, TransportError> {
-        let connector = self.loaded().connector.clone();
+        let capture = Arc::new(SecretCapture::default());
+        let mut config = (*self.loaded().client).clone();
+        config.key_log = capture.clone();
+        let connector = TlsConnector::from(Arc::new(config));
         // The server's certificate must name the IP address we dialled.
         let name = ServerName::IpAddress(addr.ip().into());
-        match connector.connect(name, tcp).into_fallible().await {
-            Ok(s) => Ok(s),
-            Err((e, tcp)) => {
-                linger(tcp);
+        match connector
+            .connect(name, RecordIo::new(tcp))
+            .into_fallible()
+            .await
+        {
+            Ok(s) => Ok(TlsStream::client(s, capture)),
+            Err((e, io)) => {
+                linger(io.into_inner());
                 Err(handshake_error(addr, e).into())
             }
         }
@@ -663,7 +687,7 @@ impl Security for Tls {
         stream: &Self::Accepted,
         peer: &Hello,
     ) -> Result<PeerVerified, HandshakeError> {
-        let certs = stream.get_ref().1.peer_certificates();
+        let certs = stream.peer_certificates();
         if certs.is_none() && !self.config.client_auth {
             // Nothing to check: this listener does not ask dialers for one,
             // so TLS proves nothing about them.
@@ -677,15 +701,15 @@ impl Security for Tls {
         stream: &Self::Dialed,
         peer: &Hello,
     ) -> Result<PeerVerified, HandshakeError> {
-        self.check(stream.get_ref().1.peer_certificates(), peer)
+        self.check(stream.peer_certificates(), peer)
     }
 
     fn channel_binding_accepted(&self, stream: &Self::Accepted) -> Option<ChannelBinding> {
-        export(stream.get_ref().1)
+        export(stream)
     }
 
     fn channel_binding_dialed(&self, stream: &Self::Dialed) -> Option<ChannelBinding> {
-        export(stream.get_ref().1)
+        export(stream)
     }
 
     fn authenticates_dialers(&self) -> bool {
