@@ -23,7 +23,7 @@ fi
 seconds="${FUZZ_SECONDS:-60}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(frame_decode handshake envelope wire)
+    targets=(frame_decode handshake envelope wire tls_records)
 fi
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

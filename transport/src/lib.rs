@@ -167,6 +167,9 @@ mod tls;
 mod tls_read;
 #[cfg(feature = "tls")]
 mod tls_record;
+#[cfg(feature = "tls")]
+#[doc(hidden)]
+pub use tls_record::fuzz_records as fuzz_tls_records;
 mod writer;
 
 pub use auth::{MIN_SECRET_LEN, SharedSecret};
