@@ -21,7 +21,7 @@ use crate::{
     config::SpawnOptions,
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Queued, SystemMsg, next_record},
+    mailbox::{Mailbox, Queued, SystemMsg, next_record, stop_in_batch},
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
     serialization::{RemoteMessage, manifests, with_decode_scope},
@@ -833,10 +833,16 @@ impl<A: Actor> Runner<A> {
                                         ),
                                     }
                                 }
+                                pos
                             };
-                            match &*scope {
+                            let end = match &*scope {
                                 Some(scope) => with_decode_scope(scope, &bytes, decode_all),
                                 None => decode_all(),
+                            };
+                            if end < bytes.len() {
+                                // A graceful stop from another node: after
+                                // the messages decoded before it.
+                                stop_in_batch(user, &bytes, end);
                             }
                             continue;
                         }

@@ -148,11 +148,21 @@ pub enum StopError {
     /// The actor had already stopped; nothing to do.
     #[error("actor is gone")]
     ActorGone,
-    /// The actor is on another node, where a stop after its queued
-    /// messages is not supported yet. Use `stop` (immediate), or send it a
-    /// message on which it calls `Ctx::stop`.
-    #[error("a stop after queued messages is not supported for remote actors yet")]
-    RemoteNotSupported,
+    /// The link to a remote actor's node is full (its queue, or the
+    /// buffer of what waits for the connection): the stop was not sent.
+    /// Retry later, or use `stop` (a reliable system message, which does
+    /// not wait for the queued messages).
+    #[error("link to the actor's node full: the stop was not sent")]
+    LinkFull,
+    /// The remote actor's node cannot be reached: its incarnation is
+    /// quarantined (it restarted or shut down), so the actor is gone.
+    #[error("node unreachable: {0}")]
+    NodeUnreachable(String),
+    /// The stop was asked for from inside a message's encoder (its
+    /// `Serialize` impl), which runs under the link's locks; nothing was
+    /// sent.
+    #[error("a remote stop was asked for from inside a message's encoder")]
+    Reentrant,
 }
 
 /// Why a path could not be resolved to a ref.

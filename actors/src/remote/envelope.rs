@@ -11,6 +11,10 @@
 //! Flag bit 3 ([`ENV_REPLY`]): an ask's reply path (u16 LE length, path)
 //! follows the recipient path (if any).
 //!
+//! Flag bit 6 ([`ENV_STOP`]): a graceful stop (`stop_after_queued`), not a
+//! message: the payload is empty, the manifest is the recipient's, and the
+//! receiver queues a stop marker behind the messages that came before it.
+//!
 //! Flag bit 0 ([`ENV_DEFINE`]): the envelope defines its recipient id with
 //! a path (see `compression`). Flag bit 2 ([`ENV_INLINE`]): the recipient
 //! is the path in this envelope, and nothing is kept (the id is 0 and
@@ -36,6 +40,12 @@ pub(crate) const ENV_INLINE: u8 = 4;
 /// path, so the receiving node can tell the asker at once when the
 /// message is a dead letter (`SysWire::Undeliverable`).
 pub(crate) const ENV_REPLY: u8 = 8;
+/// Flag: the envelope is a graceful stop (`ActorRef::stop_after_queued`)
+/// rather than a message. It travels on the user lane like one, so it is
+/// ordered with the messages sent before it; its payload is empty. Bits 4
+/// and 5 are taken by the envelope extension (serializer id, trace
+/// context).
+pub(crate) const ENV_STOP: u8 = 64;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -55,6 +65,8 @@ pub(crate) struct Envelope<'a> {
     pub(crate) manifest: u32,
     /// Set when the payload is one fragment of a large message.
     pub(crate) fragment: Option<Fragment>,
+    /// A graceful stop, not a message (`ENV_STOP`); the payload is empty.
+    pub(crate) stop: bool,
     pub(crate) payload: &'a [u8],
 }
 
@@ -115,6 +127,10 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         return Err("envelope has no manifest");
     }
     let manifest = b.get_u32_le();
+    let stop = flags & ENV_STOP != 0;
+    if stop && (flags & ENV_FRAGMENT != 0 || !b.is_empty()) {
+        return Err("a stop envelope with a payload");
+    }
     let mut fragment = None;
     if flags & ENV_FRAGMENT != 0 {
         if b.len() < FRAGMENT_HEADER {
@@ -133,6 +149,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         reply,
         manifest,
         fragment,
+        stop,
         payload: b,
     })
 }
@@ -242,6 +259,7 @@ mod tests {
                     reply: None,
                     manifest: 0xdead_beef,
                     fragment,
+                    stop: false,
                     payload: b"payload",
                 }
             );
@@ -315,6 +333,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_stop_is_an_empty_envelope_with_its_flag() {
+        for to in [To::Id(3), To::Define(3, "/user/a")] {
+            let mut b = BytesMut::new();
+            put_header(&mut b, to, 9, None);
+            b[0] |= ENV_STOP;
+            let env = parse(&b).unwrap();
+            assert!(env.stop);
+            assert_eq!((env.id, env.manifest, env.payload), (3, 9, &b""[..]));
+            // A payload, or a fragment header, makes it malformed.
+            let mut with_payload = b.clone();
+            with_payload.extend_from_slice(b"x");
+            assert_eq!(parse(&with_payload), Err("a stop envelope with a payload"));
+            b[0] |= ENV_FRAGMENT;
+            b.extend_from_slice(&[0; FRAGMENT_HEADER]);
+            assert_eq!(parse(&b), Err("a stop envelope with a payload"));
+        }
+        // A message is not a stop.
+        assert!(!parse(&encode(1, None, 2, None)).unwrap().stop);
     }
 
     #[test]

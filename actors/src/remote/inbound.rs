@@ -25,7 +25,7 @@ use super::{
 use crate::{
     config::SystemConfig,
     lifecycle::{StopReason, Terminated},
-    mailbox::Refused,
+    mailbox::{Refused, STOP_RECORD},
     path::MAX_PATH_LEN,
     registry::{Registry, Target},
     serialization::manifests,
@@ -229,18 +229,7 @@ impl Runs {
     /// envelope was `credit` bytes; `left` is what this read still holds.
     #[inline]
     fn push(&mut self, id: u32, entry: &Entry, payload: &[u8], credit: usize, left: usize) {
-        let target = entry.target.as_ref().expect("checked by the caller");
-        let key = (id, target_key(target));
-        let i = if self
-            .list
-            .get(self.last)
-            .is_some_and(|r| r.id == id && target_key(&r.target) == key.1)
-        {
-            self.last
-        } else {
-            self.find_or_add(key, entry)
-        };
-        self.last = i;
+        let i = self.run_of(id, entry);
         let run = &mut self.list[i];
         run.credit += credit as u64;
         let need = 4 + payload.len();
@@ -262,6 +251,38 @@ impl Runs {
         run.buf.put_slice(payload);
         run.n += 1;
         run.used = true;
+    }
+
+    /// Appends a graceful stop for `id`'s target (a [`STOP_RECORD`], one
+    /// record of the run), whose envelope was `credit` bytes: its mailbox
+    /// gets it in order with the messages around it, parked behind them if
+    /// it is full.
+    #[cold]
+    fn push_stop(&mut self, id: u32, entry: &Entry, credit: usize) {
+        let i = self.run_of(id, entry);
+        let run = &mut self.list[i];
+        run.credit += credit as u64;
+        run.buf.put_u32_le(STOP_RECORD);
+        run.n += 1;
+        run.used = true;
+    }
+
+    /// The run of `id`'s target (which the caller checked is set).
+    #[inline(always)]
+    fn run_of(&mut self, id: u32, entry: &Entry) -> usize {
+        let target = entry.target.as_ref().expect("checked by the caller");
+        let key = (id, target_key(target));
+        let i = if self
+            .list
+            .get(self.last)
+            .is_some_and(|r| r.id == id && target_key(&r.target) == key.1)
+        {
+            self.last
+        } else {
+            self.find_or_add(key, entry)
+        };
+        self.last = i;
+        i
     }
 
     #[cold]
@@ -454,7 +475,30 @@ impl Dispatch {
                 return;
             }
         }
+        if env.stop {
+            return self.on_stop(id, body.len());
+        }
         self.runs.push(id, entry, b, body.len(), self.left_in_read);
+    }
+
+    /// A graceful stop (`envelope::ENV_STOP`) for recipient `id`, whose
+    /// target takes the envelope's manifest: queued in its run, behind
+    /// the messages before it. Refused in untrusted mode as a remote
+    /// `stop` is (a dead letter, and its credit goes back).
+    #[cold]
+    #[inline(never)]
+    fn on_stop(&mut self, id: u32, credit: usize) {
+        let Some(entry) = self.entry(id) else {
+            return;
+        };
+        if !self.access.may_stop() {
+            let to = self.registry.path(&entry.path);
+            let win = entry.win.clone();
+            self.dead("(remote graceful stop)", &to, "refused: untrusted mode");
+            return self.release(id, win.as_deref(), credit as u64);
+        }
+        let entry = entry.clone();
+        self.runs.push_stop(id, &entry, credit);
     }
 
     /// `bytes` of recipient `id`'s messages left this node's custody:
