@@ -8,7 +8,7 @@ use std::{
     future::Future,
     panic::AssertUnwindSafe,
     sync::{
-        Arc, OnceLock, PoisonError,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     task::Poll,
@@ -26,7 +26,8 @@ use crate::{
     registry::Target,
     serialization::{RemoteMessage, manifests, with_decode_scope},
     supervision::{
-        ChildControl, ChildEvent, Parent, Restarts, SupervisorStrategy, Verdict, is_failure,
+        ChildControl, ChildEvent, Panicked, Parent, Restarts, SupervisorStrategy, Verdict,
+        is_failure,
     },
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
@@ -173,6 +174,10 @@ pub struct Ctx<A: Actor> {
     /// This actor as its children's parent (its cell).
     pub(crate) parent_link: Arc<dyn Parent>,
     pub(crate) keep_timers: bool,
+    /// The restart window this instance's children share when its
+    /// strategy is all-for-one (Erlang's supervisor intensity): a restart
+    /// of the group counts once, whichever child failed.
+    pub(crate) group_restarts: Arc<Mutex<Restarts>>,
 }
 
 impl<A: Actor> fmt::Debug for Ctx<A> {
@@ -240,6 +245,10 @@ impl<A: Actor> Ctx<A> {
             factory: Some(factory.clone()),
             strategy: self.strategy.clone(),
             parent: Some(self.parent_link.clone()),
+            group: self
+                .strategy
+                .is_all_for_one()
+                .then(|| self.group_restarts.clone()),
         };
         let elements = format!("{}/{name}", self.myself.path().elements());
         let (id, cell) = self.system.spawn_registered(
@@ -374,6 +383,9 @@ pub(crate) struct Supervision<A> {
     pub(crate) factory: Option<Factory<A>>,
     pub(crate) strategy: SupervisorStrategy,
     pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// Under an all-for-one parent: the restart window it shares with its
+    /// siblings (see `Ctx::group_restarts`); otherwise its own counts.
+    pub(crate) group: Option<Arc<Mutex<Restarts>>>,
 }
 
 impl<A> Supervision<A> {
@@ -383,6 +395,7 @@ impl<A> Supervision<A> {
             factory: None,
             strategy: SupervisorStrategy::stop(),
             parent: None,
+            group: None,
         }
     }
 }
@@ -508,6 +521,7 @@ impl ActorSystem {
             factory: Some(factory.clone()),
             strategy,
             parent: None,
+            group: None,
         };
         let elements = format!("/user/{name}");
         let (_, cell) =
@@ -669,8 +683,13 @@ async fn guarded<F: Future>(fut: F) -> Result<F::Output, String> {
 enum Outcome {
     /// A stop was asked for (or the mailbox closed).
     Stop(StopReason),
-    /// A hook failed (`Failed`) or panicked (`Panicked`).
-    Fail { reason: StopReason, panicked: bool },
+    /// A hook failed (`Failed`) or panicked (`Panicked`); `error` is what
+    /// the supervisor's decider sees.
+    Fail {
+        reason: StopReason,
+        panicked: bool,
+        error: ActorError,
+    },
     /// All-for-one: its supervisor restarts it because a sibling failed.
     SiblingFailed,
 }
@@ -683,10 +702,12 @@ fn failure(r: Result<ActorError, String>) -> Outcome {
         Ok(e) => Outcome::Fail {
             reason: StopReason::Failed(e.to_string()),
             panicked: false,
+            error: e,
         },
         Err(p) => Outcome::Fail {
-            reason: StopReason::Panicked(p),
+            reason: StopReason::Panicked(p.clone()),
             panicked: true,
+            error: Box::new(Panicked { message: p }),
         },
     }
 }
@@ -949,10 +970,8 @@ fn on_child<A: Actor>(ctx: &mut Ctx<A>, event: ChildEvent) -> Option<Outcome> {
             // Unknown: a child of an instance that was restarted since.
             let child = ctx.children.remove(&id)?;
             if escalate {
-                return Some(Outcome::Fail {
-                    reason: StopReason::Failed(format!("child {} escalated: {reason}", child.name)),
-                    panicked: false,
-                });
+                let why = format!("child {} escalated: {reason}", child.name);
+                return Some(failure(Ok(why.into())));
             }
             if ctx.strategy.is_all_for_one() && is_failure(&reason) {
                 for c in ctx.children.values() {
@@ -990,6 +1009,7 @@ async fn run_actor<A: Actor>(
             children: HashMap::new(),
             parent_link,
             keep_timers: false,
+            group_restarts: Arc::default(),
         },
         cell,
         registry,
@@ -1005,6 +1025,9 @@ async fn run_actor<A: Actor>(
     let mut actor = first;
     let (reason, escalate, last) = loop {
         run.ctx.strategy = actor.supervisor_strategy();
+        // A new instance is a new supervisor: its children's window
+        // starts empty (the old instance's children stopped with it).
+        run.ctx.group_restarts = Arc::default();
         let outcome = match guarded(run.instance(&mut actor)).await {
             Ok(outcome) => outcome,
             Err(p) => {
@@ -1020,19 +1043,37 @@ async fn run_actor<A: Actor>(
         };
         let (failed, panicked, own) = match outcome {
             Outcome::Stop(reason) => break (reason, false, Some(actor)),
-            Outcome::Fail { reason, panicked } => (reason, panicked, true),
+            Outcome::Fail {
+                reason,
+                panicked,
+                error,
+            } => (reason, panicked, Some(error)),
             Outcome::SiblingFailed => (
                 StopReason::Failed("a sibling failed (all-for-one)".to_owned()),
                 false,
-                false,
+                None,
             ),
         };
         // A panicked instance's state is unknown: dropped, no `stopped`.
         let old = (!panicked).then_some(actor);
-        let verdict = match (&sup.factory, own) {
+        let verdict = match (&sup.factory, &own) {
             (None, _) => Verdict::Stop,
-            (Some(_), false) => Verdict::Restart(Duration::ZERO),
-            (Some(_), true) => restarts.decide(&sup.strategy, tokio::time::Instant::now()),
+            (Some(_), None) => Verdict::Restart(Duration::ZERO),
+            (Some(_), Some(error)) => {
+                let directive = sup.strategy.directive_for(error);
+                let now = tokio::time::Instant::now();
+                match &sup.group {
+                    // All-for-one: counted once against the window the
+                    // siblings share; their own restarts (`SiblingFailed`
+                    // above) are part of this one and not counted again.
+                    Some(group) => group.lock().unwrap_or_else(PoisonError::into_inner).decide(
+                        &sup.strategy,
+                        directive,
+                        now,
+                    ),
+                    None => restarts.decide(&sup.strategy, directive, now),
+                }
+            }
         };
         let delay = match verdict {
             Verdict::Restart(delay) => delay,
@@ -1082,7 +1123,9 @@ async fn run_actor<A: Actor>(
                 break (StopReason::Panicked(msg), false, None);
             }
         };
-        if own && let Some(parent) = &sup.parent {
+        if own.is_some()
+            && let Some(parent) = &sup.parent
+        {
             parent.child_event(ChildEvent::Restarted { id });
         }
     };
