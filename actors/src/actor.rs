@@ -553,10 +553,20 @@ impl ActorSystem {
             return Err(SpawnError::ShuttingDown);
         }
         let manifest = <A::Msg as RemoteMessage>::MANIFEST;
-        manifests::register(manifest).map_err(|c| SpawnError::ManifestCollision {
-            manifest,
-            id: c.id,
-            registered: c.registered,
+        manifests::register::<A::Msg>().map_err(|c| match c {
+            manifests::Conflict::Id { id, registered } => SpawnError::ManifestCollision {
+                manifest,
+                id,
+                registered,
+            },
+            manifests::Conflict::SameName {
+                registered_type,
+                this_type,
+            } => SpawnError::ManifestShared {
+                manifest,
+                registered_type,
+                this_type,
+            },
         })?;
         // User code (a factory) runs before the registry lock is taken.
         let actor = make();

@@ -178,12 +178,11 @@ impl<M: Send + 'static> ActorRef<M> {
     {
         // Names the type in this node's dead letters; a collision was
         // refused at spawn or resolve already, or is logged here.
-        if let Err(c) = manifests::register(M::MANIFEST) {
+        if let Err(c) = manifests::register::<M>() {
             tracing::error!(
                 manifest = M::MANIFEST,
-                id = c.id,
-                registered = c.registered,
-                "two message types share a manifest id: rename one"
+                conflict = ?c,
+                "two message types share a manifest: rename one"
             );
         }
         Self {

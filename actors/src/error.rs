@@ -191,6 +191,22 @@ pub enum ResolveError {
         /// The manifest registered first.
         registered: &'static str,
     },
+    /// `M`'s manifest is the one another type has in this process, and
+    /// `#[derive(RemoteMessage)]` gave it to at least one of them by
+    /// default (`<package>.<Type>`): two types of one name in one
+    /// package. Give one a name of its own with
+    /// `#[remote(manifest = "...")]`.
+    #[error(
+        "manifest {manifest:?} is both {registered_type}'s and {this_type}'s (two types of one name in one package?): give one its own with #[remote(manifest = \"...\")]"
+    )]
+    ManifestShared {
+        /// The manifest.
+        manifest: &'static str,
+        /// The type registered with it first.
+        registered_type: &'static str,
+        /// The type asked for.
+        this_type: &'static str,
+    },
     /// An actor lives there but takes another message type.
     #[error("actor at {path} takes {actual}, not {expected}")]
     WrongType {
@@ -245,6 +261,22 @@ pub enum SpawnError {
         id: u32,
         /// The manifest registered first.
         registered: &'static str,
+    },
+    /// The actor's message type has the manifest another type has in this
+    /// process, and `#[derive(RemoteMessage)]` gave it to at least one of
+    /// them by default (`<package>.<Type>`): two types of one name in one
+    /// package. Give one a name of its own with
+    /// `#[remote(manifest = "...")]`.
+    #[error(
+        "manifest {manifest:?} is both {registered_type}'s and {this_type}'s (two types of one name in one package?): give one its own with #[remote(manifest = \"...\")]"
+    )]
+    ManifestShared {
+        /// The manifest.
+        manifest: &'static str,
+        /// The type registered with it first.
+        registered_type: &'static str,
+        /// The actor's message type.
+        this_type: &'static str,
     },
 }
 
