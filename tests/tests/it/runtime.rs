@@ -8,6 +8,8 @@ use actors::{
     StopReason, SystemConfig, TimerKey,
 };
 use integration_tests::{actor_path, actor_system_with, eventually, proxy::Mode, within};
+
+use super::actors_common::Collector;
 use serde::{Deserialize, Serialize};
 use tokio::{
     sync::{mpsc, oneshot},
@@ -549,6 +551,50 @@ async fn a_remote_graceful_stop_comes_after_the_messages_sent_before_it() {
         b.dead_letters() == 1
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_remote_graceful_stop_buffered_while_connecting_keeps_its_place() {
+    let (open, gate) = oneshot::channel();
+    let (report, count) = oneshot::channel();
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    let gate = b
+        .spawn_named(
+            "gate",
+            Gate {
+                gate: Some(gate),
+                count: 0,
+                report: Some(report),
+            },
+        )
+        .expect("free");
+    // a learns of the gate from a message of b's: b dialed a, so a has no
+    // link of its own to b yet, and its first send to b connects.
+    let (refs, mut got) = mpsc::unbounded_channel();
+    a.spawn_named("inbox", Collector { out: refs })
+        .expect("free");
+    let inbox: ActorRef<ActorRef<Job>> = within("resolve", b.resolve(&actor_path(&a, "inbox")))
+        .await
+        .expect("resolves");
+    inbox.tell(gate).expect("room");
+    let remote: ActorRef<Job> = within("the ref", got.recv()).await.expect("a ref");
+    assert!(!remote.is_local());
+    // No await from here to the stop: on this thread's runtime the connect
+    // cannot finish meanwhile, so all of it waits in the connect buffer.
+    let watched = remote.watch();
+    for n in 0..100 {
+        remote
+            .tell(Job::Work(n))
+            .expect("room in the connect buffer");
+    }
+    remote.stop_after_queued().expect("buffered");
+    open.send(()).expect("the gate waits");
+    assert_eq!(
+        within("a sees the actor stop", watched).await.reason,
+        StopReason::Stopped
+    );
+    assert_eq!(within("its count", count).await, Ok(100));
 }
 
 #[tokio::test]
