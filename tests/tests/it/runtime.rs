@@ -559,22 +559,25 @@ async fn a_remote_graceful_stop_buffered_while_connecting_keeps_its_place() {
     let (report, count) = oneshot::channel();
     let a = actor_system_with("a", SystemConfig::default()).await;
     let b = actor_system_with("b", SystemConfig::default()).await;
-    let gate = b
-        .spawn_named(
-            "gate",
-            Gate {
-                gate: Some(gate),
-                count: 0,
-                report: Some(report),
-            },
-        )
-        .expect("free");
-    // a learns of the gate from a message of b's: b dialed a, so a has no
-    // link of its own to b yet, and its first send to b connects.
+    b.spawn_named(
+        "gate",
+        Gate {
+            gate: Some(gate),
+            count: 0,
+            report: Some(report),
+        },
+    )
+    .expect("free");
+    // a learns of b's gate from a third node: a has never spoken to b,
+    // and its first send to b connects.
+    let c = actor_system_with("c", SystemConfig::default()).await;
+    let gate: ActorRef<Job> = within("resolve", c.resolve(&actor_path(&b, "gate")))
+        .await
+        .expect("resolves");
     let (refs, mut got) = mpsc::unbounded_channel();
     a.spawn_named("inbox", Collector { out: refs })
         .expect("free");
-    let inbox: ActorRef<ActorRef<Job>> = within("resolve", b.resolve(&actor_path(&a, "inbox")))
+    let inbox: ActorRef<ActorRef<Job>> = within("resolve", c.resolve(&actor_path(&a, "inbox")))
         .await
         .expect("resolves");
     inbox.tell(gate).expect("room");
