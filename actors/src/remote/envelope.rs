@@ -63,11 +63,21 @@ pub(crate) struct Envelope<'a> {
     /// An ask's reply slot on the sending node (`ENV_REPLY`).
     pub(crate) reply: Option<&'a str>,
     pub(crate) manifest: u32,
-    /// Set when the payload is one fragment of a large message.
-    pub(crate) fragment: Option<Fragment>,
-    /// A graceful stop, not a message (`ENV_STOP`); the payload is empty.
-    pub(crate) stop: bool,
+    /// A message, a fragment of a large one, or a graceful stop: one field,
+    /// so that the hot path tells them apart with one test.
+    pub(crate) kind: Kind,
     pub(crate) payload: &'a [u8],
+}
+
+/// What an envelope carries besides its recipient and manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A whole message: the payload.
+    Message,
+    /// One fragment of a large message (`ENV_FRAGMENT`).
+    Fragment(Fragment),
+    /// A graceful stop (`ENV_STOP`); the payload is empty.
+    Stop,
 }
 
 /// Where a fragment's payload belongs (see the module docs).
@@ -127,31 +137,40 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         return Err("envelope has no manifest");
     }
     let manifest = b.get_u32_le();
-    let stop = flags & ENV_STOP != 0;
-    if stop && (flags & ENV_FRAGMENT != 0 || !b.is_empty()) {
-        return Err("a stop envelope with a payload");
-    }
-    let mut fragment = None;
-    if flags & ENV_FRAGMENT != 0 {
-        if b.len() < FRAGMENT_HEADER {
-            return Err("truncated fragment header");
-        }
-        fragment = Some(Fragment {
-            msg: b.get_u32_le(),
-            total: b.get_u32_le(),
-            offset: b.get_u32_le(),
-        });
-    }
+    let kind = if flags & (ENV_FRAGMENT | ENV_STOP) == 0 {
+        Kind::Message
+    } else {
+        special(flags, &mut b)?
+    };
     Ok(Envelope {
         id,
         define,
         inline,
         reply,
         manifest,
-        fragment,
-        stop,
+        kind,
         payload: b,
     })
+}
+
+/// The kind of an envelope with `ENV_FRAGMENT` or `ENV_STOP`, reading a
+/// fragment's header from `b`.
+#[cold]
+fn special(flags: u8, b: &mut &[u8]) -> Result<Kind, &'static str> {
+    if flags & ENV_STOP != 0 {
+        if flags & ENV_FRAGMENT != 0 || !b.is_empty() {
+            return Err("a stop envelope with a payload");
+        }
+        return Ok(Kind::Stop);
+    }
+    if b.len() < FRAGMENT_HEADER {
+        return Err("truncated fragment header");
+    }
+    Ok(Kind::Fragment(Fragment {
+        msg: b.get_u32_le(),
+        total: b.get_u32_le(),
+        offset: b.get_u32_le(),
+    }))
 }
 
 /// Appends the header of an envelope to a recipient whose id the link
@@ -258,8 +277,7 @@ mod tests {
                     inline: false,
                     reply: None,
                     manifest: 0xdead_beef,
-                    fragment,
-                    stop: false,
+                    kind: fragment.map_or(Kind::Message, Kind::Fragment),
                     payload: b"payload",
                 }
             );
@@ -342,7 +360,7 @@ mod tests {
             put_header(&mut b, to, 9, None);
             b[0] |= ENV_STOP;
             let env = parse(&b).unwrap();
-            assert!(env.stop);
+            assert_eq!(env.kind, Kind::Stop);
             assert_eq!((env.id, env.manifest, env.payload), (3, 9, &b""[..]));
             // A payload, or a fragment header, makes it malformed.
             let mut with_payload = b.clone();
@@ -353,7 +371,7 @@ mod tests {
             assert_eq!(parse(&b), Err("a stop envelope with a payload"));
         }
         // A message is not a stop.
-        assert!(!parse(&encode(1, None, 2, None)).unwrap().stop);
+        assert_eq!(parse(&encode(1, None, 2, None)).unwrap().kind, Kind::Message);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 use super::{
     access::Access,
     compression::InboundIds,
-    envelope::{self, Fragment},
+    envelope::{self, Fragment, Kind},
     flow::{ParkBudget, ParkedBatch, Windowed},
     large::{Reassembly, Step},
     link::{Outbox, Sampler, lock},
@@ -432,8 +432,10 @@ impl Dispatch {
         } else if id == INLINE_ID {
             return self.malformed("recipient id reserved");
         }
-        if let Some(f) = env.fragment {
-            return self.on_fragment(id, manifest, f, b);
+        match env.kind {
+            Kind::Message => {}
+            Kind::Fragment(f) => return self.on_fragment(id, manifest, f, b),
+            Kind::Stop => return self.on_stop(id, manifest, body.len()),
         }
         // One lookup: the entry, its target refreshed in place if it cannot
         // take this type (see `refresh_target`).
@@ -475,30 +477,39 @@ impl Dispatch {
                 return;
             }
         }
-        if env.stop {
-            return self.on_stop(id, body.len());
-        }
         self.runs.push(id, entry, b, body.len(), self.left_in_read);
     }
 
-    /// A graceful stop (`envelope::ENV_STOP`) for recipient `id`, whose
-    /// target takes the envelope's manifest: queued in its run, behind
-    /// the messages before it. Refused in untrusted mode as a remote
-    /// `stop` is (a dead letter, and its credit goes back).
+    /// A graceful stop (`envelope::ENV_STOP`) for recipient `id`, of an
+    /// actor taking `manifest`, whose envelope was `credit` bytes: queued
+    /// in its run, behind the messages before it. Refused in untrusted
+    /// mode as a remote `stop` is; a dead letter, like a message, when no
+    /// actor taking `manifest` is there. Either way its credit goes back.
     #[cold]
     #[inline(never)]
-    fn on_stop(&mut self, id: u32, credit: usize) {
+    fn on_stop(&mut self, id: u32, manifest: u32, credit: usize) {
+        self.refresh_target(id, manifest);
         let Some(entry) = self.entry(id) else {
-            return;
+            // Ids are defined in-stream before use: this is a broken peer.
+            return self.malformed(&format!("unknown recipient id {id}"));
         };
-        if !self.access.may_stop() {
-            let to = self.registry.path(&entry.path);
-            let win = entry.win.clone();
-            self.dead("(remote graceful stop)", &to, "refused: untrusted mode");
-            return self.release(id, win.as_deref(), credit as u64);
-        }
-        let entry = entry.clone();
-        self.runs.push_stop(id, &entry, credit);
+        let why = match &entry.target {
+            _ if !self.access.may_stop() => "refused: untrusted mode".to_owned(),
+            None => "no such actor".to_owned(),
+            Some(t) if t.manifest() != manifest => format!(
+                "actor takes {}, the stop was sent to one taking {}",
+                t.manifest_name(),
+                manifests::label(manifest)
+            ),
+            Some(_) => {
+                let entry = entry.clone();
+                return self.runs.push_stop(id, &entry, credit);
+            }
+        };
+        let to = self.registry.path(&entry.path);
+        let win = entry.win.clone();
+        self.dead("(remote graceful stop)", &to, &why);
+        self.release(id, win.as_deref(), credit as u64);
     }
 
     /// `bytes` of recipient `id`'s messages left this node's custody:
