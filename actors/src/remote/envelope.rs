@@ -371,7 +371,10 @@ mod tests {
             assert_eq!(parse(&b), Err("a stop envelope with a payload"));
         }
         // A message is not a stop.
-        assert_eq!(parse(&encode(1, None, 2, None)).unwrap().kind, Kind::Message);
+        assert_eq!(
+            parse(&encode(1, None, 2, None)).unwrap().kind,
+            Kind::Message
+        );
     }
 
     #[test]
