@@ -781,6 +781,13 @@ impl<A: Actor> Runner<A> {
         // Hooks are awaited directly: a panic in one unwinds out of this
         // instance, and `run_actor` catches it once per instance (a
         // wrapper per message cost ~60 instructions per message).
+        //
+        // `handling` is kept true through a run of messages and cleared
+        // only around the other user code of the loop (`terminated`,
+        // decoding, timers' closures) and between batches, so that a
+        // message costs no store of it (two per message cost 0.6 % of
+        // the receiving thread under callgrind).
+        *handling = false;
         if let Err(e) = actor.started(ctx).await {
             return failure(Ok(e));
         }
@@ -813,14 +820,17 @@ impl<A: Actor> Runner<A> {
                     meter.taken(user.iter().map(Queued::count).sum());
                 }
             }
+            *handling = true;
             loop {
                 while let Some(s) = sys.pop_front() {
                     match s {
                         SystemMsg::Stop => return Outcome::Stop(StopReason::Stopped),
                         SystemMsg::Terminated(t) => {
+                            *handling = false;
                             if let Err(e) = actor.terminated(t, ctx).await {
                                 return failure(Ok(e));
                             }
+                            *handling = true;
                         }
                         SystemMsg::Child(event) => {
                             if let Some(outcome) = on_child(ctx, event) {
@@ -837,7 +847,10 @@ impl<A: Actor> Runner<A> {
                     m
                 } else {
                     match user.pop_front() {
-                        None => break,
+                        None => {
+                            *handling = false;
+                            break;
+                        }
                         Some(Queued::Local(m)) => m,
                         Some(Queued::Timer(timer)) => {
                             let (key, m) = *timer;
@@ -866,10 +879,13 @@ impl<A: Actor> Runner<A> {
                                 }
                                 pos
                             };
+                            // A message's `Deserialize` is user code too.
+                            *handling = false;
                             let end = match &*scope {
                                 Some(scope) => with_decode_scope(scope, &bytes, decode_all),
                                 None => decode_all(),
                             };
+                            *handling = true;
                             if end < bytes.len() {
                                 // A graceful stop from another node: after
                                 // the messages decoded before it.
@@ -880,9 +896,7 @@ impl<A: Actor> Runner<A> {
                     }
                 };
                 let started = meter.start();
-                *handling = true;
                 let result = actor.handle(msg, ctx).await;
-                *handling = false;
                 meter.handled(started);
                 if let Err(e) = result {
                     // Not retried: counted and logged once.
@@ -893,7 +907,10 @@ impl<A: Actor> Runner<A> {
                     return Outcome::Stop(StopReason::Stopped);
                 }
                 if !ctx.timers.is_empty() {
+                    // A repeated timer's closure is user code.
+                    *handling = false;
                     fire_due(&mut ctx.timers, cell);
+                    *handling = true;
                 }
                 if cell.mailbox.system_pending() {
                     cell.mailbox.take_system(sys);

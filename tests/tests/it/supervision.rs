@@ -515,6 +515,46 @@ async fn all_for_one_counts_each_group_restart_once_against_the_parents_limit() 
     assert_eq!(within("b stops", wb).await.reason, StopReason::Stopped);
 }
 
+/// Watches a counter; on `Stop` stops it and waits for it to end inside
+/// the handler, so the notice is queued when the handler returns; panics
+/// in `terminated`.
+struct PanicsOnNotice(ActorRef<Count>);
+
+impl Actor for PanicsOnNotice {
+    type Msg = Count;
+
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
+        ctx.watch(&self.0);
+        Ok(())
+    }
+
+    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) -> ActorResult {
+        if let Count::Stop = msg {
+            let ended = self.0.watch();
+            self.0.stop();
+            ended.await;
+        }
+        Ok(())
+    }
+
+    async fn terminated(&mut self, _: actors::Terminated, _: &mut Ctx<Self>) -> ActorResult {
+        panic!("terminated panics");
+    }
+}
+
+#[tokio::test]
+async fn a_panic_outside_handle_is_no_failed_message() {
+    let sys = ActorSystem::local("s").expect("valid");
+    let target = sys.spawn(super::actors_common::Counter::default());
+    let w = sys.spawn(PanicsOnNotice(target));
+    let watch = w.watch();
+    w.tell(Count::Stop).expect("room");
+    let reason = within("the watcher stops", watch).await.reason;
+    assert_eq!(reason, StopReason::Panicked("terminated panics".into()));
+    // The handled message succeeded; the panic was in `terminated`.
+    assert_eq!(sys.dead_letters(), 0, "no message counted as failed");
+}
+
 /// An actor whose timers report into a channel.
 struct Ticker {
     ticks: mpsc::UnboundedSender<&'static str>,
