@@ -14,7 +14,8 @@
 //! stop understanding itself. The package and type names are what a human
 //! sees as the type's identity. The trade-off: renaming the package or
 //! the type changes the manifest, and two types with one name in two
-//! modules of one package share it. Give one of them (or any type whose
+//! modules of one package share it (the runtime refuses the second one it
+//! registers, naming both: `SpawnError::ManifestShared`). Give one of them (or any type whose
 //! name must outlive renames) an explicit, stable manifest:
 //!
 //! ```text
@@ -198,11 +199,15 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
                 .push(syn::parse_quote!(#p: #krate::RemoteMessage));
         }
     }
+    // Two types of one name in one package get one default manifest: the
+    // runtime refuses the second one it sees (`DERIVED_MANIFEST`).
+    let derived = opts.manifest.is_none();
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     Ok(quote! {
         #[automatically_derived]
         impl #impl_generics #krate::RemoteMessage for #ident #ty_generics #where_clause {
             const MANIFEST: &'static str = #manifest;
+            const DERIVED_MANIFEST: bool = #derived;
         }
     })
 }

@@ -8,7 +8,7 @@ use std::{
     future::Future,
     panic::AssertUnwindSafe,
     sync::{
-        Arc, OnceLock, PoisonError,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     task::Poll,
@@ -21,12 +21,13 @@ use crate::{
     config::SpawnOptions,
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Queued, SystemMsg, next_record},
+    mailbox::{Mailbox, Queued, SystemMsg, next_record, stop_in_batch},
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
     serialization::{RemoteMessage, manifests, with_decode_scope},
     supervision::{
-        ChildControl, ChildEvent, Parent, Restarts, SupervisorStrategy, Verdict, is_failure,
+        ChildControl, ChildEvent, Panicked, Parent, Restarts, SupervisorStrategy, Verdict,
+        is_failure,
     },
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
@@ -173,6 +174,10 @@ pub struct Ctx<A: Actor> {
     /// This actor as its children's parent (its cell).
     pub(crate) parent_link: Arc<dyn Parent>,
     pub(crate) keep_timers: bool,
+    /// The restart window this instance's children share when its
+    /// strategy is all-for-one (Erlang's supervisor intensity): a restart
+    /// of the group counts once, whichever child failed.
+    pub(crate) group_restarts: Arc<Mutex<Restarts>>,
 }
 
 impl<A: Actor> fmt::Debug for Ctx<A> {
@@ -240,6 +245,10 @@ impl<A: Actor> Ctx<A> {
             factory: Some(factory.clone()),
             strategy: self.strategy.clone(),
             parent: Some(self.parent_link.clone()),
+            group: self
+                .strategy
+                .is_all_for_one()
+                .then(|| self.group_restarts.clone()),
         };
         let elements = format!("{}/{name}", self.myself.path().elements());
         let (id, cell) = self.system.spawn_registered(
@@ -374,6 +383,9 @@ pub(crate) struct Supervision<A> {
     pub(crate) factory: Option<Factory<A>>,
     pub(crate) strategy: SupervisorStrategy,
     pub(crate) parent: Option<Arc<dyn Parent>>,
+    /// Under an all-for-one parent: the restart window it shares with its
+    /// siblings (see `Ctx::group_restarts`); otherwise its own counts.
+    pub(crate) group: Option<Arc<Mutex<Restarts>>>,
 }
 
 impl<A> Supervision<A> {
@@ -383,6 +395,7 @@ impl<A> Supervision<A> {
             factory: None,
             strategy: SupervisorStrategy::stop(),
             parent: None,
+            group: None,
         }
     }
 }
@@ -508,6 +521,7 @@ impl ActorSystem {
             factory: Some(factory.clone()),
             strategy,
             parent: None,
+            group: None,
         };
         let elements = format!("/user/{name}");
         let (_, cell) =
@@ -539,10 +553,20 @@ impl ActorSystem {
             return Err(SpawnError::ShuttingDown);
         }
         let manifest = <A::Msg as RemoteMessage>::MANIFEST;
-        manifests::register(manifest).map_err(|c| SpawnError::ManifestCollision {
-            manifest,
-            id: c.id,
-            registered: c.registered,
+        manifests::register::<A::Msg>().map_err(|c| match c {
+            manifests::Conflict::Id { id, registered } => SpawnError::ManifestCollision {
+                manifest,
+                id,
+                registered,
+            },
+            manifests::Conflict::SameName {
+                registered_type,
+                this_type,
+            } => SpawnError::ManifestShared {
+                manifest,
+                registered_type,
+                this_type,
+            },
         })?;
         // User code (a factory) runs before the registry lock is taken.
         let actor = make();
@@ -669,8 +693,13 @@ async fn guarded<F: Future>(fut: F) -> Result<F::Output, String> {
 enum Outcome {
     /// A stop was asked for (or the mailbox closed).
     Stop(StopReason),
-    /// A hook failed (`Failed`) or panicked (`Panicked`).
-    Fail { reason: StopReason, panicked: bool },
+    /// A hook failed (`Failed`) or panicked (`Panicked`); `error` is what
+    /// the supervisor's decider sees.
+    Fail {
+        reason: StopReason,
+        panicked: bool,
+        error: ActorError,
+    },
     /// All-for-one: its supervisor restarts it because a sibling failed.
     SiblingFailed,
 }
@@ -683,10 +712,12 @@ fn failure(r: Result<ActorError, String>) -> Outcome {
         Ok(e) => Outcome::Fail {
             reason: StopReason::Failed(e.to_string()),
             panicked: false,
+            error: e,
         },
         Err(p) => Outcome::Fail {
-            reason: StopReason::Panicked(p),
+            reason: StopReason::Panicked(p.clone()),
             panicked: true,
+            error: Box::new(Panicked { message: p }),
         },
     }
 }
@@ -750,6 +781,13 @@ impl<A: Actor> Runner<A> {
         // Hooks are awaited directly: a panic in one unwinds out of this
         // instance, and `run_actor` catches it once per instance (a
         // wrapper per message cost ~60 instructions per message).
+        //
+        // `handling` is kept true through a run of messages and cleared
+        // only around the other user code of the loop (`terminated`,
+        // decoding, timers' closures) and between batches, so that a
+        // message costs no store of it (two per message cost 0.6 % of
+        // the receiving thread under callgrind).
+        *handling = false;
         if let Err(e) = actor.started(ctx).await {
             return failure(Ok(e));
         }
@@ -782,14 +820,17 @@ impl<A: Actor> Runner<A> {
                     meter.taken(user.iter().map(Queued::count).sum());
                 }
             }
+            *handling = true;
             loop {
                 while let Some(s) = sys.pop_front() {
                     match s {
                         SystemMsg::Stop => return Outcome::Stop(StopReason::Stopped),
                         SystemMsg::Terminated(t) => {
+                            *handling = false;
                             if let Err(e) = actor.terminated(t, ctx).await {
                                 return failure(Ok(e));
                             }
+                            *handling = true;
                         }
                         SystemMsg::Child(event) => {
                             if let Some(outcome) = on_child(ctx, event) {
@@ -806,7 +847,10 @@ impl<A: Actor> Runner<A> {
                     m
                 } else {
                     match user.pop_front() {
-                        None => break,
+                        None => {
+                            *handling = false;
+                            break;
+                        }
                         Some(Queued::Local(m)) => m,
                         Some(Queued::Timer(timer)) => {
                             let (key, m) = *timer;
@@ -833,19 +877,26 @@ impl<A: Actor> Runner<A> {
                                         ),
                                     }
                                 }
+                                pos
                             };
-                            match &*scope {
+                            // A message's `Deserialize` is user code too.
+                            *handling = false;
+                            let end = match &*scope {
                                 Some(scope) => with_decode_scope(scope, &bytes, decode_all),
                                 None => decode_all(),
+                            };
+                            *handling = true;
+                            if end < bytes.len() {
+                                // A graceful stop from another node: after
+                                // the messages decoded before it.
+                                stop_in_batch(user, &bytes, end);
                             }
                             continue;
                         }
                     }
                 };
                 let started = meter.start();
-                *handling = true;
                 let result = actor.handle(msg, ctx).await;
-                *handling = false;
                 meter.handled(started);
                 if let Err(e) = result {
                     // Not retried: counted and logged once.
@@ -856,7 +907,10 @@ impl<A: Actor> Runner<A> {
                     return Outcome::Stop(StopReason::Stopped);
                 }
                 if !ctx.timers.is_empty() {
+                    // A repeated timer's closure is user code.
+                    *handling = false;
                     fire_due(&mut ctx.timers, cell);
+                    *handling = true;
                 }
                 if cell.mailbox.system_pending() {
                     cell.mailbox.take_system(sys);
@@ -943,10 +997,8 @@ fn on_child<A: Actor>(ctx: &mut Ctx<A>, event: ChildEvent) -> Option<Outcome> {
             // Unknown: a child of an instance that was restarted since.
             let child = ctx.children.remove(&id)?;
             if escalate {
-                return Some(Outcome::Fail {
-                    reason: StopReason::Failed(format!("child {} escalated: {reason}", child.name)),
-                    panicked: false,
-                });
+                let why = format!("child {} escalated: {reason}", child.name);
+                return Some(failure(Ok(why.into())));
             }
             if ctx.strategy.is_all_for_one() && is_failure(&reason) {
                 for c in ctx.children.values() {
@@ -984,6 +1036,7 @@ async fn run_actor<A: Actor>(
             children: HashMap::new(),
             parent_link,
             keep_timers: false,
+            group_restarts: Arc::default(),
         },
         cell,
         registry,
@@ -999,6 +1052,9 @@ async fn run_actor<A: Actor>(
     let mut actor = first;
     let (reason, escalate, last) = loop {
         run.ctx.strategy = actor.supervisor_strategy();
+        // A new instance is a new supervisor: its children's window
+        // starts empty (the old instance's children stopped with it).
+        run.ctx.group_restarts = Arc::default();
         let outcome = match guarded(run.instance(&mut actor)).await {
             Ok(outcome) => outcome,
             Err(p) => {
@@ -1014,19 +1070,37 @@ async fn run_actor<A: Actor>(
         };
         let (failed, panicked, own) = match outcome {
             Outcome::Stop(reason) => break (reason, false, Some(actor)),
-            Outcome::Fail { reason, panicked } => (reason, panicked, true),
+            Outcome::Fail {
+                reason,
+                panicked,
+                error,
+            } => (reason, panicked, Some(error)),
             Outcome::SiblingFailed => (
                 StopReason::Failed("a sibling failed (all-for-one)".to_owned()),
                 false,
-                false,
+                None,
             ),
         };
         // A panicked instance's state is unknown: dropped, no `stopped`.
         let old = (!panicked).then_some(actor);
-        let verdict = match (&sup.factory, own) {
+        let verdict = match (&sup.factory, &own) {
             (None, _) => Verdict::Stop,
-            (Some(_), false) => Verdict::Restart(Duration::ZERO),
-            (Some(_), true) => restarts.decide(&sup.strategy, tokio::time::Instant::now()),
+            (Some(_), None) => Verdict::Restart(Duration::ZERO),
+            (Some(_), Some(error)) => {
+                let directive = sup.strategy.directive_for(error);
+                let now = tokio::time::Instant::now();
+                match &sup.group {
+                    // All-for-one: counted once against the window the
+                    // siblings share; their own restarts (`SiblingFailed`
+                    // above) are part of this one and not counted again.
+                    Some(group) => group.lock().unwrap_or_else(PoisonError::into_inner).decide(
+                        &sup.strategy,
+                        directive,
+                        now,
+                    ),
+                    None => restarts.decide(&sup.strategy, directive, now),
+                }
+            }
         };
         let delay = match verdict {
             Verdict::Restart(delay) => delay,
@@ -1076,7 +1150,9 @@ async fn run_actor<A: Actor>(
                 break (StopReason::Panicked(msg), false, None);
             }
         };
-        if own && let Some(parent) = &sup.parent {
+        if own.is_some()
+            && let Some(parent) = &sup.parent
+        {
             parent.child_event(ChildEvent::Restarted { id });
         }
     };

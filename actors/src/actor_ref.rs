@@ -178,12 +178,11 @@ impl<M: Send + 'static> ActorRef<M> {
     {
         // Names the type in this node's dead letters; a collision was
         // refused at spawn or resolve already, or is logged here.
-        if let Err(c) = manifests::register(M::MANIFEST) {
+        if let Err(c) = manifests::register::<M>() {
             tracing::error!(
                 manifest = M::MANIFEST,
-                id = c.id,
-                registered = c.registered,
-                "two message types share a manifest id: rename one"
+                conflict = ?c,
+                "two message types share a manifest: rename one"
             );
         }
         Self {
@@ -516,6 +515,20 @@ impl<M: Send + 'static> ActorRef<M> {
     /// immediate `stop`) still come first. For an ask's reply slot this is
     /// `stop`.
     ///
+    /// To a remote actor, the stop travels on the link like a message (an
+    /// envelope flagged as a stop, `docs/PROTOCOL.md`), so it arrives after
+    /// every message this node sent the actor before it (large messages,
+    /// which take their own lane, excepted) and its node queues the marker
+    /// behind them. Unlike a message it is not held back by the actor's
+    /// credit: a full mailbox is stopped gracefully too. Like a message it
+    /// is delivered at most once: if the connection is lost with the stop
+    /// on it, the actor is not stopped (watch it to know). A node in
+    /// untrusted mode refuses it, as it refuses `stop` (a dead letter
+    /// there).
+    ///
+    /// Returns once the stop is queued, not when the actor has stopped:
+    /// [`watch`](Self::watch) it for that.
+    ///
     /// ```
     /// # use actors::{Actor, ActorResult, ActorSystem, Ctx};
     /// # struct Printer;
@@ -536,11 +549,15 @@ impl<M: Send + 'static> ActorRef<M> {
     /// ```
     ///
     /// # Errors
-    /// - [`StopError::ActorGone`]: the actor had already stopped.
-    /// - [`StopError::RemoteNotSupported`]: the actor is on another node;
-    ///   a graceful remote stop needs a new system message on the wire and
-    ///   is not supported yet. Send it a message on which it calls
-    ///   [`Ctx::stop`](crate::Ctx::stop), or use `stop`.
+    /// - [`StopError::ActorGone`]: the actor had already stopped (for a
+    ///   remote actor this is known only on its node, which counts the
+    ///   stop as a dead letter).
+    /// - [`StopError::LinkFull`]: the link to a remote actor's node is
+    ///   full; nothing was sent.
+    /// - [`StopError::NodeUnreachable`]: a remote actor's incarnation is
+    ///   quarantined; nothing was sent.
+    /// - [`StopError::Reentrant`]: called from inside a message's
+    ///   encoder; nothing was sent.
     pub fn stop_after_queued(&self) -> Result<(), StopError> {
         match &self.inner {
             Inner::Local(c) => c
@@ -551,7 +568,16 @@ impl<M: Send + 'static> ActorRef<M> {
                 self.stop();
                 Ok(())
             }
-            Inner::Remote(_) => Err(StopError::RemoteNotSupported),
+            Inner::Remote(r) => r
+                .assoc
+                .stop_after_queued(&r.recipient, r.manifest)
+                .map_err(|e| match e {
+                    TellError::Full | TellError::NoCredit => StopError::LinkFull,
+                    TellError::Gone => {
+                        StopError::NodeUnreachable(r.recipient.path.node().to_owned())
+                    }
+                    TellError::Serialization(_) => StopError::Reentrant,
+                }),
             Inner::Dead(..) => Err(StopError::ActorGone),
         }
     }

@@ -167,6 +167,11 @@ impl<M: RemoteMessage> Target for Promise<M> {
                 };
                 registry.dead_letter(std::any::type_name::<M>(), &self.path, &why);
             }
+            if pos < batch.len() {
+                // A graceful stop (`mailbox::STOP_RECORD`): for a reply
+                // slot, as `stop`.
+                Target::stop(self);
+            }
         };
         match registry.decode_scope() {
             Some(scope) => with_decode_scope(&scope, batch, deliver),

@@ -148,11 +148,21 @@ pub enum StopError {
     /// The actor had already stopped; nothing to do.
     #[error("actor is gone")]
     ActorGone,
-    /// The actor is on another node, where a stop after its queued
-    /// messages is not supported yet. Use `stop` (immediate), or send it a
-    /// message on which it calls `Ctx::stop`.
-    #[error("a stop after queued messages is not supported for remote actors yet")]
-    RemoteNotSupported,
+    /// The link to a remote actor's node is full (its queue, or the
+    /// buffer of what waits for the connection): the stop was not sent.
+    /// Retry later, or use `stop` (a reliable system message, which does
+    /// not wait for the queued messages).
+    #[error("link to the actor's node full: the stop was not sent")]
+    LinkFull,
+    /// The remote actor's node cannot be reached: its incarnation is
+    /// quarantined (it restarted or shut down), so the actor is gone.
+    #[error("node unreachable: {0}")]
+    NodeUnreachable(String),
+    /// The stop was asked for from inside a message's encoder (its
+    /// `Serialize` impl), which runs under the link's locks; nothing was
+    /// sent.
+    #[error("a remote stop was asked for from inside a message's encoder")]
+    Reentrant,
 }
 
 /// Why a path could not be resolved to a ref.
@@ -180,6 +190,22 @@ pub enum ResolveError {
         id: u32,
         /// The manifest registered first.
         registered: &'static str,
+    },
+    /// `M`'s manifest is the one another type has in this process, and
+    /// `#[derive(RemoteMessage)]` gave it to at least one of them by
+    /// default (`<package>.<Type>`): two types of one name in one
+    /// package. Give one a name of its own with
+    /// `#[remote(manifest = "...")]`.
+    #[error(
+        "manifest {manifest:?} is both {registered_type}'s and {this_type}'s (two types of one name in one package?): give one its own with #[remote(manifest = \"...\")]"
+    )]
+    ManifestShared {
+        /// The manifest.
+        manifest: &'static str,
+        /// The type registered with it first.
+        registered_type: &'static str,
+        /// The type asked for.
+        this_type: &'static str,
     },
     /// An actor lives there but takes another message type.
     #[error("actor at {path} takes {actual}, not {expected}")]
@@ -235,6 +261,22 @@ pub enum SpawnError {
         id: u32,
         /// The manifest registered first.
         registered: &'static str,
+    },
+    /// The actor's message type has the manifest another type has in this
+    /// process, and `#[derive(RemoteMessage)]` gave it to at least one of
+    /// them by default (`<package>.<Type>`): two types of one name in one
+    /// package. Give one a name of its own with
+    /// `#[remote(manifest = "...")]`.
+    #[error(
+        "manifest {manifest:?} is both {registered_type}'s and {this_type}'s (two types of one name in one package?): give one its own with #[remote(manifest = \"...\")]"
+    )]
+    ManifestShared {
+        /// The manifest.
+        manifest: &'static str,
+        /// The type registered with it first.
+        registered_type: &'static str,
+        /// The actor's message type.
+        this_type: &'static str,
     },
 }
 

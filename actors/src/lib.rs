@@ -183,7 +183,7 @@ pub use serialization::{
     Bincode, MAX_MANIFEST_LEN, RemoteMessage, Serializer, SharedBytes, manifest_id,
 };
 pub use supervision::{
-    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Directive, SupervisorStrategy,
+    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Decider, Directive, Panicked, SupervisorStrategy,
 };
 pub use system::ActorSystem;
 pub use timer::TimerKey;

@@ -59,6 +59,47 @@ impl<M> Queued<M> {
     }
 }
 
+/// The length field of a record that is a graceful stop from another node
+/// (an envelope with `ENV_STOP`), not a message: it has no payload, and
+/// no message is this long ([`next_record`] stops at it). It counts as
+/// one record of its batch.
+pub(crate) const STOP_RECORD: u32 = u32::MAX;
+
+/// Where [`next_record`] stopped short of the end of `batch` (`at`), a
+/// graceful stop: queues, at the front of `user`, the stop marker and
+/// then the rest of the batch, which becomes dead letters when the actor
+/// stops. The messages decoded before the marker are handled first.
+/// False if `at` holds no stop marker (a batch this node did not build).
+#[cold]
+#[inline(never)]
+pub(crate) fn stop_in_batch<M>(user: &mut VecDeque<Queued<M>>, batch: &Bytes, at: usize) -> bool {
+    if batch.get(at..at + 4) != Some(&STOP_RECORD.to_le_bytes()[..]) {
+        return false;
+    }
+    let rest = batch.slice(at + 4..);
+    let n = count_records(&rest);
+    if n > 0 {
+        user.push_front(Queued::Batch(rest, n));
+    }
+    user.push_front(Queued::Stop);
+    true
+}
+
+/// Records in a batch buffer, stop markers included.
+fn count_records(batch: &[u8]) -> usize {
+    let mut pos = 0;
+    let mut n = 0;
+    loop {
+        if next_record(batch, &mut pos).is_none() {
+            if batch.get(pos..pos + 4) != Some(&STOP_RECORD.to_le_bytes()[..]) {
+                return n;
+            }
+            pos += 4;
+        }
+        n += 1;
+    }
+}
+
 /// Iterates the `(start, end)` ranges of the records of a batch buffer.
 pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Range<usize>> {
     let head = batch.get(*pos..*pos + 4)?;
@@ -354,7 +395,44 @@ impl<M> Mailbox<M> {
 
 #[cfg(test)]
 mod tests {
-    use super::Queued;
+    use std::collections::VecDeque;
+
+    use bytes::{BufMut, Bytes, BytesMut};
+
+    use super::{Queued, STOP_RECORD, next_record, stop_in_batch};
+
+    #[test]
+    fn a_stop_record_ends_the_messages_before_it_and_queues_the_rest() {
+        let mut b = BytesMut::new();
+        for (i, p) in [&b"one"[..], b"two"].into_iter().enumerate() {
+            b.put_u32_le(p.len() as u32);
+            b.put_slice(p);
+            if i == 0 {
+                b.put_u32_le(STOP_RECORD);
+            }
+        }
+        b.put_u32_le(STOP_RECORD);
+        let batch = b.freeze();
+        let mut pos = 0;
+        let range = next_record(&batch, &mut pos).unwrap();
+        assert_eq!(&batch[range], b"one");
+        assert_eq!(
+            next_record(&batch, &mut pos),
+            None,
+            "the marker is no message"
+        );
+        let mut user: VecDeque<Queued<u8>> = VecDeque::from([Queued::Local(9)]);
+        assert!(stop_in_batch(&mut user, &batch, pos));
+        assert!(matches!(user[0], Queued::Stop));
+        // "two" and the second marker: left for dead letters at the stop.
+        assert!(matches!(user[1], Queued::Batch(_, 2)));
+        assert!(matches!(user[2], Queued::Local(9)));
+        // Where there is no marker, nothing is queued.
+        let plain = Bytes::from_static(&[1, 0, 0, 0]);
+        let mut user: VecDeque<Queued<u8>> = VecDeque::new();
+        assert!(!stop_in_batch(&mut user, &plain, 0));
+        assert!(user.is_empty());
+    }
 
     #[test]
     fn a_timer_entry_does_not_grow_the_mailbox_entry() {

@@ -95,15 +95,17 @@ use std::{
     time::Duration,
 };
 
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::sync::watch;
 
 use crate::{
     actor::{Actor, ActorError, ActorResult, Ctx},
     actor_ref::ActorRef,
-    error::{AskError, SendError},
+    error::{AskError, SendError, SpawnError},
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
     registry::Registry,
+    serialization::RemoteMessage,
     system::ActorSystem,
 };
 
@@ -130,6 +132,10 @@ pub enum RouterError {
         /// The deploy function's error.
         source: ActorError,
     },
+    /// The router actor could not be spawned at its name (taken, invalid,
+    /// or the system is shutting down); a pool's routees were stopped.
+    #[error("spawning the router actor failed: {0}")]
+    Spawn(#[from] SpawnError),
 }
 
 /// How a router picks the routee for a message. Build one with its
@@ -239,6 +245,17 @@ impl Default for RestartLimit {
 
 /// What the router actor takes. Management messages carry an optional
 /// reply ref that is told `true` if they changed the routee set.
+///
+/// For a message type `M` that is a [`RemoteMessage`], so is
+/// `RouterMsg<M>` (manifest `actors.RouterMsg<` + `M`'s + `>`): a router
+/// spawned at a name ([`RouterBuilder::group_named`],
+/// [`RouterBuilder::pool_named`]) is resolved from another node as an
+/// `ActorRef<RouterMsg<M>>`, and routes the [`Route`](Self::Route)
+/// messages it gets from there. Only `Route` crosses nodes: `Add` and
+/// `Remove` are local (a remote send of one fails to encode), so peers
+/// cannot change, or stop, the routees.
+#[derive(Serialize, Deserialize)]
+#[serde(bound(serialize = "M: Serialize", deserialize = "M: DeserializeOwned"))]
 #[non_exhaustive]
 pub enum RouterMsg<M> {
     /// Route this message (one more hop than [`Router::tell`]; see the
@@ -246,9 +263,21 @@ pub enum RouterMsg<M> {
     Route(M),
     /// Add a routee (a group member: watched, never replaced or stopped by
     /// the router). Adding one that is already a routee changes nothing.
+    /// Local only.
+    #[serde(skip)]
     Add(ActorRef<M>, Option<ActorRef<bool>>),
     /// Remove the routee at this path; a pool routee is also stopped.
+    /// Local only.
+    #[serde(skip)]
     Remove(ActorPath, Option<ActorRef<bool>>),
+}
+
+/// Only [`RouterMsg::Route`] is encoded; its payload is `M`'s encoding
+/// behind bincode's variant index.
+impl<M: RemoteMessage> RemoteMessage for RouterMsg<M> {
+    const MANIFEST: &'static str =
+        crate::serialization::ManifestBuf::concat(&["actors.RouterMsg<", M::MANIFEST, ">"])
+            .as_str();
 }
 
 impl<M> fmt::Debug for RouterMsg<M> {
@@ -473,7 +502,8 @@ impl<M: Send + 'static> RouterBuilder<M> {
                 entries.push(Routee::member(actor));
             }
         }
-        start(system, self.logic, entries, None)
+        start(system, self.logic, entries, None, spawn_anonymous)
+            .expect("an anonymous spawn does not fail")
     }
 
     /// A pool of `n` local routees made by `factory`; one that fails is
@@ -498,7 +528,14 @@ impl<M: Send + 'static> RouterBuilder<M> {
             Box::pin(async move { Ok(routee) })
         });
         let supervisor = PoolSupervisor::new(deploy, self.limit);
-        start(system, self.logic, entries, Some(supervisor))
+        start(
+            system,
+            self.logic,
+            entries,
+            Some(supervisor),
+            spawn_anonymous,
+        )
+        .expect("an anonymous spawn does not fail")
     }
 
     /// A pool of `n` routees, each made by `deploy(system, slot)`: any
@@ -537,17 +574,98 @@ impl<M: Send + 'static> RouterBuilder<M> {
             }
         }
         let supervisor = PoolSupervisor::new(deploy, self.limit);
-        Ok(start(system, self.logic, entries, Some(supervisor)))
+        Ok(start(
+            system,
+            self.logic,
+            entries,
+            Some(supervisor),
+            spawn_anonymous,
+        )
+        .expect("an anonymous spawn does not fail"))
     }
 }
 
-/// Spawns the router actor over `entries` and returns its handle.
+/// Routers reachable from other nodes by path.
+impl<M: RemoteMessage> RouterBuilder<M> {
+    /// As [`group`](Self::group), with the router actor at `/user/{name}`:
+    /// other nodes resolve it (as an `ActorRef<RouterMsg<M>>`) and send it
+    /// [`RouterMsg::Route`] messages, which it routes to its routees; an
+    /// ask's request carries its reply ref, so the routee answers the
+    /// asker directly.
+    ///
+    /// # Errors
+    /// [`RouterError::Spawn`]: the name is invalid or taken, or the system
+    /// is shutting down.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn group_named(
+        self,
+        system: &ActorSystem,
+        name: &str,
+        routees: impl IntoIterator<Item = ActorRef<M>>,
+    ) -> Result<Router<M>, RouterError> {
+        let mut entries: Vec<Routee<M>> = Vec::new();
+        for actor in routees {
+            if !entries.iter().any(|e| e.actor == actor) {
+                entries.push(Routee::member(actor));
+            }
+        }
+        start(system, self.logic, entries, None, |s, a| {
+            s.spawn_named(name, a)
+        })
+    }
+
+    /// As [`pool`](Self::pool), with the router actor at `/user/{name}`,
+    /// reachable from other nodes as [`group_named`](Self::group_named)
+    /// describes.
+    ///
+    /// # Errors
+    /// [`RouterError::Spawn`], after the routees already made are stopped.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn pool_named<A>(
+        self,
+        system: &ActorSystem,
+        name: &str,
+        n: usize,
+        factory: impl Fn() -> A + Send + Sync + 'static,
+    ) -> Result<Router<M>, RouterError>
+    where
+        A: Actor<Msg = M>,
+    {
+        let entries = (0..n)
+            .map(|slot| Routee::owned(system.spawn(factory()), slot))
+            .collect();
+        let deploy: DeployFn<M> = Arc::new(move |system: ActorSystem, _slot| {
+            let routee = system.spawn(factory());
+            Box::pin(async move { Ok(routee) })
+        });
+        let supervisor = PoolSupervisor::new(deploy, self.limit);
+        start(system, self.logic, entries, Some(supervisor), |s, a| {
+            s.spawn_named(name, a)
+        })
+    }
+}
+
+/// Spawns a router actor with no name (`/user/$N`).
+fn spawn_anonymous<M: Send + 'static>(
+    system: &ActorSystem,
+    actor: RouterActor<M>,
+) -> Result<ActorRef<RouterMsg<M>>, SpawnError> {
+    Ok(system.spawn(actor))
+}
+
+/// Spawns the router actor over `entries` with `spawn` and returns its
+/// handle; if `spawn` fails, the pool routees among `entries` are stopped.
 fn start<M: Send + 'static>(
     system: &ActorSystem,
     logic: RoutingLogic<M>,
     entries: Vec<Routee<M>>,
     supervisor: Option<PoolSupervisor<M>>,
-) -> Router<M> {
+    spawn: impl FnOnce(&ActorSystem, RouterActor<M>) -> Result<ActorRef<RouterMsg<M>>, SpawnError>,
+) -> Result<Router<M>, RouterError> {
     let seed = match logic.kind {
         Logic::Random(seed) => seed,
         _ => 0,
@@ -560,12 +678,25 @@ fn start<M: Send + 'static>(
         registry: Arc::downgrade(system.registry()),
         path: OnceLock::new(),
     });
-    let actor = system.spawn(RouterActor {
-        shared: shared.clone(),
-        supervisor,
-    });
+    let actor = spawn(
+        system,
+        RouterActor {
+            shared: shared.clone(),
+            supervisor,
+        },
+    );
+    let actor = match actor {
+        Ok(actor) => actor,
+        Err(e) => {
+            let table = shared.table.borrow();
+            for r in table.routees.iter().filter(|r| r.slot.is_some()) {
+                r.actor.stop();
+            }
+            return Err(RouterError::Spawn(e));
+        }
+    };
     let _ = shared.path.set(actor.path().clone());
-    Router { actor, shared }
+    Ok(Router { actor, shared })
 }
 
 /// One routee: its ref, its point on the hash ring, and its pool slot.

@@ -316,8 +316,11 @@ impl<'de> Deserialize<'de> for SharedBytes {
 /// moving a type between modules is a refactor that must not change the
 /// wire. The trade-off: renaming the package or the type does change it,
 /// and two types of one name in two modules of a package share it (and
-/// would decode as each other): give such types, and any whose name must
-/// outlive renames, `#[remote(manifest = "...")]`. Type parameters must be
+/// would decode as each other): the runtime refuses the second of them it
+/// registers in a process (spawning an actor that takes it, resolving a
+/// ref to it: `SpawnError::ManifestShared`, naming both types). Give such
+/// types, and any whose name must outlive renames,
+/// `#[remote(manifest = "...")]`. Type parameters must be
 /// remote messages and are part of the name; lifetimes and const
 /// parameters are refused at compile time.
 ///
@@ -388,6 +391,15 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     fn decode(bytes: &[u8]) -> Result<Self, SerializationError> {
         Bincode.deserialize(bytes)
     }
+
+    /// Whether [`MANIFEST`](Self::MANIFEST) is `#[derive(RemoteMessage)]`'s
+    /// default (`<package>.<Type>`), which two types of one name in one
+    /// package share by accident: the second of them to be registered in
+    /// a process is refused (see `SpawnError::ManifestShared`). Set by the
+    /// derive; a manifest written out is the author's choice and may be
+    /// shared on purpose (two versions of one message, say).
+    #[doc(hidden)]
+    const DERIVED_MANIFEST: bool = false;
 }
 
 /// The manifests this process has seen a type use (by spawning an actor
@@ -397,43 +409,88 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
 /// decoding as each other.
 pub(crate) mod manifests {
     use std::{
+        any::TypeId,
         collections::HashMap,
         sync::{LazyLock, PoisonError, RwLock},
     };
 
-    use super::manifest_id;
+    use super::{RemoteMessage, manifest_id};
 
-    static KNOWN: LazyLock<RwLock<HashMap<u32, &'static str>>> = LazyLock::new(Default::default);
-
-    /// Two manifest names with one id.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub(crate) struct Collision {
-        pub(crate) id: u32,
-        pub(crate) registered: &'static str,
+    /// A manifest this process has seen, and the first type seen with it.
+    #[derive(Clone, Copy)]
+    struct Known {
+        name: &'static str,
+        ty: TypeId,
+        type_name: &'static str,
+        /// The derive's default name.
+        derived: bool,
     }
 
-    /// Registers `name`; its id, or the name that holds the id already.
-    pub(crate) fn register(name: &'static str) -> Result<u32, Collision> {
-        let id = manifest_id(name);
-        if let Some(&known) = KNOWN
+    static KNOWN: LazyLock<RwLock<HashMap<u32, Known>>> = LazyLock::new(Default::default);
+
+    /// Why a manifest was refused.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) enum Conflict {
+        /// Two manifest names with one id (`registered` has it).
+        Id { id: u32, registered: &'static str },
+        /// Two types with one manifest that the derive gave at least one
+        /// of them by default: two types of one name in one package.
+        SameName {
+            registered_type: &'static str,
+            this_type: &'static str,
+        },
+    }
+
+    /// Registers `M`'s manifest; its id, or why it conflicts with a
+    /// manifest registered before.
+    pub(crate) fn register<M: RemoteMessage>() -> Result<u32, Conflict> {
+        register_as(Known {
+            name: M::MANIFEST,
+            ty: TypeId::of::<M>(),
+            type_name: std::any::type_name::<M>(),
+            derived: M::DERIVED_MANIFEST,
+        })
+    }
+
+    fn check(known: &Known, new: &Known) -> Result<u32, Conflict> {
+        let id = manifest_id(new.name);
+        if known.name != new.name {
+            return Err(Conflict::Id {
+                id,
+                registered: known.name,
+            });
+        }
+        if known.ty != new.ty && (known.derived || new.derived) {
+            return Err(Conflict::SameName {
+                registered_type: known.type_name,
+                this_type: new.type_name,
+            });
+        }
+        Ok(id)
+    }
+
+    /// Registers `name` for a type of no interest (tests of the id check).
+    #[cfg(test)]
+    pub(crate) fn register_name(name: &'static str) -> Result<u32, Conflict> {
+        register_as(Known {
+            name,
+            ty: TypeId::of::<()>(),
+            type_name: "()",
+            derived: false,
+        })
+    }
+
+    fn register_as(new: Known) -> Result<u32, Conflict> {
+        let id = manifest_id(new.name);
+        if let Some(known) = KNOWN
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&id)
         {
-            return if known == name {
-                Ok(id)
-            } else {
-                Err(Collision {
-                    id,
-                    registered: known,
-                })
-            };
+            return check(known, &new);
         }
         let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
-        match *known.entry(id).or_insert(name) {
-            n if n == name => Ok(id),
-            registered => Err(Collision { id, registered }),
-        }
+        check(known.entry(id).or_insert(new), &new)
     }
 
     /// How a dead letter names a manifest id: its type's name if this
@@ -444,7 +501,7 @@ pub(crate) mod manifests {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&id)
         {
-            Some(name) => (*name).to_owned(),
+            Some(known) => known.name.to_owned(),
             None => format!("unknown type (manifest {id:#010x})"),
         }
     }
@@ -583,17 +640,72 @@ mod tests {
         // Two distinct names with one FNV-1a id (found by search).
         let (a, b) = collision_pair();
         assert_eq!(manifest_id(a), manifest_id(b));
-        assert_eq!(manifests::register(a), Ok(manifest_id(a)));
-        assert_eq!(manifests::register(a), Ok(manifest_id(a)), "again is fine");
+        assert_eq!(manifests::register_name(a), Ok(manifest_id(a)));
         assert_eq!(
-            manifests::register(b),
-            Err(manifests::Collision {
+            manifests::register_name(a),
+            Ok(manifest_id(a)),
+            "again is fine"
+        );
+        assert_eq!(
+            manifests::register_name(b),
+            Err(manifests::Conflict::Id {
                 id: manifest_id(a),
                 registered: a
             })
         );
         assert_eq!(manifests::label(manifest_id(a)), a);
         assert!(manifests::label(0x0bad_f00d).contains("0x0badf00d"));
+    }
+
+    mod one {
+        /// A type named like `two::Twin`, with the derive's default manifest.
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        pub(super) struct Twin;
+    }
+
+    mod two {
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        pub(super) struct Twin(u8);
+
+        /// Names its manifest itself, like `one::Twin`'s default.
+        #[derive(serde::Serialize, serde::Deserialize, crate::RemoteMessage)]
+        #[remote(manifest = "remoting-actors.Twin")]
+        pub(super) struct Chosen;
+    }
+
+    /// Written by hand with the same manifest as another hand-written
+    /// type: allowed (versions of one message, say).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct VersionOne;
+    impl RemoteMessage for VersionOne {
+        const MANIFEST: &'static str = "test.Versioned";
+    }
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct VersionTwo(u8);
+    impl RemoteMessage for VersionTwo {
+        const MANIFEST: &'static str = "test.Versioned";
+    }
+
+    #[test]
+    fn two_types_with_one_derived_manifest_are_refused_naming_both() {
+        assert_eq!(one::Twin::MANIFEST, two::Twin::MANIFEST);
+        let id = manifest_id(one::Twin::MANIFEST);
+        assert_eq!(manifests::register::<one::Twin>(), Ok(id));
+        assert_eq!(manifests::register::<one::Twin>(), Ok(id), "again is fine");
+        let refused = manifests::Conflict::SameName {
+            registered_type: std::any::type_name::<one::Twin>(),
+            this_type: std::any::type_name::<two::Twin>(),
+        };
+        assert_eq!(manifests::register::<two::Twin>(), Err(refused));
+        // A manifest written out that equals a derived default: refused
+        // too, since the derived one did not choose it.
+        assert!(matches!(
+            manifests::register::<two::Chosen>(),
+            Err(manifests::Conflict::SameName { .. })
+        ));
+        // Two written out: the author's choice.
+        assert!(manifests::register::<VersionOne>().is_ok());
+        assert!(manifests::register::<VersionTwo>().is_ok());
     }
 
     /// Two names `t<i>` with the same manifest id.

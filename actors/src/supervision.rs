@@ -24,7 +24,7 @@
 //! (`ChildEvent`) only for what concerns it: an escalation, and, under
 //! all-for-one, a sibling's restart or stop.
 
-use std::{collections::VecDeque, fmt, time::Duration};
+use std::{collections::VecDeque, fmt, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
@@ -55,6 +55,32 @@ pub enum Directive {
     Escalate,
 }
 
+/// A failure as a [`Decider`] sees it: what the hook returned
+/// ([`ActorError`](crate::ActorError), the same type), or a
+/// [`Panicked`] for a panic.
+type Failure = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Chooses the [`Directive`] for one failure (Akka's `Decider`, Erlang's
+/// per-child restart type); see [`SupervisorStrategy::with_decider`].
+pub type Decider = Arc<dyn Fn(&Failure) -> Directive + Send + Sync + 'static>;
+
+/// The failure a [`Decider`] sees when a hook panicked, so a panic is
+/// recognisable (`err.is::<Panicked>()`) and its message readable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Panicked {
+    /// The panic's message (`"non-string panic payload"` when it was
+    /// neither a `&str` nor a `String`).
+    pub message: String,
+}
+
+impl fmt::Display for Panicked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "panicked: {}", self.message)
+    }
+}
+
+impl std::error::Error for Panicked {}
+
 /// How a supervisor treats its children's failures: a [`Directive`], to
 /// whom it applies (the failed child, or all-for-one: every child), a
 /// restart limit (Erlang's intensity and period) and an optional
@@ -73,14 +99,34 @@ pub enum Directive {
 ///
 /// The default is [`stop`](Self::stop), as in Akka typed: a failure ends
 /// the actor unless restarting was asked for.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct SupervisorStrategy {
     directive: Directive,
     all_for_one: bool,
     max_restarts: u32,
     within: Duration,
     backoff: Option<(Duration, Duration)>,
+    decider: Option<Decider>,
 }
+
+/// Equal when every setting is, and the decider is the same one (or
+/// neither has one): closures do not compare.
+impl PartialEq for SupervisorStrategy {
+    fn eq(&self, other: &Self) -> bool {
+        self.directive == other.directive
+            && self.all_for_one == other.all_for_one
+            && self.max_restarts == other.max_restarts
+            && self.within == other.within
+            && self.backoff == other.backoff
+            && match (&self.decider, &other.decider) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for SupervisorStrategy {}
 
 impl fmt::Debug for SupervisorStrategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -90,6 +136,7 @@ impl fmt::Debug for SupervisorStrategy {
             .field("max_restarts", &self.max_restarts)
             .field("within", &self.within)
             .field("backoff", &self.backoff)
+            .field("decider", &self.decider.is_some())
             .finish()
     }
 }
@@ -108,6 +155,7 @@ impl SupervisorStrategy {
             max_restarts: DEFAULT_MAX_RESTARTS,
             within: DEFAULT_RESTART_WINDOW,
             backoff: None,
+            decider: None,
         }
     }
 
@@ -131,9 +179,14 @@ impl SupervisorStrategy {
     /// Apply the directive to every child of the supervisor, not only the
     /// failed one (Erlang's `one_for_all`, Akka's `AllForOneStrategy`): a
     /// restart of one restarts its siblings, a stop (or exceeding the
-    /// restart limit) stops them. Siblings restarted this way do not
-    /// count against their own limit. Meaningless for a top-level actor
-    /// (its supervisor is the system): it is then one-for-one.
+    /// restart limit) stops them. The restart limit is then the
+    /// supervisor's, as Erlang's intensity is: the children share one
+    /// window, and each restart of the group counts once in it, whichever
+    /// child failed (so `with_limit(3, ..)` allows three group restarts,
+    /// not three per child; the siblings' restarts are part of that one).
+    /// Per supervisor instance: a restarted supervisor starts a new
+    /// window. Meaningless for a top-level actor (its supervisor is the
+    /// system): it is then one-for-one.
     pub fn all_for_one(mut self) -> Self {
         self.all_for_one = true;
         self
@@ -157,9 +210,67 @@ impl SupervisorStrategy {
         self
     }
 
-    /// What this strategy does with a failure.
+    /// Chooses the directive per failure (Akka's `Decider`, Erlang's
+    /// per-child restart type): `decider` is asked for every failure of a
+    /// supervised actor, with what the hook returned, and its answer
+    /// replaces the strategy's own directive (which then only names the
+    /// strategy). The restart limit, backoff and all-for-one still apply
+    /// to the restarts it chooses. A panic reaches it as a [`Panicked`];
+    /// other errors are what the hook returned, to downcast. A decider
+    /// that panics stops the actor.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use actors::{ActorError, Directive, Panicked, SupervisorStrategy};
+    /// #[derive(Debug)]
+    /// struct Corrupt;
+    /// impl std::fmt::Display for Corrupt {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         f.write_str("corrupt state")
+    ///     }
+    /// }
+    /// impl std::error::Error for Corrupt {}
+    ///
+    /// let s = SupervisorStrategy::restart()
+    ///     .with_limit(5, Duration::from_secs(10))
+    ///     .with_decider(|err: &ActorError| {
+    ///         if err.is::<Corrupt>() {
+    ///             Directive::Escalate // the parent knows what to do
+    ///         } else if err.is::<Panicked>() {
+    ///             Directive::Stop // a bug: do not loop on it
+    ///         } else {
+    ///             Directive::Restart // I/O and the like: try again
+    ///         }
+    ///     });
+    /// let corrupt: ActorError = Box::new(Corrupt);
+    /// assert_eq!(s.directive_for(&corrupt), Directive::Escalate);
+    /// ```
+    pub fn with_decider<F>(mut self, decider: F) -> Self
+    where
+        F: Fn(&Failure) -> Directive + Send + Sync + 'static,
+    {
+        self.decider = Some(Arc::new(decider));
+        self
+    }
+
+    /// What this strategy does with a failure, without a decider (see
+    /// [`directive_for`](Self::directive_for)).
     pub fn directive(&self) -> Directive {
         self.directive
+    }
+
+    /// What this strategy does with `failure`: its decider's answer, or
+    /// its directive when it has no decider (or the decider panicked:
+    /// then [`Directive::Stop`]).
+    pub fn directive_for(&self, failure: &Failure) -> Directive {
+        let Some(decider) = &self.decider else {
+            return self.directive;
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decider(failure)))
+            .unwrap_or_else(|_| {
+                tracing::error!(failure = %failure, "a supervisor's decider panicked; the actor stops");
+                Directive::Stop
+            })
     }
 
     /// The window the restart limit counts within.
@@ -193,10 +304,15 @@ pub(crate) struct Restarts {
 }
 
 impl Restarts {
-    /// Decides about a failure at `now`, recording the restart if it is
-    /// one.
-    pub(crate) fn decide(&mut self, strategy: &SupervisorStrategy, now: Instant) -> Verdict {
-        match strategy.directive {
+    /// Decides about a failure at `now` for which `strategy` chose
+    /// `directive`, recording the restart if it is one.
+    pub(crate) fn decide(
+        &mut self,
+        strategy: &SupervisorStrategy,
+        directive: Directive,
+        now: Instant,
+    ) -> Verdict {
+        match directive {
             Directive::Stop => return Verdict::Stop,
             Directive::Escalate => return Verdict::Escalate,
             Directive::Restart => {}
@@ -268,9 +384,12 @@ mod tests {
     fn stop_and_escalate_never_count() {
         let t0 = Instant::now();
         let mut r = Restarts::default();
-        assert_eq!(r.decide(&SupervisorStrategy::stop(), t0), Verdict::Stop);
         assert_eq!(
-            r.decide(&SupervisorStrategy::escalate(), t0),
+            r.decide(&SupervisorStrategy::stop(), Directive::Stop, t0),
+            Verdict::Stop
+        );
+        assert_eq!(
+            r.decide(&SupervisorStrategy::escalate(), Directive::Escalate, t0),
             Verdict::Escalate
         );
         assert!(r.times.is_empty());
@@ -282,18 +401,78 @@ mod tests {
         let t0 = Instant::now();
         let s = SupervisorStrategy::restart().with_limit(2, 10 * S);
         let mut r = Restarts::default();
-        assert_eq!(r.decide(&s, t0), Verdict::Restart(Duration::ZERO));
-        assert_eq!(r.decide(&s, t0 + S), Verdict::Restart(Duration::ZERO));
-        assert_eq!(r.decide(&s, t0 + 2 * S), Verdict::LimitExceeded(2));
+        assert_eq!(
+            r.decide(&s, Directive::Restart, t0),
+            Verdict::Restart(Duration::ZERO)
+        );
+        assert_eq!(
+            r.decide(&s, Directive::Restart, t0 + S),
+            Verdict::Restart(Duration::ZERO)
+        );
+        assert_eq!(
+            r.decide(&s, Directive::Restart, t0 + 2 * S),
+            Verdict::LimitExceeded(2)
+        );
         // The first restart leaves the window: one more is allowed.
-        assert_eq!(r.decide(&s, t0 + 10 * S), Verdict::Restart(Duration::ZERO));
-        assert_eq!(r.decide(&s, t0 + 10 * S), Verdict::LimitExceeded(2));
+        assert_eq!(
+            r.decide(&s, Directive::Restart, t0 + 10 * S),
+            Verdict::Restart(Duration::ZERO)
+        );
+        assert_eq!(
+            r.decide(&s, Directive::Restart, t0 + 10 * S),
+            Verdict::LimitExceeded(2)
+        );
         assert!(r.times.len() <= 2, "bounded by the limit");
         let never = SupervisorStrategy::restart().with_limit(0, S);
         assert_eq!(
-            Restarts::default().decide(&never, t0),
+            Restarts::default().decide(&never, Directive::Restart, t0),
             Verdict::LimitExceeded(0)
         );
+    }
+
+    #[test]
+    fn a_decider_chooses_by_the_failure_and_a_panic_is_recognisable() {
+        #[derive(Debug)]
+        struct Fatal;
+        impl fmt::Display for Fatal {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("fatal")
+            }
+        }
+        impl std::error::Error for Fatal {}
+        let s = SupervisorStrategy::restart().with_decider(|e: &Failure| {
+            if e.is::<Fatal>() {
+                Directive::Stop
+            } else if let Some(p) = e.downcast_ref::<Panicked>() {
+                assert_eq!(p.message, "boom");
+                Directive::Escalate
+            } else {
+                Directive::Restart
+            }
+        });
+        let fatal: Failure = Box::new(Fatal);
+        let panic: Failure = Box::new(Panicked {
+            message: "boom".into(),
+        });
+        let other: Failure = "io".into();
+        assert_eq!(s.directive_for(&fatal), Directive::Stop);
+        assert_eq!(s.directive_for(&panic), Directive::Escalate);
+        assert_eq!(s.directive_for(&other), Directive::Restart);
+        // Without a decider, the directive; a decider that panics stops.
+        assert_eq!(
+            SupervisorStrategy::restart().directive_for(&fatal),
+            Directive::Restart
+        );
+        let broken = SupervisorStrategy::restart().with_decider(|_: &Failure| panic!("bug"));
+        assert_eq!(broken.directive_for(&other), Directive::Stop);
+        // Strategies compare their decider by identity.
+        assert_eq!(s, s.clone());
+        assert_ne!(s, SupervisorStrategy::restart());
+        // A stop directive from the decider is not a restart: not counted.
+        let mut r = Restarts::default();
+        let t0 = Instant::now();
+        assert_eq!(r.decide(&s, s.directive_for(&fatal), t0), Verdict::Stop);
+        assert!(r.times.is_empty());
     }
 
     #[test]
@@ -304,7 +483,7 @@ mod tests {
             .with_backoff(10 * MS, 70 * MS);
         let mut r = Restarts::default();
         let delays: Vec<_> = (0..6)
-            .map(|i| match r.decide(&s, t0 + i * MS) {
+            .map(|i| match r.decide(&s, Directive::Restart, t0 + i * MS) {
                 Verdict::Restart(d) => d.as_millis(),
                 v => panic!("{v:?}"),
             })
@@ -314,6 +493,9 @@ mod tests {
         let mut long = Restarts {
             times: (0..40).map(|_| t0).collect(),
         };
-        assert_eq!(long.decide(&s, t0), Verdict::Restart(70 * MS));
+        assert_eq!(
+            long.decide(&s, Directive::Restart, t0),
+            Verdict::Restart(70 * MS)
+        );
     }
 }

@@ -202,10 +202,20 @@ impl ActorSystem {
     /// [`ResolveError::Unreachable`], [`ResolveError::Timeout`],
     /// [`ResolveError::InvalidPath`], [`ResolveError::NoRemoting`].
     pub async fn resolve<M: RemoteMessage>(&self, path: &str) -> Result<ActorRef<M>, ResolveError> {
-        manifests::register(M::MANIFEST).map_err(|c| ResolveError::ManifestCollision {
-            manifest: M::MANIFEST,
-            id: c.id,
-            registered: c.registered,
+        manifests::register::<M>().map_err(|c| match c {
+            manifests::Conflict::Id { id, registered } => ResolveError::ManifestCollision {
+                manifest: M::MANIFEST,
+                id,
+                registered,
+            },
+            manifests::Conflict::SameName {
+                registered_type,
+                this_type,
+            } => ResolveError::ManifestShared {
+                manifest: M::MANIFEST,
+                registered_type,
+                this_type,
+            },
         })?;
         let path = ActorPath::parse(path)?;
         if path.node() == self.node() {

@@ -31,6 +31,7 @@ use super::{
     large::{LaneHost, LargeLane},
     link::{
         Link, LinkState, Outbox, Pending, Recipient, Sampler, in_encoder, lock, write_envelope,
+        write_stop,
     },
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
     reliable::SysIn,
@@ -702,7 +703,7 @@ impl Association {
             // so order is kept.
             for p in chunk {
                 let ok = match p {
-                    Pending::User(r, ..) if !link.serves(r.uid) => {
+                    Pending::User(r, ..) | Pending::Stop(r, _) if !link.serves(r.uid) => {
                         self.dead_letter(
                             "(remote message)",
                             &r.path,
@@ -714,6 +715,13 @@ impl Association {
                         .sender
                         .send_with(FrameKind::Message, |b| {
                             write_envelope(b, &r, &link, manifest, &payload, false, None);
+                        })
+                        .await
+                        .is_ok(),
+                    Pending::Stop(r, manifest) => link
+                        .sender
+                        .send_with(FrameKind::Message, |b| {
+                            write_stop(b, &r, &link, manifest);
                         })
                         .await
                         .is_ok(),
@@ -794,10 +802,7 @@ impl Association {
                 _ => VecDeque::new(),
             }
         };
-        let users = pending
-            .iter()
-            .filter(|p| matches!(p, Pending::User(..)))
-            .count() as u64;
+        let users = pending.iter().filter(|p| p.is_user()).count() as u64;
         if let Some(r) = self.registry() {
             r.dead_letters_n(users, "(remote message)", &self.node, reason);
         }

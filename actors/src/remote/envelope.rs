@@ -11,6 +11,10 @@
 //! Flag bit 3 ([`ENV_REPLY`]): an ask's reply path (u16 LE length, path)
 //! follows the recipient path (if any).
 //!
+//! Flag bit 6 ([`ENV_STOP`]): a graceful stop (`stop_after_queued`), not a
+//! message: the payload is empty, the manifest is the recipient's, and the
+//! receiver queues a stop marker behind the messages that came before it.
+//!
 //! Flag bit 0 ([`ENV_DEFINE`]): the envelope defines its recipient id with
 //! a path (see `compression`). Flag bit 2 ([`ENV_INLINE`]): the recipient
 //! is the path in this envelope, and nothing is kept (the id is 0 and
@@ -36,6 +40,12 @@ pub(crate) const ENV_INLINE: u8 = 4;
 /// path, so the receiving node can tell the asker at once when the
 /// message is a dead letter (`SysWire::Undeliverable`).
 pub(crate) const ENV_REPLY: u8 = 8;
+/// Flag: the envelope is a graceful stop (`ActorRef::stop_after_queued`)
+/// rather than a message. It travels on the user lane like one, so it is
+/// ordered with the messages sent before it; its payload is empty. Bits 4
+/// and 5 are taken by the envelope extension (serializer id, trace
+/// context).
+pub(crate) const ENV_STOP: u8 = 64;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -53,9 +63,21 @@ pub(crate) struct Envelope<'a> {
     /// An ask's reply slot on the sending node (`ENV_REPLY`).
     pub(crate) reply: Option<&'a str>,
     pub(crate) manifest: u32,
-    /// Set when the payload is one fragment of a large message.
-    pub(crate) fragment: Option<Fragment>,
+    /// A message, a fragment of a large one, or a graceful stop: one field,
+    /// so that the hot path tells them apart with one test.
+    pub(crate) kind: Kind,
     pub(crate) payload: &'a [u8],
+}
+
+/// What an envelope carries besides its recipient and manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A whole message: the payload.
+    Message,
+    /// One fragment of a large message (`ENV_FRAGMENT`).
+    Fragment(Fragment),
+    /// A graceful stop (`ENV_STOP`); the payload is empty.
+    Stop,
 }
 
 /// Where a fragment's payload belongs (see the module docs).
@@ -115,26 +137,40 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         return Err("envelope has no manifest");
     }
     let manifest = b.get_u32_le();
-    let mut fragment = None;
-    if flags & ENV_FRAGMENT != 0 {
-        if b.len() < FRAGMENT_HEADER {
-            return Err("truncated fragment header");
-        }
-        fragment = Some(Fragment {
-            msg: b.get_u32_le(),
-            total: b.get_u32_le(),
-            offset: b.get_u32_le(),
-        });
-    }
+    let kind = if flags & (ENV_FRAGMENT | ENV_STOP) == 0 {
+        Kind::Message
+    } else {
+        special(flags, &mut b)?
+    };
     Ok(Envelope {
         id,
         define,
         inline,
         reply,
         manifest,
-        fragment,
+        kind,
         payload: b,
     })
+}
+
+/// The kind of an envelope with `ENV_FRAGMENT` or `ENV_STOP`, reading a
+/// fragment's header from `b`.
+#[cold]
+fn special(flags: u8, b: &mut &[u8]) -> Result<Kind, &'static str> {
+    if flags & ENV_STOP != 0 {
+        if flags & ENV_FRAGMENT != 0 || !b.is_empty() {
+            return Err("a stop envelope with a payload");
+        }
+        return Ok(Kind::Stop);
+    }
+    if b.len() < FRAGMENT_HEADER {
+        return Err("truncated fragment header");
+    }
+    Ok(Kind::Fragment(Fragment {
+        msg: b.get_u32_le(),
+        total: b.get_u32_le(),
+        offset: b.get_u32_le(),
+    }))
 }
 
 /// Appends the header of an envelope to a recipient whose id the link
@@ -241,7 +277,7 @@ mod tests {
                     inline: false,
                     reply: None,
                     manifest: 0xdead_beef,
-                    fragment,
+                    kind: fragment.map_or(Kind::Message, Kind::Fragment),
                     payload: b"payload",
                 }
             );
@@ -315,6 +351,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_stop_is_an_empty_envelope_with_its_flag() {
+        for to in [To::Id(3), To::Define(3, "/user/a")] {
+            let mut b = BytesMut::new();
+            put_header(&mut b, to, 9, None);
+            b[0] |= ENV_STOP;
+            let env = parse(&b).unwrap();
+            assert_eq!(env.kind, Kind::Stop);
+            assert_eq!((env.id, env.manifest, env.payload), (3, 9, &b""[..]));
+            // A payload, or a fragment header, makes it malformed.
+            let mut with_payload = b.clone();
+            with_payload.extend_from_slice(b"x");
+            assert_eq!(parse(&with_payload), Err("a stop envelope with a payload"));
+            b[0] |= ENV_FRAGMENT;
+            b.extend_from_slice(&[0; FRAGMENT_HEADER]);
+            assert_eq!(parse(&b), Err("a stop envelope with a payload"));
+        }
+        // A message is not a stop.
+        assert_eq!(
+            parse(&encode(1, None, 2, None)).unwrap().kind,
+            Kind::Message
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 use super::{
     access::Access,
     compression::InboundIds,
-    envelope::{self, Fragment},
+    envelope::{self, Fragment, Kind},
     flow::{ParkBudget, ParkedBatch, Windowed},
     large::{Reassembly, Step},
     link::{Outbox, Sampler, lock},
@@ -25,7 +25,7 @@ use super::{
 use crate::{
     config::SystemConfig,
     lifecycle::{StopReason, Terminated},
-    mailbox::Refused,
+    mailbox::{Refused, STOP_RECORD},
     path::MAX_PATH_LEN,
     registry::{Registry, Target},
     serialization::manifests,
@@ -229,18 +229,7 @@ impl Runs {
     /// envelope was `credit` bytes; `left` is what this read still holds.
     #[inline]
     fn push(&mut self, id: u32, entry: &Entry, payload: &[u8], credit: usize, left: usize) {
-        let target = entry.target.as_ref().expect("checked by the caller");
-        let key = (id, target_key(target));
-        let i = if self
-            .list
-            .get(self.last)
-            .is_some_and(|r| r.id == id && target_key(&r.target) == key.1)
-        {
-            self.last
-        } else {
-            self.find_or_add(key, entry)
-        };
-        self.last = i;
+        let i = self.run_of(id, entry);
         let run = &mut self.list[i];
         run.credit += credit as u64;
         let need = 4 + payload.len();
@@ -268,6 +257,38 @@ impl Runs {
         run.buf.put_slice(payload);
         run.n += 1;
         run.used = true;
+    }
+
+    /// Appends a graceful stop for `id`'s target (a [`STOP_RECORD`], one
+    /// record of the run), whose envelope was `credit` bytes: its mailbox
+    /// gets it in order with the messages around it, parked behind them if
+    /// it is full.
+    #[cold]
+    fn push_stop(&mut self, id: u32, entry: &Entry, credit: usize) {
+        let i = self.run_of(id, entry);
+        let run = &mut self.list[i];
+        run.credit += credit as u64;
+        run.buf.put_u32_le(STOP_RECORD);
+        run.n += 1;
+        run.used = true;
+    }
+
+    /// The run of `id`'s target (which the caller checked is set).
+    #[inline(always)]
+    fn run_of(&mut self, id: u32, entry: &Entry) -> usize {
+        let target = entry.target.as_ref().expect("checked by the caller");
+        let key = (id, target_key(target));
+        let i = if self
+            .list
+            .get(self.last)
+            .is_some_and(|r| r.id == id && target_key(&r.target) == key.1)
+        {
+            self.last
+        } else {
+            self.find_or_add(key, entry)
+        };
+        self.last = i;
+        i
     }
 
     #[cold]
@@ -417,8 +438,10 @@ impl Dispatch {
         } else if id == INLINE_ID {
             return self.malformed("recipient id reserved");
         }
-        if let Some(f) = env.fragment {
-            return self.on_fragment(id, manifest, f, b);
+        match env.kind {
+            Kind::Message => {}
+            Kind::Fragment(f) => return self.on_fragment(id, manifest, f, b),
+            Kind::Stop => return self.on_stop(id, manifest, body.len()),
         }
         // One lookup: the entry, its target refreshed in place if it cannot
         // take this type (see `refresh_target`).
@@ -461,6 +484,38 @@ impl Dispatch {
             }
         }
         self.runs.push(id, entry, b, body.len(), self.left_in_read);
+    }
+
+    /// A graceful stop (`envelope::ENV_STOP`) for recipient `id`, of an
+    /// actor taking `manifest`, whose envelope was `credit` bytes: queued
+    /// in its run, behind the messages before it. Refused in untrusted
+    /// mode as a remote `stop` is; a dead letter, like a message, when no
+    /// actor taking `manifest` is there. Either way its credit goes back.
+    #[cold]
+    #[inline(never)]
+    fn on_stop(&mut self, id: u32, manifest: u32, credit: usize) {
+        self.refresh_target(id, manifest);
+        let Some(entry) = self.entry(id) else {
+            // Ids are defined in-stream before use: this is a broken peer.
+            return self.malformed(&format!("unknown recipient id {id}"));
+        };
+        let why = match &entry.target {
+            _ if !self.access.may_stop() => "refused: untrusted mode".to_owned(),
+            None => "no such actor".to_owned(),
+            Some(t) if t.manifest() != manifest => format!(
+                "actor takes {}, the stop was sent to one taking {}",
+                t.manifest_name(),
+                manifests::label(manifest)
+            ),
+            Some(_) => {
+                let entry = entry.clone();
+                return self.runs.push_stop(id, &entry, credit);
+            }
+        };
+        let to = self.registry.path(&entry.path);
+        let win = entry.win.clone();
+        self.dead("(remote graceful stop)", &to, &why);
+        self.release(id, win.as_deref(), credit as u64);
     }
 
     /// `bytes` of recipient `id`'s messages left this node's custody:

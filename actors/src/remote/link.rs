@@ -133,7 +133,18 @@ pub(super) enum LinkState {
 /// Something buffered while the link connects.
 pub(super) enum Pending {
     User(Arc<Recipient>, u32, Bytes),
+    /// A graceful stop (`envelope::ENV_STOP`) to a recipient taking
+    /// manifest `u32`, ordered with the user messages around it.
+    Stop(Arc<Recipient>, u32),
     System(Bytes),
+}
+
+impl Pending {
+    /// Whether it goes to an actor (a message or a graceful stop): a dead
+    /// letter if it is never sent.
+    pub(super) fn is_user(&self) -> bool {
+        !matches!(self, Self::System(_))
+    }
 }
 
 /// Appends the envelope for `payload` to `b`, defining the recipient's id
@@ -174,6 +185,18 @@ pub(super) fn write_envelope(
     }
     b.extend_from_slice(payload);
     r.flow.spend(b.len() - start);
+    true
+}
+
+/// Appends a graceful stop to `r` (an envelope with `ENV_STOP` and no
+/// payload), which takes `manifest`: as an uncredited [`write_envelope`],
+/// so a recipient without credit (its mailbox full) still gets it, and it
+/// spends its few bytes of the window like a message, since the receiver
+/// credits them back like one.
+pub(super) fn write_stop(b: &mut BytesMut, r: &Recipient, link: &Link, manifest: u32) -> bool {
+    let start = b.len();
+    write_envelope(b, r, link, manifest, &[], false, None);
+    b[start] |= envelope::ENV_STOP;
     true
 }
 

@@ -32,7 +32,10 @@ use super::{
     association::Association,
     envelope,
     large::LargeLane,
-    link::{LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope},
+    link::{
+        LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope,
+        write_stop,
+    },
 };
 use crate::error::SerializationError;
 
@@ -187,8 +190,48 @@ impl Association {
                     Err(_) => *st = LinkState::Idle,
                 }
             }
-            self.tell_slow(st, r, manifest, &scratch).map(|()| false)
+            let pending = Pending::User(r.clone(), manifest, Bytes::copy_from_slice(&scratch));
+            self.tell_slow(st, r, pending).map(|()| false)
         })
+    }
+
+    /// Remote `stop_after_queued` (Akka's `PoisonPill`): an envelope with
+    /// `ENV_STOP` on the user lane, so it reaches the recipient after the
+    /// messages this node sent it before, and the receiving node queues a
+    /// stop marker behind them. Never waits. Not paced by the recipient's
+    /// credit (a full mailbox is stopped gracefully too), but refused when
+    /// the link's queue, or the buffer while it connects, is full: it is
+    /// never dropped silently. `manifest`: the recipient's message type, so
+    /// the receiver checks it as it checks a message.
+    pub(crate) fn stop_after_queued(
+        self: &Arc<Self>,
+        r: &Arc<Recipient>,
+        manifest: u32,
+    ) -> Result<(), TellError> {
+        if in_encoder() {
+            return Err(TellError::Serialization(SerializationError::Reentrant));
+        }
+        let mut st = self.state();
+        if let LinkState::Up(link) = &*st {
+            if !link.serves(r.uid) {
+                return Err(TellError::Gone);
+            }
+            match link
+                .sender
+                .try_push_with(FrameKind::Message, |b| write_stop(b, r, link, manifest))
+            {
+                Ok(_) => return Ok(()),
+                Err(TrySendFrameError::Full(_)) => return Err(TellError::Full),
+                Err(TrySendFrameError::TooLarge(e)) => {
+                    return Err(TellError::Serialization(SerializationError::Encode(
+                        e.to_string(),
+                    )));
+                }
+                // The link just died: reconnect below, keeping the stop.
+                Err(_) => *st = LinkState::Idle,
+            }
+        }
+        self.tell_slow(st, r, Pending::Stop(r.clone(), manifest))
     }
 
     /// The common case of `tell`: the link is up and already knows the
@@ -254,22 +297,21 @@ impl Association {
         }
     }
 
-    /// `tell` when the link is not up: buffer while connecting, start a
-    /// connect, or refuse a ref of a quarantined incarnation. Kept out of
-    /// line so that the hot path stays small.
+    /// `tell` (or a graceful stop, `pending` to `r`) when the link is not
+    /// up: buffer while connecting, start a connect, or refuse a ref of a
+    /// quarantined incarnation. Kept out of line so that the hot path
+    /// stays small.
     #[cold]
     #[inline(never)]
     fn tell_slow(
         self: &Arc<Self>,
         mut st: MutexGuard<'_, LinkState>,
         r: &Arc<Recipient>,
-        manifest: u32,
-        payload: &[u8],
+        pending: Pending,
     ) -> Result<(), TellError> {
         if self.is_quarantined(r.uid) {
             return Err(TellError::Gone);
         }
-        let pending = Pending::User(r.clone(), manifest, Bytes::copy_from_slice(payload));
         match &mut *st {
             LinkState::Up(_) => unreachable!("tell handles an up link"),
             LinkState::Connecting { pending: queue } => {

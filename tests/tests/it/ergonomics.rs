@@ -472,3 +472,55 @@ async fn ctrl_c_shuts_a_process_down_after_its_queued_work() {
     );
     assert_eq!(rest, ["handled 200", "drained true"]);
 }
+
+/// Two message types of one name in one package: the derive gives both the
+/// manifest `integration-tests.Twin`.
+mod orders {
+    #[derive(Debug, serde::Serialize, serde::Deserialize, actors::RemoteMessage)]
+    pub(super) struct Twin(pub(super) u64);
+}
+
+mod invoices {
+    #[derive(Debug, serde::Serialize, serde::Deserialize, actors::RemoteMessage)]
+    pub(super) struct Twin(pub(super) String);
+}
+
+/// Takes any message and drops it.
+struct Sink<M>(std::marker::PhantomData<fn(M)>);
+
+impl<M: Send + 'static> Actor for Sink<M> {
+    type Msg = M;
+
+    async fn handle(&mut self, _: M, _: &mut Ctx<Self>) -> ActorResult {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn two_derived_types_of_one_name_are_refused_at_registration_naming_both() {
+    assert_eq!(orders::Twin::MANIFEST, "integration-tests.Twin");
+    assert_eq!(orders::Twin::MANIFEST, invoices::Twin::MANIFEST);
+    let sys = actor_system("twins").await;
+    sys.spawn_named("orders", Sink::<orders::Twin>(Default::default()))
+        .expect("the first type takes the name");
+    let err = sys
+        .spawn_named("invoices", Sink::<invoices::Twin>(Default::default()))
+        .expect_err("the second type with the same manifest is refused");
+    let text = err.to_string();
+    assert!(
+        matches!(err, actors::SpawnError::ManifestShared { .. })
+            && text.contains("orders::Twin")
+            && text.contains("invoices::Twin")
+            && text.contains("#[remote(manifest"),
+        "{text}"
+    );
+    // Resolving as the second type is refused the same way.
+    let resolved = sys
+        .resolve::<invoices::Twin>(&actor_path(&sys, "orders"))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(resolved, actors::ResolveError::ManifestShared { .. }),
+        "{resolved}"
+    );
+}

@@ -399,6 +399,69 @@ async fn ask_through_a_router_is_answered_by_a_routee() {
 }
 
 #[tokio::test]
+async fn a_named_router_is_resolved_and_used_from_another_node() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let router = Router::builder(RoutingLogic::round_robin())
+        .pool_named(&b, "workers", 3, workers(&tx, 0))
+        .expect("a free name");
+    let remote: ActorRef<RouterMsg<Job>> = within("resolve", a.resolve(&actor_path(&b, "workers")))
+        .await
+        .expect("the router resolves by path");
+    // Told from a: routed in turn, two jobs each.
+    for n in 0..6 {
+        remote.tell(RouterMsg::Route(Job::Work(n))).expect("room");
+    }
+    let log = take(&mut rx, 6).await;
+    assert_eq!(counts(&log).values().copied().collect::<Vec<_>>(), [2; 3]);
+    // Asked from a: a routee answers a's reply slot directly, in turn.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = within("ask", remote.ask(|r| RouterMsg::Route(Job::Who(r)), ASK))
+            .await
+            .expect("a routee answers");
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, [0, 1, 2]);
+    // Management is local only: a peer cannot change the routees.
+    let other = a.spawn(Worker {
+        id: 99,
+        log: tx.clone(),
+    });
+    let refused = remote.tell(RouterMsg::Add(other, None));
+    assert!(
+        matches!(refused, Err(SendError::Serialization(_))),
+        "{refused:?}"
+    );
+    assert_eq!(router.routees().len(), 3);
+    // The name is the router's while it runs.
+    let (tx2, _rx2) = mpsc::unbounded_channel();
+    let taken = Router::builder(RoutingLogic::round_robin()).pool_named(
+        &b,
+        "workers",
+        1,
+        workers(&tx2, 10),
+    );
+    assert!(
+        matches!(taken, Err(actors::RouterError::Spawn(_))),
+        "{taken:?}"
+    );
+    // A group by name too, over the same workers.
+    Router::builder(RoutingLogic::broadcast())
+        .group_named(&b, "everyone", router.routees())
+        .expect("a free name");
+    let everyone: ActorRef<RouterMsg<Job>> =
+        within("resolve", a.resolve(&actor_path(&b, "everyone")))
+            .await
+            .expect("the group resolves by path");
+    everyone.tell(RouterMsg::Route(Job::Work(7))).expect("room");
+    let log = take(&mut rx, 3).await;
+    assert_eq!(counts(&log).len(), 3, "{log:?}");
+}
+
+#[tokio::test]
 async fn routees_are_added_and_removed_at_run_time() {
     let sys = local("manage");
     let (tx, mut rx) = mpsc::unbounded_channel();

@@ -8,6 +8,8 @@ use actors::{
     StopReason, SystemConfig, TimerKey,
 };
 use integration_tests::{actor_path, actor_system_with, eventually, proxy::Mode, within};
+
+use super::actors_common::Collector;
 use serde::{Deserialize, Serialize};
 use tokio::{
     sync::{mpsc, oneshot},
@@ -402,10 +404,12 @@ impl RemoteMessage for Job {
     const MANIFEST: &'static str = "it.runtime.Job";
 }
 
-/// Counts `Work`; held inside the first one until `gate` opens.
+/// Counts `Work`; held inside the first one until `gate` opens. Reports
+/// its count on `report` when it stops.
 struct Gate {
     gate: Option<oneshot::Receiver<()>>,
     count: u64,
+    report: Option<oneshot::Sender<u64>>,
 }
 
 impl Actor for Gate {
@@ -424,6 +428,12 @@ impl Actor for Gate {
             }
         }
         Ok(())
+    }
+
+    async fn stopped(&mut self, _: &StopReason) {
+        if let Some(report) = self.report.take() {
+            let _ = report.send(self.count);
+        }
     }
 }
 
@@ -457,6 +467,7 @@ async fn gated_pair() -> (ActorSystem, ActorSystem, ActorRef<Job>, oneshot::Send
         Gate {
             gate: Some(gate),
             count: 0,
+            report: None,
         },
     )
     .expect("free");
@@ -485,11 +496,126 @@ async fn a_remote_recipient_out_of_credit_is_mailbox_full() {
         within("the count", asked).await.expect("no panic"),
         Ok(sent)
     );
-    // A graceful stop is local only for now.
+}
+
+/// Nodes `a` and `b` with `config`, `b` holding a [`Gate`] held in its
+/// first message until the returned sender opens it, which reports its
+/// count when it stops; `a`'s ref to it.
+async fn gate_reporting(
+    config: SystemConfig,
+) -> (
+    ActorSystem,
+    ActorSystem,
+    ActorRef<Job>,
+    oneshot::Sender<()>,
+    oneshot::Receiver<u64>,
+) {
+    let b = actor_system_with("b", config.clone()).await;
+    let (open, gate) = oneshot::channel();
+    let (report, count) = oneshot::channel();
+    b.spawn_named(
+        "gate",
+        Gate {
+            gate: Some(gate),
+            count: 0,
+            report: Some(report),
+        },
+    )
+    .expect("free");
+    let a = actor_system_with("a", config).await;
+    let remote: ActorRef<Job> = within("resolve", a.resolve(&actor_path(&b, "gate")))
+        .await
+        .expect("resolves");
+    (a, b, remote, open, count)
+}
+
+#[tokio::test]
+async fn a_remote_graceful_stop_comes_after_the_messages_sent_before_it() {
+    let (_a, b, remote, open, count) = gate_reporting(SystemConfig::default()).await;
+    let watched = remote.watch();
+    for n in 0..100 {
+        remote.tell(Job::Work(n)).expect("room");
+    }
+    remote.stop_after_queued().expect("queued on the link");
+    // Held in the first message: the other 99 and the stop wait in b's
+    // mailbox (an immediate stop would jump them).
+    open.send(()).expect("the gate waits");
+    let t = within("a sees the actor stop", watched).await;
+    assert_eq!(t.reason, StopReason::Stopped);
+    assert_eq!(within("its count", count).await, Ok(100));
+    assert_eq!(b.dead_letters(), 0, "nothing was left behind");
+    // Gone now: a later one is a dead letter on b, never an error here
+    // (only b knows), and the link is fine.
+    remote.stop_after_queued().expect("queued on the link");
+    eventually("the late stop is a dead letter on b", || {
+        b.dead_letters() == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_remote_graceful_stop_buffered_while_connecting_keeps_its_place() {
+    let (open, gate) = oneshot::channel();
+    let (report, count) = oneshot::channel();
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named(
+        "gate",
+        Gate {
+            gate: Some(gate),
+            count: 0,
+            report: Some(report),
+        },
+    )
+    .expect("free");
+    // a learns of b's gate from a third node: a has never spoken to b,
+    // and its first send to b connects.
+    let c = actor_system_with("c", SystemConfig::default()).await;
+    let gate: ActorRef<Job> = within("resolve", c.resolve(&actor_path(&b, "gate")))
+        .await
+        .expect("resolves");
+    let (refs, mut got) = mpsc::unbounded_channel();
+    a.spawn_named("inbox", Collector { out: refs })
+        .expect("free");
+    let inbox: ActorRef<ActorRef<Job>> = within("resolve", c.resolve(&actor_path(&a, "inbox")))
+        .await
+        .expect("resolves");
+    inbox.tell(gate).expect("room");
+    let remote: ActorRef<Job> = within("the ref", got.recv()).await.expect("a ref");
+    assert!(!remote.is_local());
+    // No await from here to the stop: on this thread's runtime the connect
+    // cannot finish meanwhile, so all of it waits in the connect buffer.
+    let watched = remote.watch();
+    for n in 0..100 {
+        remote
+            .tell(Job::Work(n))
+            .expect("room in the connect buffer");
+    }
+    remote.stop_after_queued().expect("buffered");
+    open.send(()).expect("the gate waits");
     assert_eq!(
-        remote.stop_after_queued(),
-        Err(StopError::RemoteNotSupported)
+        within("a sees the actor stop", watched).await.reason,
+        StopReason::Stopped
     );
+    assert_eq!(within("its count", count).await, Ok(100));
+}
+
+#[tokio::test]
+async fn a_remote_graceful_stop_is_not_held_back_by_a_full_mailbox() {
+    let mut config = SystemConfig::default();
+    config.set_recipient_window(16 * 1024);
+    let (_a, _b, remote, open, count) = gate_reporting(config).await;
+    let (sent, refused) = tell_until_refused(&remote).await;
+    assert!(matches!(refused, SendError::MailboxFull(_)), "{refused:?}");
+    // No credit left for messages, but the stop still goes, behind them.
+    let watched = remote.watch();
+    remote.stop_after_queued().expect("not refused for credit");
+    open.send(()).expect("the gate waits");
+    assert_eq!(
+        within("a sees the actor stop", watched).await.reason,
+        StopReason::Stopped
+    );
+    assert_eq!(within("its count", count).await, Ok(sent));
 }
 
 #[tokio::test]
@@ -507,6 +633,7 @@ async fn a_full_link_is_link_full_not_mailbox_full() {
         Gate {
             gate: None,
             count: 0,
+            report: None,
         },
     )
     .expect("free");

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use actors::{
-    Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, StopReason, SupervisorStrategy,
+    Actor, ActorError, ActorRef, ActorResult, ActorSystem, Ctx, Directive, Panicked, RemoteMessage,
+    StopReason, SupervisorStrategy,
 };
 use integration_tests::{actor_path, actor_system, eventually, within};
 use serde::{Deserialize, Serialize};
@@ -223,6 +224,52 @@ async fn backoff_waits_between_restarts_and_messages_wait_for_the_new_instance()
 }
 
 #[tokio::test]
+async fn a_decider_chooses_the_directive_by_the_failure() {
+    let sys = ActorSystem::local("s").expect("valid");
+    let (tx, mut log) = mpsc::unbounded_channel();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    // `stop()` as the base: the decider's answer replaces it.
+    let strategy = SupervisorStrategy::stop().with_decider(move |err: &ActorError| {
+        let _ = seen_tx.send(err.to_string());
+        if let Some(p) = err.downcast_ref::<Panicked>() {
+            assert_eq!(p.message, "boom");
+            Directive::Restart
+        } else if err.to_string().contains("fatal") {
+            Directive::Stop
+        } else {
+            Directive::Restart
+        }
+    });
+    let r = sys
+        .spawn_supervised("w", Probe::factory("w", &tx, vec![], restart()), strategy)
+        .expect("free");
+    assert_eq!(next(&mut log).await, "started w");
+    // A panic is recognisable: restarted (no `stopped` after a panic).
+    r.tell(Count::Panic("boom".into())).expect("room");
+    assert_eq!(next(&mut log).await, "started w");
+    // A transient error: restarted.
+    r.tell(Count::Fail("transient".into())).expect("room");
+    assert_eq!(next(&mut log).await, "stopped w");
+    assert_eq!(next(&mut log).await, "started w");
+    r.tell(Count::Add(2)).expect("room");
+    assert_eq!(total(&r).await, 2, "the new instance runs");
+    // A fatal one: stopped, whatever the base directive.
+    let watch = r.watch();
+    r.tell(Count::Fail("fatal: disk gone".into()))
+        .expect("room");
+    assert_eq!(
+        within("watch", watch).await.reason,
+        StopReason::Failed("fatal: disk gone".into())
+    );
+    let asked: Vec<_> = std::iter::from_fn(|| seen.try_recv().ok()).collect();
+    assert_eq!(
+        asked,
+        ["panicked: boom", "transient", "fatal: disk gone"],
+        "the decider saw each failure once"
+    );
+}
+
+#[tokio::test]
 async fn a_stop_during_the_backoff_stops_the_actor() {
     let sys = ActorSystem::local("s").expect("valid");
     let (tx, mut log) = mpsc::unbounded_channel();
@@ -424,6 +471,88 @@ async fn all_for_one_restarts_and_stops_every_sibling() {
         StopReason::RestartLimitExceeded(_)
     ));
     assert_eq!(within("b stops", wb).await.reason, StopReason::Stopped);
+}
+
+#[tokio::test]
+async fn all_for_one_counts_each_group_restart_once_against_the_parents_limit() {
+    let sys = ActorSystem::local("s").expect("valid");
+    let (tx, mut log) = mpsc::unbounded_channel();
+    let strategy = restart()
+        .all_for_one()
+        .with_limit(2, Duration::from_secs(3600));
+    sys.spawn_named("p", Probe::factory("p", &tx, vec!["a", "b"], strategy)())
+        .expect("free");
+    assert_eq!(next(&mut log).await, "started p");
+    let _ = (next(&mut log).await, next(&mut log).await);
+    let (a, b) = (
+        within("resolve", sys.resolve::<Count>("local://s/user/p/a"))
+            .await
+            .expect("a"),
+        within("resolve", sys.resolve::<Count>("local://s/user/p/b"))
+            .await
+            .expect("b"),
+    );
+    // Two group restarts, one caused by each child: each child failed
+    // once, but the group restarted twice, which is the limit.
+    for failing in [&a, &b] {
+        failing.tell(Count::Fail("x".into())).expect("room");
+        let mut lines = Vec::new();
+        for _ in 0..4 {
+            lines.push(next(&mut log).await);
+        }
+        lines.sort();
+        assert_eq!(lines, ["started a", "started b", "stopped a", "stopped b"]);
+    }
+    // A third failure is past the parent's limit (a counted alone would
+    // have one restart left): a stops, and b with it.
+    let (wa, wb) = (a.watch(), b.watch());
+    a.tell(Count::Fail("third".into())).expect("room");
+    let reason = within("a stops", wa).await.reason;
+    let StopReason::RestartLimitExceeded(why) = &reason else {
+        panic!("a stopped for {reason:?}")
+    };
+    assert!(why.contains("2 restarts"), "{why}");
+    assert_eq!(within("b stops", wb).await.reason, StopReason::Stopped);
+}
+
+/// Watches a counter; on `Stop` stops it and waits for it to end inside
+/// the handler, so the notice is queued when the handler returns; panics
+/// in `terminated`.
+struct PanicsOnNotice(ActorRef<Count>);
+
+impl Actor for PanicsOnNotice {
+    type Msg = Count;
+
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
+        ctx.watch(&self.0);
+        Ok(())
+    }
+
+    async fn handle(&mut self, msg: Count, _: &mut Ctx<Self>) -> ActorResult {
+        if let Count::Stop = msg {
+            let ended = self.0.watch();
+            self.0.stop();
+            ended.await;
+        }
+        Ok(())
+    }
+
+    async fn terminated(&mut self, _: actors::Terminated, _: &mut Ctx<Self>) -> ActorResult {
+        panic!("terminated panics");
+    }
+}
+
+#[tokio::test]
+async fn a_panic_outside_handle_is_no_failed_message() {
+    let sys = ActorSystem::local("s").expect("valid");
+    let target = sys.spawn(super::actors_common::Counter::default());
+    let w = sys.spawn(PanicsOnNotice(target));
+    let watch = w.watch();
+    w.tell(Count::Stop).expect("room");
+    let reason = within("the watcher stops", watch).await.reason;
+    assert_eq!(reason, StopReason::Panicked("terminated panics".into()));
+    // The handled message succeeded; the panic was in `terminated`.
+    assert_eq!(sys.dead_letters(), 0, "no message counted as failed");
 }
 
 /// An actor whose timers report into a channel.

@@ -54,6 +54,27 @@ async fn remote_stop_is_refused_in_untrusted_mode() {
 }
 
 #[tokio::test]
+async fn a_remote_graceful_stop_is_refused_in_untrusted_mode() {
+    let mut config = SystemConfig::default();
+    config
+        .set_untrusted_mode(true)
+        .set_lookup_paths(["/user/counter"]);
+    let a = actor_system_with("a", config).await;
+    let b = actor_system("b").await;
+    a.spawn_named("counter", Counter::default()).expect("free");
+    let remote = within("resolve", b.resolve::<Count>(&actor_path(&a, "counter")))
+        .await
+        .expect("a listed path resolves");
+    remote.tell(Count::Add(2)).expect("room");
+    let before = a.dead_letters();
+    remote.stop_after_queued().expect("queued on the link");
+    remote.tell(Count::Add(3)).expect("room");
+    // Behind the refused stop on the link: handled, so the actor runs.
+    assert_eq!(total(&remote).await, 5, "still running");
+    assert_eq!(a.dead_letters(), before + 1, "the refused stop is counted");
+}
+
+#[tokio::test]
 async fn untrusted_mode_resolves_only_listed_paths() {
     let mut config = SystemConfig::default();
     config
