@@ -20,9 +20,10 @@ use crate::{
     mailbox::{Mailbox, Queued, SystemMsg, next_record},
     path::valid_name,
     registry::Target,
-    serialization::{RemoteMessage, manifests, with_decode_scope},
+    serialization::{RemoteMessage, decode_record, manifests, with_decode_scope},
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
+    trace::{self, BatchTraces, TraceContext},
     watch::{WatchSink, Watchers},
 };
 
@@ -103,6 +104,16 @@ impl<A: Actor> Ctx<A> {
     /// The system this actor runs in.
     pub fn system(&self) -> &ActorSystem {
         &self.system
+    }
+
+    /// The trace context of the message being handled, when it came from
+    /// a node that propagates them (`SystemConfig::set_trace_propagation`)
+    /// and was sent inside a [`TraceContext::scope`]. The handler runs in
+    /// it, so its remote sends carry it on; to start a child span, send
+    /// inside `ctx.trace_context().map(|t| t.with_parent_id(span_id))`'s
+    /// scope. [`TraceContext::current`] says the same.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        TraceContext::current()
     }
 
     /// Stops this actor after the current message; messages still in its
@@ -259,7 +270,7 @@ impl ActorSystem {
         let id = self.registry().next_id();
         let cell = self.make_cell::<A::Msg>(&elements);
         cell.registered.store(true, Ordering::Release);
-        let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
+        let _ = cell.decode.set(decode_record::<A::Msg>);
         let target: Arc<dyn Target> = cell.clone();
         targets.insert(elements.as_str().into(), target);
         drop(targets);
@@ -360,6 +371,8 @@ async fn run_actor<A: Actor>(
     // The messages of the remote batch being worked through, decoded
     // together (one decode context per batch, no await in between).
     let mut decoded: VecDeque<A::Msg> = VecDeque::new();
+    // Their trace contexts, if they carried any (`trace`).
+    let mut traces = BatchTraces::default();
     let reason = 'run: loop {
         if ctx.stop {
             break StopReason::Stopped;
@@ -392,7 +405,9 @@ async fn run_actor<A: Actor>(
                     break 'run StopReason::Stopped;
                 }
             }
+            let mut trace = None;
             let msg = if let Some(m) = decoded.pop_front() {
+                trace = traces.pop();
                 m
             } else {
                 match user.pop_front() {
@@ -413,9 +428,12 @@ async fn run_actor<A: Actor>(
                         );
                         let mut decode_all = || {
                             let mut pos = 0;
-                            while let Some(range) = next_record(&bytes, &mut pos) {
-                                match decode(&bytes[range]) {
-                                    Ok(m) => decoded.push_back(m),
+                            while let Some((range, ext)) = next_record(&bytes, &mut pos) {
+                                match decode(&bytes[range], ext) {
+                                    Ok((m, t)) => {
+                                        decoded.push_back(m);
+                                        traces.push(t);
+                                    }
                                     Err(e) => registry.dead_letter(
                                         std::any::type_name::<A::Msg>(),
                                         &cell.path,
@@ -432,7 +450,8 @@ async fn run_actor<A: Actor>(
                     }
                 }
             };
-            actor.handle(msg, &mut ctx).await;
+            // A remote message's trace context is the handler's current one.
+            trace::in_scope(trace, actor.handle(msg, &mut ctx)).await;
             if ctx.stop {
                 break 'run StopReason::Stopped;
             }

@@ -21,12 +21,15 @@ use crate::{
     mailbox::{Mailbox, Refused, SystemMsg, next_record},
     path::ActorPath,
     registry::{Registry, Target},
-    serialization::{RemoteMessage, manifest_id, with_decode_scope},
+    serialization::{RemoteMessage, decode_record, manifest_id, with_decode_scope},
+    trace::TraceContext,
     watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
-/// Decodes a remote message on the actor's own task.
-pub(crate) type DecodeFn<M> = fn(&[u8]) -> Result<M, SerializationError>;
+/// Decodes a remote message on the actor's own task: a batch record, and
+/// whether it begins with an extension block (`serialization::decode_record`).
+pub(crate) type DecodeFn<M> =
+    fn(&[u8], bool) -> Result<(M, Option<TraceContext>), SerializationError>;
 
 /// The runtime side of a local actor: its mailbox, path and watchers.
 pub(crate) struct Cell<M> {
@@ -51,7 +54,7 @@ impl<M: RemoteMessage> Cell<M> {
         if self.registered.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.decode.set(M::decode);
+        let _ = self.decode.set(decode_record::<M>);
         if let Some(registry) = self.registry.upgrade() {
             let target: Arc<dyn Target> = self.clone();
             registry.register(self.path.elements(), target);
@@ -139,9 +142,11 @@ impl<M: RemoteMessage> Target for Promise<M> {
         };
         let deliver = || {
             let mut pos = 0;
-            while let Some(range) = next_record(batch, &mut pos) {
-                let why = match M::decode(&batch[range]) {
-                    Ok(m) => match self.complete(m) {
+            while let Some((range, ext)) = next_record(batch, &mut pos) {
+                // The reply's trace context is the asker's own, which it
+                // still runs in.
+                let why = match decode_record::<M>(&batch[range], ext) {
+                    Ok((m, _trace)) => match self.complete(m) {
                         Ok(()) => continue,
                         Err(_) => "ask already answered or timed out".to_owned(),
                     },

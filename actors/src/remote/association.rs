@@ -110,6 +110,8 @@ pub(crate) struct Association {
     max_recipient_ids: usize,
     /// `SystemConfig::set_recipient_window`.
     window: u64,
+    /// `SystemConfig::set_trace_propagation`.
+    pub(crate) trace: bool,
 }
 
 impl Association {
@@ -145,6 +147,7 @@ impl Association {
             max_message,
             max_recipient_ids: config.max_recipient_ids,
             window: config.recipient_window as u64,
+            trace: config.trace_propagation,
         }
     }
 

@@ -59,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
 pub(crate) use association::Association;
+pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
 pub(crate) use link::{Recipient, TellError};
