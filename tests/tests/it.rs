@@ -13,6 +13,7 @@ mod it {
     mod close;
     mod control;
     mod cookie;
+    mod evolve;
     mod fail_fast;
     mod faults;
     mod faults_net;
