@@ -29,6 +29,7 @@ mod it {
     mod push;
     mod runtime;
     mod tls;
+    mod trace;
     mod trust;
     mod typed_refs;
     mod undeliverable;
