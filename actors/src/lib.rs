@@ -59,10 +59,10 @@
 //!   [`StopReason`], [`Terminated`].
 //! - `bincode_format`: bincode 2's message format, our serializer and
 //!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
-//!   [`RemoteMessage`], [`SerializerId`], [`SharedBytes`], the decode
-//!   scope, the extension block of a message. `msgpack`: [`MsgPack`], the
-//!   serializer for messages that evolve. `trace`: [`TraceContext`],
-//!   W3C trace context propagation.
+//!   [`RemoteMessage`], [`SerializerId`], [`MsgPack`], [`SharedBytes`],
+//!   the decode scope, the extension block of a message. `msgpack`:
+//!   MessagePack's format, bounded (the serializer for messages that
+//!   evolve). `trace`: [`TraceContext`], W3C trace context propagation.
 //! - `config`: [`SystemConfig`] and its defaults.
 //! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
 //!   `ACTORS_*` variables; every key is in `actors/reference.toml`
@@ -138,13 +138,12 @@ pub use error::{
 };
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};
-pub use msgpack::MsgPack;
 pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use serialization::{
-    Bincode, RemoteMessage, Serializer, SerializerId, SharedBytes, manifest_id,
+    Bincode, MsgPack, RemoteMessage, Serializer, SerializerId, SharedBytes, manifest_id,
 };
 pub use system::ActorSystem;
 pub use timer::TimerKey;

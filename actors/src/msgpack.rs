@@ -1,5 +1,6 @@
-//! MessagePack with named fields ([`MsgPack`]): the serializer for
-//! messages that evolve.
+//! MessagePack with named fields: the format of `MsgPack`, the serializer
+//! for messages that evolve (`serialization` wraps these functions, as it
+//! wraps `bincode_format`).
 //!
 //! Structs are written as maps from field name to value (rmp-serde's
 //! `with_struct_map`), enum variants by name. So a node that added a field
@@ -27,27 +28,12 @@ use bytes::{BufMut, BytesMut};
 use rmp::Marker;
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{error::SerializationError, serialization::Serializer};
+use crate::error::SerializationError;
 
 /// How deeply a MessagePack message may nest (arrays, maps and ext values
 /// within each other) before decoding refuses it: the same bound as the
 /// bincode path's, so a recursive type cannot overflow the stack.
 pub(crate) const MAX_DEPTH: usize = 256;
-
-/// MessagePack through rmp-serde, structs as maps of named fields and enum
-/// variants by name: tolerates fields added (with `#[serde(default)]`) and
-/// removed between node versions, at some cost in bytes and time over
-/// [`Bincode`](crate::Bincode) (the criterion benches `serialize/*`
-/// measure it). Pick it for a message type with
-/// `const SERIALIZER: SerializerId = SerializerId::MSGPACK;` in its
-/// [`RemoteMessage`](crate::RemoteMessage) impl.
-///
-/// Decoding is bounded (a length claim larger than the bytes that arrived
-/// is refused before anything is allocated) and never panics on hostile
-/// input. `SharedBytes` fields share the received frame as they do under
-/// bincode, and `ActorRef` fields resolve against the receiving node.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MsgPack;
 
 /// An `io::Write` into a `BytesMut` that refuses to grow it past `end`, so
 /// that a message over the limit is abandoned as soon as it crosses it,
@@ -82,21 +68,17 @@ impl io::Write for Bounded<'_> {
     }
 }
 
-impl Serializer for MsgPack {
-    fn serialize<T: Serialize + ?Sized>(
-        &self,
-        value: &T,
-        out: &mut BytesMut,
-    ) -> Result<(), SerializationError> {
-        self.serialize_limited(value, out, usize::MAX)
-    }
-
-    fn serialize_limited<T: Serialize + ?Sized>(
-        &self,
-        value: &T,
-        out: &mut BytesMut,
-        limit: usize,
-    ) -> Result<(), SerializationError> {
+/// Appends `value` to `out`, at most `limit` bytes of it (see
+/// `Serializer::serialize_limited`): structs as maps of named fields.
+///
+/// # Errors
+/// `TooLarge`, or what rmp-serde refuses.
+pub(crate) fn to_buf<T: Serialize + ?Sized>(
+    value: &T,
+    out: &mut BytesMut,
+    limit: usize,
+) -> Result<(), SerializationError> {
+    {
         let start = out.len();
         let mut w = Bounded {
             end: start.saturating_add(limit),
@@ -119,13 +101,19 @@ impl Serializer for MsgPack {
             }
         }
     }
+}
 
-    fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
-        check(bytes).map_err(|e| SerializationError::Decode(format!("msgpack: {e}")))?;
-        let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
-        de.set_max_depth(MAX_DEPTH);
-        T::deserialize(&mut de).map_err(|e| SerializationError::Decode(format!("msgpack: {e}")))
-    }
+/// Reads the one value `bytes` hold, after [`check`] bounds every length
+/// claim by the bytes that arrived.
+///
+/// # Errors
+/// Malformed, truncated or over-long input, trailing bytes, or a value
+/// that does not fit `T`.
+pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, SerializationError> {
+    check(bytes).map_err(|e| SerializationError::Decode(format!("msgpack: {e}")))?;
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(MAX_DEPTH);
+    T::deserialize(&mut de).map_err(|e| SerializationError::Decode(format!("msgpack: {e}")))
 }
 
 /// Checks that `bytes` hold exactly one MessagePack value whose every
@@ -232,7 +220,7 @@ mod tests {
     use serde::{Deserialize, Serialize};
 
     use super::*;
-    use crate::serialization::{SharedBytes, with_decode_scope};
+    use crate::serialization::{MsgPack, Serializer, SharedBytes, with_decode_scope};
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct V1 {

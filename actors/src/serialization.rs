@@ -4,7 +4,7 @@
 //! which says in each envelope which serializer encoded the message.
 //!
 //! bincode 2 is unmaintained upstream, so nothing outside this module names
-//! it. A message type picks [`MsgPack`](crate::MsgPack) (named fields, for
+//! it. A message type picks [`MsgPack`] (named fields, for
 //! types that evolve) with `const SERIALIZER`, or its own format by
 //! overriding [`RemoteMessage::encode`] and [`RemoteMessage::decode`]
 //! (with an id of 128 or more). A receiver decodes by the id the sender
@@ -29,7 +29,7 @@ use std::{any::Any, cell::RefCell, fmt, ops::Deref, sync::Arc};
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
-use crate::{bincode_format, error::SerializationError, msgpack::MsgPack, trace::TraceContext};
+use crate::{bincode_format, error::SerializationError, msgpack, trace::TraceContext};
 
 /// Turns values into bytes and back. Implementations must never panic on
 /// hostile input and must bound what decoding allocates.
@@ -121,6 +121,46 @@ impl Serializer for Bincode {
             }),
             Err(e) => Err(decode_error(e)),
         }
+    }
+}
+
+/// MessagePack through rmp-serde, structs as maps of named fields and enum
+/// variants by name: tolerates fields added (with `#[serde(default)]`) and
+/// removed between node versions, at some cost in bytes and time over
+/// [`Bincode`] (the criterion benches `serialize/*` measure it). Pick it
+/// for a message type with
+/// `const SERIALIZER: SerializerId = SerializerId::MSGPACK;` in its
+/// [`RemoteMessage`] impl.
+///
+/// Decoding is bounded (a length claim larger than the bytes that arrived
+/// is refused before anything is allocated; nesting is limited as under
+/// bincode) and never panics on hostile input. [`SharedBytes`] fields
+/// share the received frame as they do under bincode, and `ActorRef`
+/// fields resolve against the receiving node.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MsgPack;
+
+impl Serializer for MsgPack {
+    fn serialize<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        out: &mut BytesMut,
+    ) -> Result<(), SerializationError> {
+        msgpack::to_buf(value, out, usize::MAX)
+    }
+
+    /// Stops as soon as the limit is crossed, as [`Bincode`] does.
+    fn serialize_limited<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        out: &mut BytesMut,
+        limit: usize,
+    ) -> Result<(), SerializationError> {
+        msgpack::to_buf(value, out, limit)
+    }
+
+    fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
+        msgpack::from_slice(bytes)
     }
 }
 
@@ -382,7 +422,7 @@ pub struct SerializerId(u8);
 impl SerializerId {
     /// [`Bincode`]: the default; written as no byte at all.
     pub const BINCODE: Self = Self(0);
-    /// [`MsgPack`](crate::MsgPack): named fields.
+    /// [`MsgPack`]: named fields.
     pub const MSGPACK: Self = Self(1);
 
     /// An id for a format of a type's own (its overridden `encode` and
