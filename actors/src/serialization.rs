@@ -884,6 +884,65 @@ mod tests {
     }
 
     #[test]
+    fn records_decode_by_the_serializer_they_name() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Own(u32);
+        impl RemoteMessage for Own {
+            const MANIFEST: &'static str = "t.Own";
+            const SERIALIZER: SerializerId = SerializerId::custom(200);
+            fn encode(&self, out: &mut BytesMut, _: usize) -> Result<(), SerializationError> {
+                out.extend_from_slice(&self.0.to_be_bytes());
+                Ok(())
+            }
+            fn decode(b: &[u8]) -> Result<Self, SerializationError> {
+                let b: [u8; 4] = b
+                    .try_into()
+                    .map_err(|_| SerializationError::Decode("4 bytes".into()))?;
+                Ok(Self(u32::from_be_bytes(b)))
+            }
+        }
+        let trace = TraceContext::new([1; 16], [2; 8], 1).unwrap();
+        let record = |serializer, trace, m: &Own| {
+            let ext = Ext { serializer, trace };
+            let mut b = BytesMut::new();
+            ext.put(&mut b);
+            match serializer {
+                SerializerId::BINCODE => Bincode.serialize(m, &mut b).unwrap(),
+                SerializerId::MSGPACK => MsgPack.serialize(m, &mut b).unwrap(),
+                _ => m.encode(&mut b, usize::MAX).unwrap(),
+            }
+            (b, !ext.is_empty())
+        };
+        // The type's own format, MessagePack and bincode are all read, by
+        // the id in the block, with the trace context beside.
+        for (serializer, t) in [
+            (SerializerId::custom(200), Some(trace)),
+            (SerializerId::MSGPACK, None),
+            (SerializerId::BINCODE, Some(trace)),
+            (SerializerId::BINCODE, None),
+        ] {
+            let (b, ext) = record(serializer, t, &Own(77));
+            assert_eq!(
+                decode_record::<Own>(&b, ext),
+                Ok((Own(77), t)),
+                "{serializer}"
+            );
+        }
+        let err = decode_record::<Own>(&[1, 130, 0], true).unwrap_err();
+        assert!(
+            err.to_string().contains("serializer 130 is unknown"),
+            "{err}"
+        );
+        let err = decode_record::<u64>(&[7, 7], false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot decode bincode as std.u64") && err.contains("positional"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn manifest_ids_are_stable() {
         assert_eq!(manifest_id(""), 0x811c_9dc5);
         assert_eq!(manifest_id("a"), 0xe40c_292c);

@@ -252,7 +252,7 @@ async fn an_unknown_serializer_is_a_dead_letter_that_says_so() {
         .spawn_named("switch", Forward::<SwitchOld>(tx))
         .unwrap();
     // Serializer 9: no node knows it.
-    let _conn = send_raw(
+    let conn = send_raw(
         &system,
         ext_envelope("switch", "evolve.Switch", &[1, 9], &[41]),
     )
@@ -264,6 +264,7 @@ async fn an_unknown_serializer_is_a_dead_letter_that_says_so() {
         "{}",
         logs.text()
     );
+    drop(conn);
     system.shutdown().await;
 }
 
@@ -278,7 +279,7 @@ async fn unknown_envelope_flags_and_bad_blocks_are_malformed() {
     // Flag 64 is no flag of this protocol version.
     let mut unknown = ext_envelope("switch", "evolve.Switch", &[1, 1], &[0x81, 0xa1, b'n', 1]);
     unknown[0] |= 64;
-    let _conn = send_raw(&system, unknown).await;
+    let conn = send_raw(&system, unknown).await;
     eventually("the unknown flag's dead letter", || {
         system.dead_letters() == 1
     })
@@ -290,12 +291,13 @@ async fn unknown_envelope_flags_and_bad_blocks_are_malformed() {
         logs.text()
     );
     // A block with an unknown bit.
-    let _conn2 = send_raw(
+    let conn2 = send_raw(
         &system,
         ext_envelope("switch", "evolve.Switch", &[4], &[41]),
     )
     .await;
     eventually("the bad block's dead letter", || system.dead_letters() == 2).await;
     assert_eq!(logs.lines_with("unknown bits in the extension block"), 1);
+    drop((conn, conn2));
     system.shutdown().await;
 }
