@@ -23,7 +23,7 @@ use crate::{
     serialization::{RemoteMessage, decode_record, manifests, with_decode_scope},
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
-    trace::{self, BatchTraces, TraceContext},
+    trace::{BatchTraces, TraceContext},
     watch::{WatchSink, Watchers},
 };
 
@@ -432,7 +432,7 @@ async fn run_actor<A: Actor>(
                                 match decode(&bytes[range], ext) {
                                     Ok((m, t)) => {
                                         decoded.push_back(m);
-                                        traces.push(t);
+                                        traces.push(t, decoded.len() - 1);
                                     }
                                     Err(e) => registry.dead_letter(
                                         std::any::type_name::<A::Msg>(),
@@ -451,7 +451,10 @@ async fn run_actor<A: Actor>(
                 }
             };
             // A remote message's trace context is the handler's current one.
-            trace::in_scope(trace, actor.handle(msg, &mut ctx)).await;
+            match trace {
+                None => actor.handle(msg, &mut ctx).await,
+                Some(t) => t.scope(actor.handle(msg, &mut ctx)).await,
+            }
             if ctx.stop {
                 break 'run StopReason::Stopped;
             }

@@ -67,6 +67,7 @@ pub(crate) const RECORD_EXT: u32 = 1 << 31;
 
 /// Iterates the records of a batch buffer: each one's range, and whether
 /// it begins with an extension block ([`RECORD_EXT`]).
+#[inline(always)]
 pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<(std::ops::Range<usize>, bool)> {
     let head = batch.get(*pos..*pos + 4)?;
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);

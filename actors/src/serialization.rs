@@ -388,7 +388,7 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     ///
     /// # Errors
     /// As [`Serializer::deserialize`].
-    #[inline]
+    #[inline(always)]
     fn decode(bytes: &[u8]) -> Result<Self, SerializationError> {
         decode_builtin(Self::SERIALIZER, bytes)
     }
@@ -400,7 +400,7 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     ///
     /// # Errors
     /// As [`Serializer::deserialize`], and an id this node does not know.
-    #[inline]
+    #[inline(always)]
     fn decode_from(serializer: SerializerId, bytes: &[u8]) -> Result<Self, SerializationError> {
         if serializer == Self::SERIALIZER {
             Self::decode(bytes)
@@ -460,6 +460,7 @@ impl fmt::Display for SerializerId {
 }
 
 /// Decodes with the built-in serializer `id`.
+#[inline(always)]
 fn decode_builtin<T: DeserializeOwned>(
     id: SerializerId,
     bytes: &[u8],
@@ -629,10 +630,20 @@ pub(crate) fn decode_record<M: RemoteMessage>(
     ext: bool,
 ) -> Result<(M, Option<TraceContext>), SerializationError> {
     if !ext {
-        return M::decode_from(SerializerId::BINCODE, record)
-            .map(|m| (m, None))
-            .map_err(|e| cannot_decode::<M>(SerializerId::BINCODE, &e));
+        return match M::decode_from(SerializerId::BINCODE, record) {
+            Ok(m) => Ok((m, None)),
+            Err(e) => Err(cannot_decode::<M>(SerializerId::BINCODE, &e)),
+        };
     }
+    decode_ext_record(record)
+}
+
+/// `decode_record` of a record with an extension block: out of line, so
+/// that a plain record's path stays as small as before blocks existed.
+#[inline(never)]
+fn decode_ext_record<M: RemoteMessage>(
+    record: &[u8],
+) -> Result<(M, Option<TraceContext>), SerializationError> {
     let (ext, body) = Ext::parse(record).map_err(|why| SerializationError::Decode(why.into()))?;
     match M::decode_from(ext.serializer, body) {
         Ok(m) => Ok((m, ext.trace)),

@@ -175,46 +175,52 @@ impl TraceContext {
 }
 
 /// The trace contexts of the messages of decoded remote batches, by their
-/// place in the actor's queue of decoded messages: empty, and one
-/// comparison per message, unless messages carry contexts.
+/// place in the actor's queue of decoded messages. While no message
+/// carries one, pushing and popping is one comparison each.
 #[derive(Debug, Default)]
 pub(crate) struct BatchTraces {
-    traced: VecDeque<(u64, TraceContext)>,
-    /// Messages decoded so far, and handed out so far.
-    pushed: u64,
-    popped: u64,
+    /// Each traced message's context, and how many untraced messages are
+    /// handed out before it (after the traced one before it).
+    traced: VecDeque<(usize, TraceContext)>,
+    /// Untraced messages pushed since the last traced one.
+    since_last: usize,
 }
 
 impl BatchTraces {
-    /// A message was decoded, with this context.
-    #[inline]
-    pub(crate) fn push(&mut self, trace: Option<TraceContext>) {
-        if let Some(t) = trace {
-            self.traced.push_back((self.pushed, t));
+    /// A message was decoded with this context; `ahead` messages were
+    /// queued before it.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, trace: Option<TraceContext>, ahead: usize) {
+        match trace {
+            None => {
+                if !self.traced.is_empty() {
+                    self.since_last += 1;
+                }
+            }
+            Some(t) => self.push_traced(t, ahead),
         }
-        self.pushed += 1;
+    }
+
+    #[inline(never)]
+    fn push_traced(&mut self, t: TraceContext, ahead: usize) {
+        let gap = if self.traced.is_empty() {
+            ahead
+        } else {
+            self.since_last
+        };
+        self.traced.push_back((gap, t));
+        self.since_last = 0;
     }
 
     /// The next decoded message is handed out: its context.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<TraceContext> {
-        let n = self.popped;
-        self.popped += 1;
-        match self.traced.front() {
-            Some(&(i, t)) if i == n => {
-                self.traced.pop_front();
-                Some(t)
-            }
-            _ => None,
+        let (gap, _) = self.traced.front_mut()?;
+        if *gap > 0 {
+            *gap -= 1;
+            return None;
         }
-    }
-}
-
-/// Runs `f` inside `trace`'s scope if there is one.
-pub(crate) async fn in_scope<F: Future>(trace: Option<TraceContext>, f: F) -> F::Output {
-    match trace {
-        None => f.await,
-        Some(t) => t.scope(f).await,
+        self.traced.pop_front().map(|(_, t)| t)
     }
 }
 
@@ -303,15 +309,24 @@ mod tests {
     fn batch_traces_follow_their_messages() {
         let t = TraceContext::new([1; 16], [2; 8], 0).unwrap();
         let mut b = BatchTraces::default();
-        for trace in [None, Some(t), None, Some(t)] {
-            b.push(trace);
+        for (ahead, trace) in [None, Some(t), None, Some(t)].into_iter().enumerate() {
+            b.push(trace, ahead);
         }
         assert_eq!(
             [b.pop(), b.pop(), b.pop(), b.pop()],
             [None, Some(t), None, Some(t)]
         );
-        b.push(None);
+        b.push(None, 0);
         assert_eq!(b.pop(), None);
+        // Pushed while earlier messages are still queued.
+        b.push(None, 0);
+        b.push(None, 1);
+        assert_eq!(b.pop(), None);
+        b.push(Some(t), 1);
+        b.push(None, 2);
+        b.push(Some(t), 3);
+        let popped: Vec<_> = (0..5).map(|_| b.pop()).collect();
+        assert_eq!(popped, [None, Some(t), None, Some(t), None]);
     }
 
     #[tokio::test(flavor = "current_thread")]
