@@ -287,10 +287,12 @@ pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
     impl Drop for Reset {
         #[inline(always)]
         fn drop(&mut self) {
-            IN_ENCODER.set(false);
+            // `with`, not `LocalKey::set`: `set` goes through std's
+            // lazy-init path, which stopped being inlined here.
+            IN_ENCODER.with(|c| c.set(false));
         }
     }
-    IN_ENCODER.set(true);
+    IN_ENCODER.with(|c| c.set(true));
     let _reset = Reset;
     f()
 }
@@ -298,5 +300,5 @@ pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
 /// Whether this thread is inside a message encoder.
 #[inline(always)]
 pub(super) fn in_encoder() -> bool {
-    IN_ENCODER.get()
+    IN_ENCODER.with(Cell::get)
 }
