@@ -20,7 +20,7 @@ use crate::{
     mailbox::{Mailbox, Queued, SystemMsg, next_record},
     path::valid_name,
     registry::Target,
-    serialization::{RemoteMessage, decode_record, manifests, with_decode_scope},
+    serialization::{RemoteMessage, decoders, manifests, with_decode_scope},
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
     trace::{BatchTraces, TraceContext},
@@ -270,7 +270,7 @@ impl ActorSystem {
         let id = self.registry().next_id();
         let cell = self.make_cell::<A::Msg>(&elements);
         cell.registered.store(true, Ordering::Release);
-        let _ = cell.decode.set(decode_record::<A::Msg>);
+        let _ = cell.decode.set(decoders::<A::Msg>());
         let target: Arc<dyn Target> = cell.clone();
         targets.insert(elements.as_str().into(), target);
         drop(targets);
@@ -423,13 +423,18 @@ async fn run_actor<A: Actor>(
                     }
                     Some(Queued::Stop) => break 'run StopReason::Stopped,
                     Some(Queued::Batch(bytes, _)) => {
-                        let decode = cell.decode.get().expect(
+                        let (decode, decode_ext) = *cell.decode.get().expect(
                             "remote messages reach only registered actors, which have a decoder",
                         );
                         let mut decode_all = || {
                             let mut pos = 0;
                             while let Some((range, ext)) = next_record(&bytes, &mut pos) {
-                                match decode(&bytes[range], ext) {
+                                let decoded_one = if ext {
+                                    decode_ext(&bytes[range])
+                                } else {
+                                    decode(&bytes[range]).map(|m| (m, None))
+                                };
+                                match decoded_one {
                                     Ok((m, t)) => {
                                         decoded.push_back(m);
                                         traces.push(t, decoded.len() - 1);

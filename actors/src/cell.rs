@@ -16,20 +16,18 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
-    error::SerializationError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Refused, SystemMsg, next_record},
     path::ActorPath,
     registry::{Registry, Target},
-    serialization::{RemoteMessage, decode_record, manifest_id, with_decode_scope},
-    trace::TraceContext,
+    serialization::{
+        Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,
+    },
     watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
-/// Decodes a remote message on the actor's own task: a batch record, and
-/// whether it begins with an extension block (`serialization::decode_record`).
-pub(crate) type DecodeFn<M> =
-    fn(&[u8], bool) -> Result<(M, Option<TraceContext>), SerializationError>;
+/// Decodes a remote message on the actor's own task.
+pub(crate) type DecodeFn<M> = Decoders<M>;
 
 /// The runtime side of a local actor: its mailbox, path and watchers.
 pub(crate) struct Cell<M> {
@@ -54,7 +52,7 @@ impl<M: RemoteMessage> Cell<M> {
         if self.registered.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.decode.set(decode_record::<M>);
+        let _ = self.decode.set(decoders::<M>());
         if let Some(registry) = self.registry.upgrade() {
             let target: Arc<dyn Target> = self.clone();
             registry.register(self.path.elements(), target);

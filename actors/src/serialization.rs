@@ -647,6 +647,28 @@ pub(crate) fn decode_record<M: RemoteMessage>(
     decode_ext_record(record)
 }
 
+/// How an actor of `M` decodes its remote records: a plain record
+/// (bincode, no extension block), and one that begins with a block. Two
+/// functions, so that a plain record's decode returns the message alone,
+/// as before blocks existed.
+pub(crate) type Decoders<M> = (
+    fn(&[u8]) -> Result<M, SerializationError>,
+    fn(&[u8]) -> Result<(M, Option<TraceContext>), SerializationError>,
+);
+
+/// The [`Decoders`] of `M`.
+pub(crate) fn decoders<M: RemoteMessage>() -> Decoders<M> {
+    (decode_plain::<M>, decode_ext_record::<M>)
+}
+
+/// `decode_record` of a record without an extension block: bincode.
+fn decode_plain<M: RemoteMessage>(record: &[u8]) -> Result<M, SerializationError> {
+    match M::decode_from(SerializerId::BINCODE, record) {
+        Ok(m) => Ok(m),
+        Err(e) => Err(cannot_decode::<M>(SerializerId::BINCODE, &e)),
+    }
+}
+
 /// `decode_record` of a record with an extension block: out of line, so
 /// that a plain record's path stays as small as before blocks existed.
 #[inline(never)]
