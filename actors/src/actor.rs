@@ -21,15 +21,16 @@ use crate::{
     config::SpawnOptions,
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Queued, SystemMsg, next_record},
+    mailbox::{Mailbox, Queued, SystemMsg, next_record, next_record_ext},
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
-    serialization::{RemoteMessage, manifests, with_decode_scope},
+    serialization::{RemoteMessage, decoders, manifests, with_decode_scope},
     supervision::{
         ChildControl, ChildEvent, Parent, Restarts, SupervisorStrategy, Verdict, is_failure,
     },
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
+    trace::{BatchTraces, TraceContext},
     watch::{WatchSink, Watchers},
 };
 
@@ -190,6 +191,16 @@ impl<A: Actor> Ctx<A> {
     /// The system this actor runs in.
     pub fn system(&self) -> &ActorSystem {
         &self.system
+    }
+
+    /// The trace context of the message being handled, when it came from
+    /// a node that propagates them (`SystemConfig::set_trace_propagation`)
+    /// and was sent inside a [`TraceContext::scope`]. The handler runs in
+    /// it, so its remote sends carry it on; to start a child span, send
+    /// inside `ctx.trace_context().map(|t| t.with_parent_id(span_id))`'s
+    /// scope. [`TraceContext::current`] says the same.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        TraceContext::current()
     }
 
     /// Stops this actor after the current message; messages still in its
@@ -554,7 +565,7 @@ impl ActorSystem {
         let id = self.registry().next_id();
         let cell = self.make_cell::<A::Msg>(elements, options);
         cell.registered.store(true, Ordering::Release);
-        let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
+        let _ = cell.decode.set(decoders::<A::Msg>());
         let target: Arc<dyn Target> = cell.clone();
         targets.insert(elements.into(), target);
         drop(targets);
@@ -703,6 +714,54 @@ fn handler_failed(
     registry.dead_letter(type_name, path, "handler failed");
 }
 
+/// A remote message that did not decode: a dead letter that says why.
+#[cold]
+#[inline(never)]
+fn undecodable<M>(
+    registry: &crate::registry::Registry,
+    path: &crate::path::ActorPath,
+    e: &crate::error::SerializationError,
+) {
+    registry.dead_letter(
+        std::any::type_name::<M>(),
+        path,
+        &format!("remote message does not decode: {e}"),
+    );
+}
+
+/// Decodes the rest of a remote batch from `pos`, where a record with an
+/// extension block (another serializer, a trace context) stopped the
+/// plain loop: out of line, so that a batch of plain records costs one
+/// comparison more than before blocks existed.
+#[cold]
+#[inline(never)]
+fn decode_ext_records<M: Send + 'static>(
+    bytes: &[u8],
+    mut pos: usize,
+    decoders: &crate::serialization::Decoders<M>,
+    decoded: &mut VecDeque<M>,
+    traces: &mut BatchTraces,
+    registry: &crate::registry::Registry,
+    path: &crate::path::ActorPath,
+) {
+    while let Some((range, ext)) = next_record_ext(bytes, &mut pos) {
+        let one = if ext {
+            (decoders.ext)(&bytes[range])
+        } else {
+            (decoders.plain)(&bytes[range]).map(|m| (m, None))
+        };
+        match one {
+            Ok((m, trace)) => {
+                if let Some(t) = trace {
+                    traces.push(t, decoded.len());
+                }
+                decoded.push_back(m);
+            }
+            Err(e) => undecodable::<M>(registry, path, &e),
+        }
+    }
+}
+
 /// A child of an actor, as its parent's `Ctx` holds it.
 pub(crate) struct Child {
     name: Arc<str>,
@@ -724,6 +783,9 @@ struct Runner<A: Actor> {
     /// The messages of the remote batch being worked through, decoded
     /// together (one decode context per batch, no await in between).
     decoded: VecDeque<A::Msg>,
+    /// The trace contexts of messages in `decoded`, if any carried one
+    /// (empty unless a peer propagates them: then one check per message).
+    traces: BatchTraces,
     /// Counts this actor alive until the task ends (or is dropped), and
     /// its mailbox depth and handling time when a recorder is installed.
     meter: crate::telemetry::ActorMeter,
@@ -744,6 +806,7 @@ impl<A: Actor> Runner<A> {
             user,
             sys,
             decoded,
+            traces,
             meter,
             handling,
         } = self;
@@ -802,7 +865,12 @@ impl<A: Actor> Runner<A> {
                         return Outcome::Stop(StopReason::Stopped);
                     }
                 }
+                // A remote message's trace context, if it carried one.
+                let mut trace = None;
                 let msg = if let Some(m) = decoded.pop_front() {
+                    if !traces.is_empty() {
+                        trace = traces.pop();
+                    }
                     m
                 } else {
                     match user.pop_front() {
@@ -818,20 +886,24 @@ impl<A: Actor> Runner<A> {
                         }
                         Some(Queued::Stop) => return Outcome::Stop(StopReason::Stopped),
                         Some(Queued::Batch(bytes, _)) => {
-                            let decode = cell.decode.get().expect(
+                            let decoders = cell.decode.get().expect(
                                 "remote messages reach only registered actors, which have a decoder",
                             );
                             let mut decode_all = || {
                                 let mut pos = 0;
+                                // Stops at the end, or at the first record
+                                // with an extension block (`next_record`).
                                 while let Some(range) = next_record(&bytes, &mut pos) {
-                                    match decode(&bytes[range]) {
+                                    match (decoders.plain)(&bytes[range]) {
                                         Ok(m) => decoded.push_back(m),
-                                        Err(e) => registry.dead_letter(
-                                            std::any::type_name::<A::Msg>(),
-                                            &cell.path,
-                                            &format!("remote message does not decode: {e}"),
-                                        ),
+                                        Err(e) => undecodable::<A::Msg>(registry, &cell.path, &e),
                                     }
+                                }
+                                if pos < bytes.len() {
+                                    decode_ext_records(
+                                        &bytes, pos, decoders, decoded, traces, registry,
+                                        &cell.path,
+                                    );
                                 }
                             };
                             match &*scope {
@@ -844,7 +916,12 @@ impl<A: Actor> Runner<A> {
                 };
                 let started = meter.start();
                 *handling = true;
-                let result = actor.handle(msg, ctx).await;
+                // A remote message's trace context is the handler's current
+                // one, so what it sends carries it on.
+                let result = match trace {
+                    None => actor.handle(msg, ctx).await,
+                    Some(t) => t.scope(actor.handle(msg, ctx)).await,
+                };
                 *handling = false;
                 meter.handled(started);
                 if let Err(e) = result {
@@ -991,6 +1068,7 @@ async fn run_actor<A: Actor>(
         user: VecDeque::new(),
         sys: VecDeque::new(),
         decoded: VecDeque::new(),
+        traces: BatchTraces::default(),
         meter,
         handling: false,
     };
@@ -1084,6 +1162,7 @@ async fn run_actor<A: Actor>(
     run.stop_children().await;
     let mut left = run.decoded.len() as u64;
     run.decoded.clear();
+    run.traces.clear();
     for env in run.user.drain(..) {
         left += env.count() as u64;
     }

@@ -16,18 +16,19 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
-    error::SerializationError,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Refused, SystemMsg, next_record},
+    mailbox::{Mailbox, Refused, SystemMsg, next_record_ext},
     path::ActorPath,
     registry::{Registry, Target},
-    serialization::{RemoteMessage, manifest_id, with_decode_scope},
+    serialization::{
+        Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,
+    },
     supervision::{ChildControl, ChildEvent, Parent},
     watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
 /// Decodes a remote message on the actor's own task.
-pub(crate) type DecodeFn<M> = fn(&[u8]) -> Result<M, SerializationError>;
+pub(crate) type DecodeFn<M> = Decoders<M>;
 
 /// The runtime side of a local actor: its mailbox, path and watchers.
 pub(crate) struct Cell<M> {
@@ -69,7 +70,7 @@ impl<M: RemoteMessage> Cell<M> {
         if self.registered.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.decode.set(M::decode);
+        let _ = self.decode.set(decoders::<M>());
         if let Some(registry) = self.registry.upgrade() {
             let target: Arc<dyn Target> = self.clone();
             registry.register(self.path.elements(), target);
@@ -157,9 +158,11 @@ impl<M: RemoteMessage> Target for Promise<M> {
         };
         let deliver = || {
             let mut pos = 0;
-            while let Some(range) = next_record(batch, &mut pos) {
-                let why = match M::decode(&batch[range]) {
-                    Ok(m) => match self.complete(m) {
+            while let Some((range, ext)) = next_record_ext(batch, &mut pos) {
+                // The reply's trace context is the asker's own, which it
+                // still runs in.
+                let why = match decode_record::<M>(&batch[range], ext) {
+                    Ok((m, _trace)) => match self.complete(m) {
                         Ok(()) => continue,
                         Err(_) => "ask already answered or timed out".to_owned(),
                     },

@@ -59,7 +59,17 @@ impl<M> Queued<M> {
     }
 }
 
-/// Iterates the `(start, end)` ranges of the records of a batch buffer.
+/// The top bit of a record's length: the record begins with an extension
+/// block (`serialization::Ext`: its serializer, a trace context). Lengths
+/// stay below it (`SystemConfig::set_max_message_size` is at most
+/// `i32::MAX`).
+pub(crate) const RECORD_EXT: u32 = 1 << 31;
+
+/// Iterates the `(start, end)` ranges of the records of a batch buffer
+/// whose records carry no extension block: it stops at the end, or at the
+/// first record with [`RECORD_EXT`] set (that length reaches past the end
+/// of any batch), leaving `pos` at it. Then [`next_record_ext`] reads on.
+/// A batch of plain records costs what it did before blocks existed.
 pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Range<usize>> {
     let head = batch.get(*pos..*pos + 4)?;
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -67,6 +77,22 @@ pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Ran
     let end = start.checked_add(len).filter(|&e| e <= batch.len())?;
     *pos = end;
     Some(start..end)
+}
+
+/// Iterates the records of a batch buffer: each one's range, and whether
+/// it begins with an extension block ([`RECORD_EXT`]).
+pub(crate) fn next_record_ext(
+    batch: &[u8],
+    pos: &mut usize,
+) -> Option<(std::ops::Range<usize>, bool)> {
+    let head = batch.get(*pos..*pos + 4)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let start = *pos + 4;
+    let end = start
+        .checked_add((len & !RECORD_EXT) as usize)
+        .filter(|&e| e <= batch.len())?;
+    *pos = end;
+    Some((start..end, len & RECORD_EXT != 0))
 }
 
 /// System messages: handled before user messages.

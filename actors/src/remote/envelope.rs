@@ -20,6 +20,12 @@
 //! ```text
 //! ... | manifest u32 | msg id u32 LE | total u32 LE | offset u32 LE | piece |
 //! ```
+//!
+//! Flag bit 4 ([`ENV_EXT`]): the message begins with an extension block
+//! (which serializer wrote it, a trace context; see `serialization::Ext`).
+//! For a fragmented message the block begins the reassembled payload, and
+//! every fragment carries the flag. Bits 5 to 7 are unknown: an envelope
+//! with one is malformed.
 
 use bytes::{Buf, BufMut, BytesMut};
 
@@ -36,6 +42,12 @@ pub(crate) const ENV_INLINE: u8 = 4;
 /// path, so the receiving node can tell the asker at once when the
 /// message is a dead letter (`SysWire::Undeliverable`).
 pub(crate) const ENV_REPLY: u8 = 8;
+/// Flag: the message begins with an extension block (`serialization::Ext`):
+/// a serializer other than bincode, or a trace context. Never set for a
+/// bincode message without a trace context, so those cost no byte.
+pub(crate) const ENV_EXT: u8 = 16;
+/// Every flag this node understands.
+const KNOWN_FLAGS: u8 = ENV_DEFINE | ENV_FRAGMENT | ENV_INLINE | ENV_REPLY | ENV_EXT;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -53,9 +65,37 @@ pub(crate) struct Envelope<'a> {
     /// An ask's reply slot on the sending node (`ENV_REPLY`).
     pub(crate) reply: Option<&'a str>,
     pub(crate) manifest: u32,
+    /// The message begins with an extension block (`ENV_EXT`); checked
+    /// here unless the payload is a fragment.
+    pub(crate) ext: bool,
     /// Set when the payload is one fragment of a large message.
     pub(crate) fragment: Option<Fragment>,
     pub(crate) payload: &'a [u8],
+}
+
+/// What an envelope says about the message it carries: its manifest id,
+/// and whether it begins with an extension block (`ENV_EXT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub(crate) manifest: u32,
+    pub(crate) ext: bool,
+}
+
+impl Tag {
+    /// A bincode message without a trace context.
+    #[cfg(test)]
+    pub(crate) const fn plain(manifest: u32) -> Self {
+        Self {
+            manifest,
+            ext: false,
+        }
+    }
+
+    /// The envelope flag this adds.
+    #[inline(always)]
+    fn flags(self) -> u8 {
+        if self.ext { ENV_EXT } else { 0 }
+    }
 }
 
 /// Where a fragment's payload belongs (see the module docs).
@@ -84,6 +124,9 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
         return Err("envelope shorter than its header");
     }
     let flags = b.get_u8();
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err("unknown envelope flags (a newer node's feature?)");
+    }
     let id = b.get_u32_le();
     let mut define = None;
     let inline = flags & ENV_INLINE != 0;
@@ -126,24 +169,33 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
             offset: b.get_u32_le(),
         });
     }
+    let ext = flags & ENV_EXT != 0;
+    if ext && fragment.is_none() {
+        // Checked here, so a malformed block counts against the peer like
+        // any malformed envelope; the actor's task reads it again.
+        crate::serialization::Ext::parse(b)?;
+    }
     Ok(Envelope {
         id,
         define,
         inline,
         reply,
         manifest,
+        ext,
         fragment,
         payload: b,
     })
 }
 
 /// Appends the header of an envelope to a recipient whose id the link
-/// already knows, in one append: flags 0, id, manifest. The hot path.
+/// already knows, in one append: flags (0, or `ENV_EXT`), id, manifest.
+/// The hot path.
 #[inline(always)]
-pub(crate) fn put_compact_header(b: &mut BytesMut, id: u32, manifest: u32) {
+pub(crate) fn put_compact_header(b: &mut BytesMut, id: u32, tag: Tag) {
     let mut head = [0u8; ENV_HEADER];
+    head[0] = tag.flags();
     head[1..5].copy_from_slice(&id.to_le_bytes());
-    head[5..9].copy_from_slice(&manifest.to_le_bytes());
+    head[5..9].copy_from_slice(&tag.manifest.to_le_bytes());
     b.extend_from_slice(&head);
 }
 
@@ -161,8 +213,8 @@ pub(crate) enum To<'a> {
 /// Appends an envelope header in its general form: `to` the recipient,
 /// `fragment` the fragment header of a large message's piece. The payload
 /// follows.
-pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: Option<Fragment>) {
-    put_header_reply(b, to, manifest, fragment, None);
+pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, tag: Tag, fragment: Option<Fragment>) {
+    put_header_reply(b, to, tag, fragment, None);
 }
 
 /// As [`put_header`], for an ask's request: `reply` is the path of its
@@ -170,7 +222,7 @@ pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: 
 pub(crate) fn put_header_reply(
     b: &mut BytesMut,
     to: To<'_>,
-    manifest: u32,
+    tag: Tag,
     fragment: Option<Fragment>,
     reply: Option<&str>,
 ) {
@@ -185,6 +237,7 @@ pub(crate) fn put_header_reply(
     if reply.is_some() {
         flags |= ENV_REPLY;
     }
+    flags |= tag.flags();
     b.put_u8(flags);
     b.put_u32_le(id);
     for path in [define, reply].into_iter().flatten() {
@@ -195,7 +248,7 @@ pub(crate) fn put_header_reply(
         b.put_u16_le(u16::try_from(path.len()).unwrap_or(u16::MAX));
         b.put_slice(&path[..path.len().min(usize::from(u16::MAX))]);
     }
-    b.put_u32_le(manifest);
+    b.put_u32_le(tag.manifest);
     if let Some(f) = fragment {
         b.put_u32_le(f.msg);
         b.put_u32_le(f.total);
@@ -213,7 +266,7 @@ mod tests {
             Some(p) => To::Define(id, p),
             None => To::Id(id),
         };
-        put_header(&mut b, to, manifest, f);
+        put_header(&mut b, to, Tag::plain(manifest), f);
         b.extend_from_slice(b"payload");
         b
     }
@@ -241,6 +294,7 @@ mod tests {
                     inline: false,
                     reply: None,
                     manifest: 0xdead_beef,
+                    ext: false,
                     fragment,
                     payload: b"payload",
                 }
@@ -252,7 +306,7 @@ mod tests {
     fn an_asks_reply_path_rides_after_the_recipient() {
         for to in [To::Id(3), To::Define(3, "/user/a"), To::Inline("/user/b")] {
             let mut b = BytesMut::new();
-            put_header_reply(&mut b, to, 9, None, Some("/temp/$1f"));
+            put_header_reply(&mut b, to, Tag::plain(9), None, Some("/temp/$1f"));
             b.extend_from_slice(b"q");
             let env = parse(&b).unwrap();
             assert_eq!(env.reply, Some("/temp/$1f"));
@@ -269,17 +323,26 @@ mod tests {
     #[test]
     fn the_compact_header_is_the_general_one_without_flags() {
         let mut compact = BytesMut::new();
-        put_compact_header(&mut compact, 9, 0x0102_0304);
+        put_compact_header(&mut compact, 9, Tag::plain(0x0102_0304));
         let mut general = BytesMut::new();
-        put_header(&mut general, To::Id(9), 0x0102_0304, None);
+        put_header(&mut general, To::Id(9), Tag::plain(0x0102_0304), None);
         assert_eq!(compact, general);
         assert_eq!(compact.len(), ENV_HEADER);
+        let ext = Tag {
+            manifest: 5,
+            ext: true,
+        };
+        let (mut compact, mut general) = (BytesMut::new(), BytesMut::new());
+        put_compact_header(&mut compact, 9, ext);
+        put_header(&mut general, To::Id(9), ext, None);
+        assert_eq!(compact, general);
+        assert_eq!(compact[0], ENV_EXT);
     }
 
     #[test]
     fn an_inline_recipient_is_named_by_its_path_alone() {
         let mut b = BytesMut::new();
-        put_header(&mut b, To::Inline("/temp/$00ab"), 7, None);
+        put_header(&mut b, To::Inline("/temp/$00ab"), Tag::plain(7), None);
         b.extend_from_slice(b"x");
         let env = parse(&b).unwrap();
         assert!(env.inline);
@@ -333,5 +396,69 @@ mod tests {
             parse(&[ENV_FRAGMENT, 1, 0, 0, 0, 1, 0, 0, 0, 1]),
             Err("truncated fragment header")
         );
+        for unknown in [32, 64, 128] {
+            assert_eq!(
+                parse(&[unknown, 1, 0, 0, 0, 1, 0, 0, 0]),
+                Err("unknown envelope flags (a newer node's feature?)")
+            );
+        }
+        // A block that does not parse, in a whole message.
+        let head = [ENV_EXT, 1, 0, 0, 0, 1, 0, 0, 0];
+        for (block, why) in [
+            (&[][..], "truncated extension block"),
+            (&[4], "unknown bits in the extension block"),
+            (&[1], "truncated extension block"),
+            (&[2, 1, 1], "truncated extension block"),
+        ] {
+            assert_eq!(parse(&[&head[..], block].concat()), Err(why), "{block:?}");
+        }
+        let zero_trace = [&head[..], &[2], &[0; 25]].concat();
+        assert_eq!(
+            parse(&zero_trace),
+            Err("invalid trace context (an all-zero id)")
+        );
+    }
+
+    #[test]
+    fn the_extension_block_rides_before_the_message() {
+        use crate::{
+            serialization::{Ext, SerializerId},
+            trace::TraceContext,
+        };
+        let trace = TraceContext::new([7; 16], [8; 8], 1).unwrap();
+        for ext in [
+            Ext {
+                serializer: SerializerId::MSGPACK,
+                trace: None,
+            },
+            Ext {
+                serializer: SerializerId::BINCODE,
+                trace: Some(trace),
+            },
+            Ext {
+                serializer: SerializerId::custom(200),
+                trace: Some(trace),
+            },
+        ] {
+            let mut b = BytesMut::new();
+            let tag = Tag {
+                manifest: 3,
+                ext: true,
+            };
+            put_header(&mut b, To::Define(4, "/user/a"), tag, None);
+            ext.put(&mut b);
+            b.extend_from_slice(b"msg");
+            let env = parse(&b).unwrap();
+            assert!(env.ext);
+            assert_eq!(Ext::parse(env.payload), Ok((ext, &b"msg"[..])));
+            // Cut anywhere before the message: an error.
+            for cut in 0..b.len() - 3 {
+                assert!(parse(&b[..cut]).is_err(), "cut {cut}");
+            }
+        }
+        // An empty block writes nothing.
+        let mut b = BytesMut::new();
+        Ext::for_send(SerializerId::BINCODE, false).put(&mut b);
+        assert!(b.is_empty());
     }
 }

@@ -25,7 +25,7 @@ use super::{
 use crate::{
     config::SystemConfig,
     lifecycle::{StopReason, Terminated},
-    mailbox::Refused,
+    mailbox::{RECORD_EXT, Refused},
     path::MAX_PATH_LEN,
     registry::{Registry, Target},
     serialization::manifests,
@@ -228,7 +228,15 @@ impl Runs {
     /// Appends one payload for `id`'s `target` (known by `path`), whose
     /// envelope was `credit` bytes; `left` is what this read still holds.
     #[inline]
-    fn push(&mut self, id: u32, entry: &Entry, payload: &[u8], credit: usize, left: usize) {
+    fn push(
+        &mut self,
+        id: u32,
+        entry: &Entry,
+        payload: &[u8],
+        ext: bool,
+        credit: usize,
+        left: usize,
+    ) {
         let target = entry.target.as_ref().expect("checked by the caller");
         let key = (id, target_key(target));
         let i = if self
@@ -258,7 +266,9 @@ impl Runs {
             };
             run.buf.reserve(want);
         }
-        run.buf.put_u32_le(payload.len() as u32);
+        // Small messages are far below `RECORD_EXT` (at most a frame).
+        let head = payload.len() as u32 | if ext { RECORD_EXT } else { 0 };
+        run.buf.put_u32_le(head);
         run.buf.put_slice(payload);
         run.n += 1;
         run.used = true;
@@ -412,7 +422,7 @@ impl Dispatch {
             return self.malformed("recipient id reserved");
         }
         if let Some(f) = env.fragment {
-            return self.on_fragment(id, manifest, f, b);
+            return self.on_fragment(id, manifest, env.ext, f, b);
         }
         // One lookup: the entry, its target refreshed in place if it cannot
         // take this type (see `refresh_target`).
@@ -454,7 +464,8 @@ impl Dispatch {
                 return;
             }
         }
-        self.runs.push(id, entry, b, body.len(), self.left_in_read);
+        self.runs
+            .push(id, entry, b, env.ext, body.len(), self.left_in_read);
     }
 
     /// `bytes` of recipient `id`'s messages left this node's custody:
@@ -522,7 +533,7 @@ impl Dispatch {
     /// One fragment of a large message (see `large::Reassembly`).
     #[cold]
     #[inline(never)]
-    fn on_fragment(&mut self, id: u32, manifest: u32, f: Fragment, piece: &[u8]) {
+    fn on_fragment(&mut self, id: u32, manifest: u32, ext: bool, f: Fragment, piece: &[u8]) {
         // Acknowledged whatever becomes of it: the sender only paces on it.
         self.large_ack = Some((f.msg, f.offset.saturating_add(piece.len() as u32)));
         self.peer.on_fragment();
@@ -533,9 +544,8 @@ impl Dispatch {
         }
         let max = self.max_message;
         let mut large = std::mem::take(&mut self.large);
-        let step = large.push(id, manifest, f, piece, max, || {
-            self.large_target(id, manifest)
-        });
+        let tag = envelope::Tag { manifest, ext };
+        let step = large.push(id, tag, f, piece, max, || self.large_target(id, manifest));
         self.large = large;
         match step {
             Step::Pending => {}
@@ -1285,8 +1295,13 @@ mod tests {
     fn envelope(id: u32, define: Option<&str>, manifest: u32, payload: &[u8]) -> Vec<u8> {
         let mut b = BytesMut::new();
         match define {
-            Some(p) => put_header(&mut b, envelope::To::Define(id, p), manifest, None),
-            None => put_compact_header(&mut b, id, manifest),
+            Some(p) => put_header(
+                &mut b,
+                envelope::To::Define(id, p),
+                envelope::Tag::plain(manifest),
+                None,
+            ),
+            None => put_compact_header(&mut b, id, envelope::Tag::plain(manifest)),
         }
         b.extend_from_slice(payload);
         b.to_vec()

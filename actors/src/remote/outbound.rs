@@ -30,7 +30,7 @@ use transport::{FrameKind, Pushed, TrySendFrameError};
 
 use super::{
     association::Association,
-    envelope,
+    envelope::{self, Tag},
     large::LargeLane,
     link::{LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope},
 };
@@ -99,10 +99,10 @@ impl Association {
     pub(crate) fn tell(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
     ) -> Result<(), TellError> {
-        self.tell_hint(r, manifest, encode).map(|_| ())
+        self.tell_hint(r, tag, encode).map(|_| ())
     }
 
     /// Remote `tell` that also says whether the caller should yield its
@@ -114,16 +114,16 @@ impl Association {
     pub(crate) fn tell_hint(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
     ) -> Result<bool, TellError> {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
-        if let Some(done) = self.tell_direct(r, manifest, encode) {
+        if let Some(done) = self.tell_direct(r, tag, encode) {
             return done;
         }
-        self.tell_general(r, manifest, encode, None)
+        self.tell_general(r, tag, encode, None)
     }
 
     /// Remote `tell` of an ask's request, whose envelope carries the path
@@ -134,15 +134,14 @@ impl Association {
     pub(crate) fn tell_ask(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
         reply: &str,
     ) -> Result<(), TellError> {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
-        self.tell_general(r, manifest, encode, Some(reply))
-            .map(|_| ())
+        self.tell_general(r, tag, encode, Some(reply)).map(|_| ())
     }
 
     /// `tell` by way of the thread's scratch buffer: the message is
@@ -152,7 +151,7 @@ impl Association {
     fn tell_general(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
         reply: Option<&str>,
     ) -> Result<bool, TellError> {
@@ -162,9 +161,7 @@ impl Association {
             if self.is_large(r, scratch.len()) {
                 // Handed over whole; the scratch buffer starts small again.
                 let payload = std::mem::replace(&mut *scratch, BytesMut::with_capacity(4096));
-                return self
-                    .tell_large(r, manifest, payload.freeze())
-                    .map(|()| false);
+                return self.tell_large(r, tag, payload.freeze()).map(|()| false);
             }
             let mut st = self.state();
             if let LinkState::Up(link) = &*st {
@@ -172,7 +169,7 @@ impl Association {
                     return Err(TellError::Gone);
                 }
                 let res = link.sender.try_push_with(FrameKind::Message, |b| {
-                    write_envelope(b, r, link, manifest, &scratch, true, reply)
+                    write_envelope(b, r, link, tag, &scratch, true, reply)
                 });
                 match res {
                     Ok(Pushed::Queued { .. }) => return Ok(false),
@@ -187,7 +184,7 @@ impl Association {
                     Err(_) => *st = LinkState::Idle,
                 }
             }
-            self.tell_slow(st, r, manifest, &scratch).map(|()| false)
+            self.tell_slow(st, r, tag, &scratch).map(|()| false)
         })
     }
 
@@ -203,7 +200,7 @@ impl Association {
     fn tell_direct(
         &self,
         r: &Recipient,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
     ) -> Option<Result<bool, TellError>> {
         let st = self.state();
@@ -224,7 +221,7 @@ impl Association {
                 return false;
             }
             let env = b.len();
-            envelope::put_compact_header(b, id, manifest);
+            envelope::put_compact_header(b, id, tag);
             let start = b.len();
             let ok = match run_encoder(|| encode(b, room)) {
                 // A custom encoder is not bounded while encoding.
@@ -263,13 +260,13 @@ impl Association {
         self: &Arc<Self>,
         mut st: MutexGuard<'_, LinkState>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: &[u8],
     ) -> Result<(), TellError> {
         if self.is_quarantined(r.uid) {
             return Err(TellError::Gone);
         }
-        let pending = Pending::User(r.clone(), manifest, Bytes::copy_from_slice(payload));
+        let pending = Pending::User(r.clone(), tag, Bytes::copy_from_slice(payload));
         match &mut *st {
             LinkState::Up(_) => unreachable!("tell handles an up link"),
             LinkState::Connecting { pending: queue } => {
@@ -315,12 +312,12 @@ impl Association {
     pub(crate) async fn send_payload(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
         reply: Option<&str>,
     ) -> Result<(), TellError> {
         if self.is_large(r, payload.len()) {
-            return self.send_large_wait(r, manifest, payload).await;
+            return self.send_large_wait(r, tag, payload).await;
         }
         let copy = |b: &mut BytesMut, _: usize| {
             b.extend_from_slice(&payload);
@@ -335,8 +332,8 @@ impl Association {
             let granted = credits.as_ref().map(|c| c.notify.notified());
             tokio::pin!(changed, granted);
             let tried = match reply {
-                Some(reply) => self.tell_ask(r, manifest, &copy, reply),
-                None => self.tell(r, manifest, &copy),
+                Some(reply) => self.tell_ask(r, tag, &copy, reply),
+                None => self.tell(r, tag, &copy),
             };
             match tried {
                 Err(TellError::NoCredit) => {
@@ -370,11 +367,11 @@ impl Association {
     fn tell_large(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
     ) -> Result<(), TellError> {
         self.check_large(r, payload.len())?;
-        LargeLane::enqueue(self, r, manifest, payload).map_err(|_| TellError::Full)
+        LargeLane::enqueue(self, r, tag, payload).map_err(|_| TellError::Full)
     }
 
     /// `send` of a large message: waits while the large-message lane is
@@ -382,11 +379,11 @@ impl Association {
     async fn send_large_wait(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
     ) -> Result<(), TellError> {
         self.check_large(r, payload.len())?;
-        LargeLane::enqueue_wait(self, r, manifest, payload).await;
+        LargeLane::enqueue_wait(self, r, tag, payload).await;
         Ok(())
     }
 
