@@ -30,7 +30,7 @@ use crate::{
     },
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
-    trace::{BatchTraces, TraceContext},
+    trace::TraceContext,
     watch::{WatchSink, Watchers},
 };
 
@@ -739,8 +739,7 @@ fn decode_ext_records<M: Send + 'static>(
     bytes: &[u8],
     mut pos: usize,
     decoders: &crate::serialization::Decoders<M>,
-    decoded: &mut VecDeque<M>,
-    traces: &mut BatchTraces,
+    traced: &mut VecDeque<(M, Option<TraceContext>)>,
     registry: &crate::registry::Registry,
     path: &crate::path::ActorPath,
 ) {
@@ -748,18 +747,42 @@ fn decode_ext_records<M: Send + 'static>(
         let one = if ext {
             (decoders.ext)(&bytes[range])
         } else {
-            (decoders.plain)(&bytes[range]).map(|m| (m, None))
+            (decoders.plain)(&bytes[range])
+                .map(|m| (m, None))
+                .map_err(decoders.why)
         };
         match one {
-            Ok((m, trace)) => {
-                if let Some(t) = trace {
-                    traces.push(t, decoded.len());
-                }
-                decoded.push_back(m);
-            }
+            Ok(m) => traced.push_back(m),
             Err(e) => undecodable::<M>(registry, path, &e),
         }
     }
+}
+
+/// After a message from `Runner::traced` was handled in its trace
+/// context: what the plain path does after `handle`, out of line.
+#[cold]
+#[inline(never)]
+fn after_traced<A: Actor>(
+    result: ActorResult,
+    registry: &crate::registry::Registry,
+    cell: &Cell<A::Msg>,
+    ctx: &mut Ctx<A>,
+    sys: &mut VecDeque<SystemMsg>,
+) -> Option<Outcome> {
+    if let Err(e) = result {
+        handler_failed(registry, &cell.path, std::any::type_name::<A::Msg>());
+        return Some(failure(Ok(e)));
+    }
+    if ctx.stop {
+        return Some(Outcome::Stop(StopReason::Stopped));
+    }
+    if !ctx.timers.is_empty() {
+        fire_due(&mut ctx.timers, cell);
+    }
+    if cell.mailbox.system_pending() {
+        cell.mailbox.take_system(sys);
+    }
+    None
 }
 
 /// A child of an actor, as its parent's `Ctx` holds it.
@@ -783,9 +806,12 @@ struct Runner<A: Actor> {
     /// The messages of the remote batch being worked through, decoded
     /// together (one decode context per batch, no await in between).
     decoded: VecDeque<A::Msg>,
-    /// The trace contexts of messages in `decoded`, if any carried one
-    /// (empty unless a peer propagates them: then one check per message).
-    traces: BatchTraces,
+    /// The rest of a remote batch from its first record with an extension
+    /// block on, each message with the trace context it carried: handled
+    /// after `decoded` (the batch's plain records before it), so a batch
+    /// of plain records never looks here but once, when `decoded` is
+    /// empty.
+    traced: VecDeque<(A::Msg, Option<TraceContext>)>,
     /// Counts this actor alive until the task ends (or is dropped), and
     /// its mailbox depth and handling time when a recorder is installed.
     meter: crate::telemetry::ActorMeter,
@@ -806,7 +832,7 @@ impl<A: Actor> Runner<A> {
             user,
             sys,
             decoded,
-            traces,
+            traced,
             meter,
             handling,
         } = self;
@@ -825,7 +851,7 @@ impl<A: Actor> Runner<A> {
             }
             // What a failed instance left unhandled goes first (and
             // `recv_all` swaps into an empty `user` only).
-            if user.is_empty() && decoded.is_empty() && sys.is_empty() {
+            if user.is_empty() && decoded.is_empty() && traced.is_empty() && sys.is_empty() {
                 // Without timers waiting, the actor waits on its mailbox alone.
                 let received = match ctx.timers.next_deadline() {
                     None => cell.mailbox.recv_all(user, sys).await,
@@ -865,13 +891,25 @@ impl<A: Actor> Runner<A> {
                         return Outcome::Stop(StopReason::Stopped);
                     }
                 }
-                // A remote message's trace context, if it carried one.
-                let mut trace = None;
                 let msg = if let Some(m) = decoded.pop_front() {
-                    if !traces.is_empty() {
-                        trace = traces.pop();
-                    }
                     m
+                } else if let Some((m, trace)) = traced.pop_front() {
+                    match trace {
+                        None => m,
+                        // Handled in its context, so that what the handler
+                        // sends carries it on.
+                        Some(t) => {
+                            let started = meter.start();
+                            *handling = true;
+                            let result = t.scope(actor.handle(m, ctx)).await;
+                            *handling = false;
+                            meter.handled(started);
+                            if let Some(outcome) = after_traced(result, registry, cell, ctx, sys) {
+                                return outcome;
+                            }
+                            continue;
+                        }
+                    }
                 } else {
                     match user.pop_front() {
                         None => break,
@@ -896,13 +934,16 @@ impl<A: Actor> Runner<A> {
                                 while let Some(range) = next_record(&bytes, &mut pos) {
                                     match (decoders.plain)(&bytes[range]) {
                                         Ok(m) => decoded.push_back(m),
-                                        Err(e) => undecodable::<A::Msg>(registry, &cell.path, &e),
+                                        Err(e) => undecodable::<A::Msg>(
+                                            registry,
+                                            &cell.path,
+                                            &(decoders.why)(e),
+                                        ),
                                     }
                                 }
                                 if pos < bytes.len() {
                                     decode_ext_records(
-                                        &bytes, pos, decoders, decoded, traces, registry,
-                                        &cell.path,
+                                        &bytes, pos, decoders, traced, registry, &cell.path,
                                     );
                                 }
                             };
@@ -916,12 +957,7 @@ impl<A: Actor> Runner<A> {
                 };
                 let started = meter.start();
                 *handling = true;
-                // A remote message's trace context is the handler's current
-                // one, so what it sends carries it on.
-                let result = match trace {
-                    None => actor.handle(msg, ctx).await,
-                    Some(t) => t.scope(actor.handle(msg, ctx)).await,
-                };
+                let result = actor.handle(msg, ctx).await;
                 *handling = false;
                 meter.handled(started);
                 if let Err(e) = result {
@@ -1068,7 +1104,7 @@ async fn run_actor<A: Actor>(
         user: VecDeque::new(),
         sys: VecDeque::new(),
         decoded: VecDeque::new(),
-        traces: BatchTraces::default(),
+        traced: VecDeque::new(),
         meter,
         handling: false,
     };
@@ -1161,8 +1197,9 @@ async fn run_actor<A: Actor>(
     // Children stop (and their `stopped` runs) before this actor's own.
     run.stop_children().await;
     let mut left = run.decoded.len() as u64;
+    left += run.traced.len() as u64;
     run.decoded.clear();
-    run.traces.clear();
+    run.traced.clear();
     for env in run.user.drain(..) {
         left += env.count() as u64;
     }

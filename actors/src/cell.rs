@@ -24,6 +24,7 @@ use crate::{
         Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,
     },
     supervision::{ChildControl, ChildEvent, Parent},
+    trace::TraceContext,
     watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
@@ -116,25 +117,31 @@ impl<M: RemoteMessage> Target for Cell<M> {
     }
 }
 
-/// The reply slot of an `ask`: completes a oneshot with the reply, or
-/// with why none will come (the request was a dead letter on its node).
+/// What an ask's reply slot completes with: the reply and the trace
+/// context it carried, or why none will come.
+pub(crate) type Answer<M> = Result<(M, Option<TraceContext>), String>;
+
+/// The reply slot of an `ask`: completes a oneshot with the reply (and
+/// the trace context it came with), or with why none will come (the
+/// request was a dead letter on its node).
 pub(crate) struct Promise<M> {
-    pub(crate) tx: Mutex<Option<oneshot::Sender<Result<M, String>>>>,
+    pub(crate) tx: Mutex<Option<oneshot::Sender<Answer<M>>>>,
     pub(crate) path: ActorPath,
     pub(crate) registry: Weak<Registry>,
     pub(crate) registered: AtomicBool,
 }
 
 impl<M: Send + 'static> Promise<M> {
-    pub(crate) fn complete(&self, m: M) -> Result<(), M> {
+    /// Completes the ask with `m`, which came in trace context `trace`.
+    pub(crate) fn complete(&self, m: M, trace: Option<TraceContext>) -> Result<(), M> {
         match self
             .tx
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
         {
-            Some(tx) => tx.send(Ok(m)).map_err(|r| match r {
-                Ok(m) => m,
+            Some(tx) => tx.send(Ok((m, trace))).map_err(|r| match r {
+                Ok((m, _)) => m,
                 Err(_) => unreachable!("sent a reply"),
             }),
             None => Err(m),
@@ -159,10 +166,10 @@ impl<M: RemoteMessage> Target for Promise<M> {
         let deliver = || {
             let mut pos = 0;
             while let Some((range, ext)) = next_record_ext(batch, &mut pos) {
-                // The reply's trace context is the asker's own, which it
-                // still runs in.
+                // The reply's trace context goes to the asker with it
+                // (`ActorRef::ask_traced`).
                 let why = match decode_record::<M>(&batch[range], ext) {
-                    Ok((m, _trace)) => match self.complete(m) {
+                    Ok((m, trace)) => match self.complete(m, trace) {
                         Ok(()) => continue,
                         Err(_) => "ask already answered or timed out".to_owned(),
                     },

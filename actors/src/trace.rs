@@ -26,7 +26,7 @@
 //! assert_eq!(tc.to_string(), header);
 //! ```
 
-use std::{collections::VecDeque, fmt, future::Future};
+use std::{fmt, future::Future};
 
 tokio::task_local! {
     static CURRENT: TraceContext;
@@ -174,54 +174,6 @@ impl TraceContext {
     }
 }
 
-/// The trace contexts of the messages of decoded remote batches, by their
-/// place in the actor's queue of decoded messages. Only traced messages
-/// are pushed (untraced ones cost nothing), and it is popped only while
-/// it is not empty: one check per message handled.
-#[derive(Debug, Default)]
-pub(crate) struct BatchTraces {
-    /// Each traced message's context, and how many untraced messages are
-    /// handed out before it (after the traced one before it).
-    traced: VecDeque<(usize, TraceContext)>,
-    /// Messages in the queue up to and including the last traced one.
-    through_last: usize,
-}
-
-impl BatchTraces {
-    /// A message with context `t` is queued behind `ahead` messages.
-    pub(crate) fn push(&mut self, t: TraceContext, ahead: usize) {
-        // Every message counted in `through_last` is still queued, so
-        // `ahead` is at least that.
-        let gap = ahead.saturating_sub(self.through_last);
-        self.traced.push_back((gap, t));
-        self.through_last = ahead + 1;
-    }
-
-    /// Whether no queued message carries a context.
-    #[inline(always)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.traced.is_empty()
-    }
-
-    /// The next queued message is handed out: its context. Call only while
-    /// not [`is_empty`](Self::is_empty) (otherwise: `None`).
-    pub(crate) fn pop(&mut self) -> Option<TraceContext> {
-        let (gap, _) = self.traced.front_mut()?;
-        self.through_last -= 1;
-        if *gap > 0 {
-            *gap -= 1;
-            return None;
-        }
-        self.traced.pop_front().map(|(_, t)| t)
-    }
-
-    /// The queue was dropped.
-    pub(crate) fn clear(&mut self) {
-        self.traced.clear();
-        self.through_last = 0;
-    }
-}
-
 /// Lowercase hex to bytes.
 fn hex<const N: usize>(s: &[u8]) -> Result<[u8; N], TraceParentError> {
     let mut out = [0; N];
@@ -301,48 +253,6 @@ mod tests {
         }
         assert!(TraceContext::from_bytes(&[1; 24]).is_err());
         assert!(TraceContext::from_bytes(&[0; 25]).is_err());
-    }
-
-    #[test]
-    fn batch_traces_follow_their_messages() {
-        let t = TraceContext::new([1; 16], [2; 8], 0).unwrap();
-        let u = TraceContext::new([3; 16], [4; 8], 1).unwrap();
-        // A queue of messages, as the actor's task keeps it, with the
-        // contexts some carry; popped while the traces are not empty.
-        let mut queue = std::collections::VecDeque::new();
-        let mut b = BatchTraces::default();
-        let push = |q: &mut std::collections::VecDeque<_>, b: &mut BatchTraces, m| {
-            if let Some(c) = m {
-                b.push(c, q.len());
-            }
-            q.push_back(m);
-        };
-        let pop = |q: &mut std::collections::VecDeque<Option<TraceContext>>,
-                   b: &mut BatchTraces| {
-            let m = q.pop_front().unwrap();
-            let got = if b.is_empty() { None } else { b.pop() };
-            assert_eq!(got, m, "the context of the message handed out");
-        };
-        for m in [None, Some(t), None, None, Some(u)] {
-            push(&mut queue, &mut b, m);
-        }
-        pop(&mut queue, &mut b);
-        pop(&mut queue, &mut b);
-        // Pushed while earlier messages are still queued.
-        for m in [Some(u), None, Some(t), Some(t)] {
-            push(&mut queue, &mut b, m);
-        }
-        while !queue.is_empty() {
-            pop(&mut queue, &mut b);
-        }
-        assert!(b.is_empty());
-        assert_eq!(b.through_last, 0);
-        // Untraced messages alone leave it empty.
-        push(&mut queue, &mut b, None);
-        assert!(b.is_empty());
-        push(&mut queue, &mut b, Some(t));
-        b.clear();
-        assert!(b.is_empty() && b.through_last == 0);
     }
 
     #[tokio::test(flavor = "current_thread")]

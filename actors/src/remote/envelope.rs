@@ -47,7 +47,9 @@ pub(crate) const ENV_REPLY: u8 = 8;
 /// bincode message without a trace context, so those cost no byte.
 pub(crate) const ENV_EXT: u8 = 16;
 /// Every flag this node understands.
-const KNOWN_FLAGS: u8 = ENV_DEFINE | ENV_FRAGMENT | ENV_INLINE | ENV_REPLY | ENV_EXT;
+const KNOWN_FLAGS: u8 = PLAIN_FLAGS | ENV_EXT;
+/// The flags `parse` reads inline; others take its out-of-line path.
+const PLAIN_FLAGS: u8 = ENV_DEFINE | ENV_FRAGMENT | ENV_INLINE | ENV_REPLY;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -119,13 +121,62 @@ pub(crate) fn overhead(path_len: usize) -> usize {
 /// never allocates.
 #[inline]
 pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+    match parse_plain(body) {
+        Err(why) if is_unusual(why) => parse_unusual(body),
+        parsed => parsed,
+    }
+}
+
+/// What [`parse_plain`] says of an envelope with a flag beyond
+/// [`PLAIN_FLAGS`] (see [`is_unusual`]). A `static`, so that every use
+/// is one address.
+static UNUSUAL: &str = "envelope flags beyond the plain ones";
+
+/// `parse` of the envelopes on the hot path: an envelope with a flag
+/// beyond [`PLAIN_FLAGS`] (the extension block's, or one this node does
+/// not know) is refused with an error for which [`is_unusual`] holds; the
+/// caller then reads it with [`parse_unusual`], out of line. So a plain
+/// envelope costs one test of its flags more than before the block
+/// existed, and its `ext` is a constant `false`.
+#[inline]
+pub(crate) fn parse_plain(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+    parse_as::<false>(body)
+}
+
+/// Whether `parse_plain`'s error means "read it with `parse_unusual`".
+pub(crate) fn is_unusual(why: &'static str) -> bool {
+    std::ptr::eq(why, UNUSUAL)
+}
+
+/// `parse` of an envelope with a flag beyond [`PLAIN_FLAGS`]: the
+/// extension block's, or one this node does not know (malformed).
+#[cold]
+#[inline(never)]
+pub(crate) fn parse_unusual(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+    if body[0] & !KNOWN_FLAGS != 0 {
+        return Err("unknown envelope flags (a newer node's feature?)");
+    }
+    let env = parse_as::<true>(body)?;
+    if env.fragment.is_none() {
+        // Checked here, so a malformed block counts against the peer like
+        // any malformed envelope; the actor's task reads it again.
+        crate::serialization::Ext::parse(env.payload)?;
+    }
+    Ok(env)
+}
+
+/// The envelope's fields; `CHECKED`: the flags were checked by
+/// `parse_unusual`, else any flag beyond [`PLAIN_FLAGS`] is refused with
+/// [`UNUSUAL`].
+#[inline(always)]
+fn parse_as<const CHECKED: bool>(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
     let mut b = body;
     if b.len() < 5 {
         return Err("envelope shorter than its header");
     }
     let flags = b.get_u8();
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err("unknown envelope flags (a newer node's feature?)");
+    if !CHECKED && flags & !PLAIN_FLAGS != 0 {
+        return Err(UNUSUAL);
     }
     let id = b.get_u32_le();
     let mut define = None;
@@ -169,12 +220,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
             offset: b.get_u32_le(),
         });
     }
-    let ext = flags & ENV_EXT != 0;
-    if ext && fragment.is_none() {
-        // Checked here, so a malformed block counts against the peer like
-        // any malformed envelope; the actor's task reads it again.
-        crate::serialization::Ext::parse(b)?;
-    }
+    let ext = CHECKED && flags & ENV_EXT != 0;
     Ok(Envelope {
         id,
         define,
@@ -188,15 +234,31 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
 }
 
 /// Appends the header of an envelope to a recipient whose id the link
-/// already knows, in one append: flags (0, or `ENV_EXT`), id, manifest.
-/// The hot path.
+/// already knows, in one append: flags 0, id, manifest. The hot path.
 #[inline(always)]
-pub(crate) fn put_compact_header(b: &mut BytesMut, id: u32, tag: Tag) {
+pub(crate) fn put_compact_header(b: &mut BytesMut, id: u32, manifest: u32) {
     let mut head = [0u8; ENV_HEADER];
-    head[0] = tag.flags();
     head[1..5].copy_from_slice(&id.to_le_bytes());
-    head[5..9].copy_from_slice(&tag.manifest.to_le_bytes());
+    head[5..9].copy_from_slice(&manifest.to_le_bytes());
     b.extend_from_slice(&head);
+}
+
+/// As [`put_compact_header`], for a message that begins with an
+/// extension block (flags `ENV_EXT`).
+#[inline]
+pub(crate) fn put_compact_header_ext(b: &mut BytesMut, id: u32, manifest: u32) {
+    let start = b.len();
+    put_compact_header(b, id, manifest);
+    b[start] = ENV_EXT;
+}
+
+/// [`put_compact_header`] or [`put_compact_header_ext`], as `tag` says.
+pub(crate) fn put_compact_tag(b: &mut BytesMut, id: u32, tag: Tag) {
+    if tag.ext {
+        put_compact_header_ext(b, id, tag.manifest);
+    } else {
+        put_compact_header(b, id, tag.manifest);
+    }
 }
 
 /// How an envelope names its recipient.
@@ -323,7 +385,7 @@ mod tests {
     #[test]
     fn the_compact_header_is_the_general_one_without_flags() {
         let mut compact = BytesMut::new();
-        put_compact_header(&mut compact, 9, Tag::plain(0x0102_0304));
+        put_compact_header(&mut compact, 9, 0x0102_0304);
         let mut general = BytesMut::new();
         put_header(&mut general, To::Id(9), Tag::plain(0x0102_0304), None);
         assert_eq!(compact, general);
@@ -333,7 +395,7 @@ mod tests {
             ext: true,
         };
         let (mut compact, mut general) = (BytesMut::new(), BytesMut::new());
-        put_compact_header(&mut compact, 9, ext);
+        put_compact_tag(&mut compact, 9, ext);
         put_header(&mut general, To::Id(9), ext, None);
         assert_eq!(compact, general);
         assert_eq!(compact[0], ENV_EXT);

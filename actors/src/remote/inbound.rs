@@ -227,13 +227,15 @@ impl Runs {
 
     /// Appends one payload for `id`'s `target` (known by `path`), whose
     /// envelope was `credit` bytes; `left` is what this read still holds.
-    #[inline]
-    fn push(
+    /// `EXT`: the payload begins with an extension block. Always inlined:
+    /// with two instances (`EXT` or not) it was left out of line, a call
+    /// per message more (callgrind).
+    #[inline(always)]
+    fn push<const EXT: bool>(
         &mut self,
         id: u32,
         entry: &Entry,
         payload: &[u8],
-        ext: bool,
         credit: usize,
         left: usize,
     ) {
@@ -267,7 +269,7 @@ impl Runs {
             run.buf.reserve(want);
         }
         // Small messages are far below `RECORD_EXT` (at most a frame).
-        let head = payload.len() as u32 | if ext { RECORD_EXT } else { 0 };
+        let head = payload.len() as u32 | if EXT { RECORD_EXT } else { 0 };
         run.buf.put_u32_le(head);
         run.buf.put_slice(payload);
         run.n += 1;
@@ -394,10 +396,29 @@ impl Dispatch {
             // Aborted: the rest of this read is not worth parsing.
             return;
         }
-        let env = match envelope::parse(body) {
-            Ok(env) => env,
-            Err(why) => return self.malformed(why),
-        };
+        match envelope::parse_plain(body) {
+            Ok(env) => self.on_parsed::<false>(env, body),
+            Err(why) if envelope::is_unusual(why) => self.on_unusual(body),
+            Err(why) => self.malformed(why),
+        }
+    }
+
+    /// An envelope with a flag beyond the plain ones: an extension block
+    /// (another serializer, a trace context), or an unknown flag.
+    #[cold]
+    #[inline(never)]
+    fn on_unusual(&mut self, body: &[u8]) {
+        match envelope::parse_unusual(body) {
+            Ok(env) if env.ext => self.on_parsed::<true>(env, body),
+            Ok(env) => self.on_parsed::<false>(env, body),
+            Err(why) => self.malformed(why),
+        }
+    }
+
+    /// A parsed envelope; `EXT`: its message begins with an extension
+    /// block (a constant, so that plain envelopes pay nothing for it).
+    #[inline(always)]
+    fn on_parsed<const EXT: bool>(&mut self, env: envelope::Envelope<'_>, body: &[u8]) {
         let (mut id, manifest, b, reply) = (env.id, env.manifest, env.payload, env.reply);
         if let Some(path) = env.define {
             if path.len() > MAX_PATH_LEN {
@@ -422,7 +443,7 @@ impl Dispatch {
             return self.malformed("recipient id reserved");
         }
         if let Some(f) = env.fragment {
-            return self.on_fragment(id, manifest, env.ext, f, b);
+            return self.on_fragment(id, manifest, EXT, f, b);
         }
         // One lookup: the entry, its target refreshed in place if it cannot
         // take this type (see `refresh_target`).
@@ -465,7 +486,7 @@ impl Dispatch {
             }
         }
         self.runs
-            .push(id, entry, b, env.ext, body.len(), self.left_in_read);
+            .push::<EXT>(id, entry, b, body.len(), self.left_in_read);
     }
 
     /// `bytes` of recipient `id`'s messages left this node's custody:
@@ -1301,7 +1322,7 @@ mod tests {
                 envelope::Tag::plain(manifest),
                 None,
             ),
-            None => put_compact_header(&mut b, id, envelope::Tag::plain(manifest)),
+            None => put_compact_header(&mut b, id, manifest),
         }
         b.extend_from_slice(payload);
         b.to_vec()

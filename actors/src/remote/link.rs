@@ -162,7 +162,7 @@ pub(super) fn write_envelope(
                 envelope::put_header_reply(b, envelope::To::Id(id), tag, None, reply);
             } else {
                 b.reserve(ENV_HEADER + payload.len());
-                envelope::put_compact_header(b, id, tag);
+                envelope::put_compact_tag(b, id, tag);
             }
         }
         to @ envelope::To::Define(..) => envelope::put_header_reply(b, to, tag, None, reply),
@@ -302,5 +302,5 @@ pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
 /// Whether this thread is inside a message encoder.
 #[inline(always)]
 pub(super) fn in_encoder() -> bool {
-    IN_ENCODER.with(Cell::get)
+    IN_ENCODER.get()
 }

@@ -102,7 +102,11 @@ impl Association {
         tag: Tag,
         encode: &impl Encode,
     ) -> Result<(), TellError> {
-        self.tell_hint(r, tag, encode).map(|_| ())
+        if tag.ext {
+            self.tell_hint::<true>(r, tag.manifest, encode).map(|_| ())
+        } else {
+            self.tell_hint::<false>(r, tag.manifest, encode).map(|_| ())
+        }
     }
 
     /// Remote `tell` that also says whether the caller should yield its
@@ -110,19 +114,22 @@ impl Association {
     /// `transport::Sender::try_push_with`). `encode` may run twice: once
     /// straight into the link's queue, and again into a scratch buffer if
     /// the message turns out not to fit there (large, or too large).
+    /// `EXT`: the message begins with an extension block (a constant, so
+    /// that the plain path is what it was before blocks existed).
     #[inline]
-    pub(crate) fn tell_hint(
+    pub(crate) fn tell_hint<const EXT: bool>(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        tag: Tag,
+        manifest: u32,
         encode: &impl Encode,
     ) -> Result<bool, TellError> {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
-        if let Some(done) = self.tell_direct(r, tag, encode) {
+        if let Some(done) = self.tell_direct::<EXT>(r, manifest, encode) {
             return done;
         }
+        let tag = Tag { manifest, ext: EXT };
         self.tell_general(r, tag, encode, None)
     }
 
@@ -197,10 +204,10 @@ impl Association {
     /// sends it down the general path. `None` too when the link is not up
     /// or the recipient not yet defined on it.
     #[inline]
-    fn tell_direct(
+    fn tell_direct<const EXT: bool>(
         &self,
         r: &Recipient,
-        tag: Tag,
+        manifest: u32,
         encode: &impl Encode,
     ) -> Option<Result<bool, TellError>> {
         let st = self.state();
@@ -221,7 +228,11 @@ impl Association {
                 return false;
             }
             let env = b.len();
-            envelope::put_compact_header(b, id, tag);
+            if EXT {
+                envelope::put_compact_header_ext(b, id, manifest);
+            } else {
+                envelope::put_compact_header(b, id, manifest);
+            }
             let start = b.len();
             let ok = match run_encoder(|| encode(b, room)) {
                 // A custom encoder is not bounded while encoding.

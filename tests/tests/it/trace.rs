@@ -19,6 +19,13 @@ const HEADER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 enum Req {
     Note(u32),
     Ask(ActorRef<u32>, ActorRef<Seen>),
+    /// Answered with 8 from inside a span of the handler's own (`SPAN`).
+    AskSpan(ActorRef<u32>),
+}
+
+/// The span a handler starts and replies in (`Req::AskSpan`).
+fn span() -> TraceContext {
+    TraceContext::new([3; 16], [5; 8], 1).unwrap()
 }
 
 impl RemoteMessage for Req {
@@ -40,10 +47,16 @@ impl Actor for Service {
 
     async fn handle(&mut self, m: Req, ctx: &mut Ctx<Self>) -> ActorResult {
         let _ = self.0.send(ctx.trace_context());
-        if let Req::Ask(reply, then) = m {
-            // Both in the handler's scope, with no code of ours to say so.
-            let _ = then.tell(Seen(1));
-            let _ = reply.tell(7);
+        match m {
+            Req::Ask(reply, then) => {
+                // Both in the handler's scope, with no code of ours to say so.
+                let _ = then.tell(Seen(1));
+                let _ = reply.tell(7);
+            }
+            Req::AskSpan(reply) => {
+                let _ = span().sync_scope(|| reply.tell(8));
+            }
+            Req::Note(_) => {}
         }
         Ok(())
     }
@@ -165,4 +178,85 @@ async fn off_by_default_and_off_costs_no_byte() {
     // On: the extension block (1 byte) and the context (25) per message.
     assert_eq!(on.0 - off.0, 100 * 26, "off {off:?}, on {on:?}");
     receiver.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_reply_brings_its_context_back_to_the_asker() {
+    let tc = TraceContext::parse_traceparent(HEADER).unwrap();
+    let a = actor_system_with("a", config(true)).await;
+    let b = actor_system_with("b", config(true)).await;
+    let (tx, _handled) = unbounded_channel();
+    b.spawn_named("service", Service(tx.clone())).unwrap();
+    let (sink_tx, _sink) = unbounded_channel();
+    let sink = a.spawn_named("sink", Recorder(sink_tx)).unwrap();
+    let service = a.resolve::<Req>(&actor_path(&b, "service")).await.unwrap();
+    let t = Duration::from_secs(5);
+
+    // The remote handler ran in the request's context and replied in it:
+    // the reply brings it back.
+    let got = tc
+        .scope(service.ask_traced(|r| Req::Ask(r, sink.clone()), t))
+        .await;
+    assert_eq!(got, Ok((7, Some(tc))));
+    // A handler that replies inside a span of its own returns that span.
+    let got = tc.scope(service.ask_traced(Req::AskSpan, t)).await;
+    assert_eq!(got, Ok((8, Some(span()))));
+    // Outside any scope the reply comes without one; `ask` is the same
+    // ask without the context.
+    let got = service.ask_traced(|r| Req::Ask(r, sink.clone()), t).await;
+    assert_eq!(got, Ok((7, None)));
+    assert_eq!(service.ask(Req::AskSpan, t).await, Ok(8));
+    // A local reply comes in the context its sender ran in, too.
+    let local = a.spawn(Service(tx));
+    assert_eq!(local.ask_traced(Req::AskSpan, t).await, Ok((8, Some(span()))));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Reports each note with the context it was handled in.
+struct Notes(UnboundedSender<(u32, Option<TraceContext>)>);
+
+impl Actor for Notes {
+    type Msg = Req;
+
+    async fn handle(&mut self, m: Req, ctx: &mut Ctx<Self>) -> ActorResult {
+        if let Req::Note(n) = m {
+            let _ = self.0.send((n, ctx.trace_context()));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn plain_and_traced_messages_of_one_batch_keep_their_order_and_contexts() {
+    let tc = TraceContext::parse_traceparent(HEADER).unwrap();
+    let other = tc.with_parent_id([7; 8]).unwrap();
+    let a = actor_system_with("a", config(true)).await;
+    let b = actor_system_with("b", config(true)).await;
+    let (tx, mut notes) = unbounded_channel();
+    b.spawn_named("notes", Notes(tx)).unwrap();
+    let notes_ref = a.resolve::<Req>(&actor_path(&b, "notes")).await.unwrap();
+    // No await between the tells: they share writes, reads and batches,
+    // plain records before, between and after traced ones.
+    let mut want = Vec::new();
+    for i in 0..300u32 {
+        let ctx = match i % 7 {
+            0 | 1 => None,
+            2 | 5 => Some(tc),
+            3 => Some(other),
+            _ => None,
+        };
+        match ctx {
+            None => notes_ref.tell(Req::Note(i)).unwrap(),
+            Some(c) => c.sync_scope(|| notes_ref.tell(Req::Note(i))).unwrap(),
+        }
+        want.push((i, ctx));
+    }
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        got.push(within("a note", notes.recv()).await.expect("the actor lives"));
+    }
+    assert_eq!(got, want);
+    a.shutdown().await;
+    b.shutdown().await;
 }
