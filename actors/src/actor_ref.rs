@@ -310,9 +310,11 @@ impl<M: Send + 'static> ActorRef<M> {
             // Its own variant, so a plain ref pays no test for it.
             Inner::RemoteExt(r) => self.tell_ext(r, msg),
             Inner::Remote(r) => {
-                match r.assoc.tell_hint::<false>(&r.recipient, r.manifest, &|b, limit| {
-                    (r.encode)(&msg, b, limit)
-                }) {
+                match r
+                    .assoc
+                    .tell_hint::<false>(&r.recipient, r.manifest, &|b, limit| {
+                        (r.encode)(&msg, b, limit)
+                    }) {
                     Ok(yield_now) => Ok(yield_now),
                     Err(e) => Err(self.remote_error(e, msg)),
                 }
@@ -328,10 +330,12 @@ impl<M: Send + 'static> ActorRef<M> {
         let (tag, ext) = r.ext();
         let encode = |b: &mut BytesMut, limit| r.encode(&ext, &msg, b, limit);
         let told = if tag.ext {
-            r.assoc.tell_hint::<true>(&r.recipient, tag.manifest, &encode)
+            r.assoc
+                .tell_hint::<true>(&r.recipient, tag.manifest, &encode)
         } else {
             // Propagation is on, but this send is outside any context.
-            r.assoc.tell_hint::<false>(&r.recipient, tag.manifest, &encode)
+            r.assoc
+                .tell_hint::<false>(&r.recipient, tag.manifest, &encode)
         };
         match told {
             Ok(yield_now) => Ok(yield_now),
@@ -501,8 +505,8 @@ impl<M: Send + 'static> ActorRef<M> {
         };
         // A remote request carries its reply slot's path, so that the node
         // can say at once why it is a dead letter there.
-        let reply_path =
-            matches!(self.inner, Inner::Remote(_) | Inner::RemoteExt(_)).then(|| reply.path().elements().to_owned());
+        let reply_path = matches!(self.inner, Inner::Remote(_) | Inner::RemoteExt(_))
+            .then(|| reply.path().elements().to_owned());
         let sent = match &self.inner {
             Inner::Remote(r) | Inner::RemoteExt(r) => {
                 let reply_path = reply_path.as_deref().unwrap_or_default();

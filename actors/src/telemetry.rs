@@ -259,10 +259,7 @@ const MALFORMED_KINDS: &[(&str, &[&str])] = &[
         &["system message", "reliable stream", "Undeliverable"],
     ),
     // Before `envelope`: "truncated extension block" is this kind.
-    (
-        "extension_block",
-        &["extension block", "trace context"],
-    ),
+    ("extension_block", &["extension block", "trace context"]),
     ("envelope", &["envelope", "truncated", "utf-8"]),
 ];
 

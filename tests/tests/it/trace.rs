@@ -208,7 +208,10 @@ async fn a_reply_brings_its_context_back_to_the_asker() {
     assert_eq!(service.ask(Req::AskSpan, t).await, Ok(8));
     // A local reply comes in the context its sender ran in, too.
     let local = a.spawn(Service(tx));
-    assert_eq!(local.ask_traced(Req::AskSpan, t).await, Ok((8, Some(span()))));
+    assert_eq!(
+        local.ask_traced(Req::AskSpan, t).await,
+        Ok((8, Some(span())))
+    );
     a.shutdown().await;
     b.shutdown().await;
 }
@@ -254,7 +257,11 @@ async fn plain_and_traced_messages_of_one_batch_keep_their_order_and_contexts() 
     }
     let mut got = Vec::new();
     while got.len() < want.len() {
-        got.push(within("a note", notes.recv()).await.expect("the actor lives"));
+        got.push(
+            within("a note", notes.recv())
+                .await
+                .expect("the actor lives"),
+        );
     }
     assert_eq!(got, want);
     a.shutdown().await;
