@@ -1,5 +1,6 @@
 //! Actor runtime costs: local tell throughput, local ask round trip,
-//! message encode/decode, and remote tell throughput over loopback.
+//! message encode/decode (bincode, and bincode against MessagePack on a
+//! representative message), and remote tell throughput over loopback.
 //!
 //! Each async bench runs on a two-worker tokio runtime built here and
 //! measures with `iter_custom`, so only the awaited work is timed.
@@ -9,7 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use actors::{Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage};
+use actors::{
+    Actor, ActorRef, ActorResult, ActorSystem, Bincode, Ctx, MsgPack, RemoteMessage, Serializer,
+    SharedBytes,
+};
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_main};
 use serde::{Deserialize, Serialize};
@@ -134,6 +138,56 @@ fn serialization(c: &mut Criterion) {
     group.finish();
 }
 
+/// A representative application message: an id, a short name, a few
+/// tags, an optional field and 100 bytes of payload.
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    customer: String,
+    tags: Vec<String>,
+    discount: Option<u32>,
+    payload: SharedBytes,
+}
+
+/// The same message under each serializer: encode into a reused buffer,
+/// decode from the bytes (outside a decode scope, so `SharedBytes` copies
+/// under both).
+fn serializers(c: &mut Criterion) {
+    let order = Order {
+        id: 1_234_567,
+        customer: "customer-42".to_owned(),
+        tags: vec!["express".to_owned(), "gift".to_owned()],
+        discount: Some(15),
+        payload: vec![0x5a; PAYLOAD].into(),
+    };
+    let mut group = c.benchmark_group("serializers");
+    group.throughput(Throughput::Elements(1));
+    fn both<S: Serializer>(
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        name: &str,
+        s: S,
+        order: &Order,
+    ) {
+        let mut buf = BytesMut::with_capacity(512);
+        s.serialize(order, &mut buf).expect("encodes");
+        let wire = buf.clone().freeze();
+        eprintln!("serializers/{name}: {} bytes", wire.len());
+        group.bench_function(format!("{name}/encode"), |b| {
+            b.iter(|| {
+                buf.clear();
+                s.serialize(black_box(order), &mut buf).expect("encodes");
+                black_box(buf.len())
+            });
+        });
+        group.bench_function(format!("{name}/decode"), |b| {
+            b.iter(|| black_box(s.deserialize::<Order>(black_box(&wire)).expect("decodes")));
+        });
+    }
+    both(&mut group, "bincode", Bincode, &order);
+    both(&mut group, "msgpack", MsgPack, &order);
+    group.finish();
+}
+
 fn remote(c: &mut Criterion) {
     let rt = runtime();
     let loopback = "127.0.0.1:0".parse().expect("a valid address");
@@ -165,6 +219,7 @@ fn benches() {
     let mut c = Criterion::default().configure_from_args();
     local(&mut c);
     serialization(&mut c);
+    serializers(&mut c);
     remote(&mut c);
 }
 

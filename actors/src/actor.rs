@@ -21,16 +21,17 @@ use crate::{
     config::SpawnOptions,
     error::SpawnError,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Queued, SystemMsg, next_record, stop_in_batch},
+    mailbox::{Mailbox, Queued, SystemMsg, next_record, next_record_ext, stop_in_batch},
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
-    serialization::{RemoteMessage, manifests, with_decode_scope},
+    serialization::{RemoteMessage, decoders, manifests, with_decode_scope},
     supervision::{
         ChildControl, ChildEvent, Panicked, Parent, Restarts, SupervisorStrategy, Verdict,
         is_failure,
     },
     system::{ActorSystem, Stoppable},
     timer::{TimerKey, Timers},
+    trace::TraceContext,
     watch::{WatchSink, Watchers},
 };
 
@@ -195,6 +196,16 @@ impl<A: Actor> Ctx<A> {
     /// The system this actor runs in.
     pub fn system(&self) -> &ActorSystem {
         &self.system
+    }
+
+    /// The trace context of the message being handled, when it came from
+    /// a node that propagates them (`SystemConfig::set_trace_propagation`)
+    /// and was sent inside a [`TraceContext::scope`]. The handler runs in
+    /// it, so its remote sends carry it on; to start a child span, send
+    /// inside `ctx.trace_context().map(|t| t.with_parent_id(span_id))`'s
+    /// scope. [`TraceContext::current`] says the same.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        TraceContext::current()
     }
 
     /// Stops this actor after the current message; messages still in its
@@ -578,7 +589,7 @@ impl ActorSystem {
         let id = self.registry().next_id();
         let cell = self.make_cell::<A::Msg>(elements, options);
         cell.registered.store(true, Ordering::Release);
-        let _ = cell.decode.set(<A::Msg as RemoteMessage>::decode);
+        let _ = cell.decode.set(decoders::<A::Msg>());
         let target: Arc<dyn Target> = cell.clone();
         targets.insert(elements.into(), target);
         drop(targets);
@@ -734,6 +745,82 @@ fn handler_failed(
     registry.dead_letter(type_name, path, "handler failed");
 }
 
+/// A remote message that did not decode: a dead letter that says why.
+#[cold]
+#[inline(never)]
+fn undecodable<M>(
+    registry: &crate::registry::Registry,
+    path: &crate::path::ActorPath,
+    e: &crate::error::SerializationError,
+) {
+    registry.dead_letter(
+        std::any::type_name::<M>(),
+        path,
+        &format!("remote message does not decode: {e}"),
+    );
+}
+
+/// Decodes the rest of a remote batch from `pos`, where a record with an
+/// extension block (another serializer, a trace context) stopped the
+/// plain loop: out of line, so that a batch of plain records costs one
+/// comparison more than before blocks existed.
+#[cold]
+#[inline(never)]
+fn decode_ext_records<M: Send + 'static>(
+    bytes: &[u8],
+    mut pos: usize,
+    decoders: &crate::serialization::Decoders<M>,
+    traced: &mut VecDeque<(M, Option<TraceContext>)>,
+    registry: &crate::registry::Registry,
+    path: &crate::path::ActorPath,
+) -> usize {
+    while let Some((range, ext)) = next_record_ext(bytes, &mut pos) {
+        let one = if ext {
+            (decoders.ext)(&bytes[range])
+        } else {
+            (decoders.plain)(&bytes[range])
+                .map(|m| (m, None))
+                .map_err(decoders.why)
+        };
+        match one {
+            Ok(m) => traced.push_back(m),
+            Err(e) => undecodable::<M>(registry, path, &e),
+        }
+    }
+    pos
+}
+
+/// After a message from `Runner::traced` was handled in its trace
+/// context: what the plain path does after `handle`, out of line.
+#[cold]
+#[inline(never)]
+fn after_traced<A: Actor>(
+    result: ActorResult,
+    registry: &crate::registry::Registry,
+    cell: &Cell<A::Msg>,
+    ctx: &mut Ctx<A>,
+    sys: &mut VecDeque<SystemMsg>,
+    handling: &mut bool,
+) -> Option<Outcome> {
+    if let Err(e) = result {
+        handler_failed(registry, &cell.path, std::any::type_name::<A::Msg>());
+        return Some(failure(Ok(e)));
+    }
+    if ctx.stop {
+        return Some(Outcome::Stop(StopReason::Stopped));
+    }
+    if !ctx.timers.is_empty() {
+        // A repeated timer's closure is user code.
+        *handling = false;
+        fire_due(&mut ctx.timers, cell);
+        *handling = true;
+    }
+    if cell.mailbox.system_pending() {
+        cell.mailbox.take_system(sys);
+    }
+    None
+}
+
 /// A child of an actor, as its parent's `Ctx` holds it.
 pub(crate) struct Child {
     name: Arc<str>,
@@ -755,6 +842,12 @@ struct Runner<A: Actor> {
     /// The messages of the remote batch being worked through, decoded
     /// together (one decode context per batch, no await in between).
     decoded: VecDeque<A::Msg>,
+    /// The rest of a remote batch from its first record with an extension
+    /// block on, each message with the trace context it carried: handled
+    /// after `decoded` (the batch's plain records before it), so a batch
+    /// of plain records never looks here but once, when `decoded` is
+    /// empty.
+    traced: VecDeque<(A::Msg, Option<TraceContext>)>,
     /// Counts this actor alive until the task ends (or is dropped), and
     /// its mailbox depth and handling time when a recorder is installed.
     meter: crate::telemetry::ActorMeter,
@@ -775,6 +868,7 @@ impl<A: Actor> Runner<A> {
             user,
             sys,
             decoded,
+            traced,
             meter,
             handling,
         } = self;
@@ -800,7 +894,7 @@ impl<A: Actor> Runner<A> {
             }
             // What a failed instance left unhandled goes first (and
             // `recv_all` swaps into an empty `user` only).
-            if user.is_empty() && decoded.is_empty() && sys.is_empty() {
+            if user.is_empty() && decoded.is_empty() && traced.is_empty() && sys.is_empty() {
                 // Without timers waiting, the actor waits on its mailbox alone.
                 let received = match ctx.timers.next_deadline() {
                     None => cell.mailbox.recv_all(user, sys).await,
@@ -845,6 +939,24 @@ impl<A: Actor> Runner<A> {
                 }
                 let msg = if let Some(m) = decoded.pop_front() {
                     m
+                } else if let Some((m, trace)) = traced.pop_front() {
+                    match trace {
+                        None => m,
+                        // Handled in its context, so that what the handler
+                        // sends carries it on.
+                        Some(t) => {
+                            // `handling` is already set for this run.
+                            let started = meter.start();
+                            let result = t.scope(actor.handle(m, ctx)).await;
+                            meter.handled(started);
+                            if let Some(outcome) =
+                                after_traced(result, registry, cell, ctx, sys, handling)
+                            {
+                                return outcome;
+                            }
+                            continue;
+                        }
+                    }
                 } else {
                     match user.pop_front() {
                         None => {
@@ -862,20 +974,30 @@ impl<A: Actor> Runner<A> {
                         }
                         Some(Queued::Stop) => return Outcome::Stop(StopReason::Stopped),
                         Some(Queued::Batch(bytes, _)) => {
-                            let decode = cell.decode.get().expect(
+                            let decoders = cell.decode.get().expect(
                                 "remote messages reach only registered actors, which have a decoder",
                             );
                             let mut decode_all = || {
                                 let mut pos = 0;
+                                // Stops at the end, or at the first record
+                                // with an extension block (`next_record`).
                                 while let Some(range) = next_record(&bytes, &mut pos) {
-                                    match decode(&bytes[range]) {
+                                    match (decoders.plain)(&bytes[range]) {
                                         Ok(m) => decoded.push_back(m),
-                                        Err(e) => registry.dead_letter(
-                                            std::any::type_name::<A::Msg>(),
+                                        Err(e) => undecodable::<A::Msg>(
+                                            registry,
                                             &cell.path,
-                                            &format!("remote message does not decode: {e}"),
+                                            &(decoders.why)(e),
                                         ),
                                     }
+                                }
+                                if pos < bytes.len() {
+                                    // Records with extension blocks from
+                                    // here on, up to a graceful stop if
+                                    // one follows (`next_record_ext`).
+                                    pos = decode_ext_records(
+                                        &bytes, pos, decoders, traced, registry, &cell.path,
+                                    );
                                 }
                                 pos
                             };
@@ -1044,6 +1166,7 @@ async fn run_actor<A: Actor>(
         user: VecDeque::new(),
         sys: VecDeque::new(),
         decoded: VecDeque::new(),
+        traced: VecDeque::new(),
         meter,
         handling: false,
     };
@@ -1159,7 +1282,9 @@ async fn run_actor<A: Actor>(
     // Children stop (and their `stopped` runs) before this actor's own.
     run.stop_children().await;
     let mut left = run.decoded.len() as u64;
+    left += run.traced.len() as u64;
     run.decoded.clear();
+    run.traced.clear();
     for env in run.user.drain(..) {
         left += env.count() as u64;
     }

@@ -16,18 +16,20 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
-    error::SerializationError,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Refused, SystemMsg, next_record},
+    mailbox::{Mailbox, Refused, SystemMsg, next_record_ext},
     path::ActorPath,
     registry::{Registry, Target},
-    serialization::{RemoteMessage, manifest_id, with_decode_scope},
+    serialization::{
+        Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,
+    },
     supervision::{ChildControl, ChildEvent, Parent},
+    trace::TraceContext,
     watch::{SystemSink, TooManyWatches, WatchSink, Watchers},
 };
 
 /// Decodes a remote message on the actor's own task.
-pub(crate) type DecodeFn<M> = fn(&[u8]) -> Result<M, SerializationError>;
+pub(crate) type DecodeFn<M> = Decoders<M>;
 
 /// The runtime side of a local actor: its mailbox, path and watchers.
 pub(crate) struct Cell<M> {
@@ -69,7 +71,7 @@ impl<M: RemoteMessage> Cell<M> {
         if self.registered.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.decode.set(M::decode);
+        let _ = self.decode.set(decoders::<M>());
         if let Some(registry) = self.registry.upgrade() {
             let target: Arc<dyn Target> = self.clone();
             registry.register(self.path.elements(), target);
@@ -115,25 +117,31 @@ impl<M: RemoteMessage> Target for Cell<M> {
     }
 }
 
-/// The reply slot of an `ask`: completes a oneshot with the reply, or
-/// with why none will come (the request was a dead letter on its node).
+/// What an ask's reply slot completes with: the reply and the trace
+/// context it carried, or why none will come.
+pub(crate) type Answer<M> = Result<(M, Option<TraceContext>), String>;
+
+/// The reply slot of an `ask`: completes a oneshot with the reply (and
+/// the trace context it came with), or with why none will come (the
+/// request was a dead letter on its node).
 pub(crate) struct Promise<M> {
-    pub(crate) tx: Mutex<Option<oneshot::Sender<Result<M, String>>>>,
+    pub(crate) tx: Mutex<Option<oneshot::Sender<Answer<M>>>>,
     pub(crate) path: ActorPath,
     pub(crate) registry: Weak<Registry>,
     pub(crate) registered: AtomicBool,
 }
 
 impl<M: Send + 'static> Promise<M> {
-    pub(crate) fn complete(&self, m: M) -> Result<(), M> {
+    /// Completes the ask with `m`, which came in trace context `trace`.
+    pub(crate) fn complete(&self, m: M, trace: Option<TraceContext>) -> Result<(), M> {
         match self
             .tx
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
         {
-            Some(tx) => tx.send(Ok(m)).map_err(|r| match r {
-                Ok(m) => m,
+            Some(tx) => tx.send(Ok((m, trace))).map_err(|r| match r {
+                Ok((m, _)) => m,
                 Err(_) => unreachable!("sent a reply"),
             }),
             None => Err(m),
@@ -157,9 +165,11 @@ impl<M: RemoteMessage> Target for Promise<M> {
         };
         let deliver = || {
             let mut pos = 0;
-            while let Some(range) = next_record(batch, &mut pos) {
-                let why = match M::decode(&batch[range]) {
-                    Ok(m) => match self.complete(m) {
+            while let Some((range, ext)) = next_record_ext(batch, &mut pos) {
+                // The reply's trace context goes to the asker with it
+                // (`ActorRef::ask_traced`).
+                let why = match decode_record::<M>(&batch[range], ext) {
+                    Ok((m, trace)) => match self.complete(m, trace) {
                         Ok(()) => continue,
                         Err(_) => "ask already answered or timed out".to_owned(),
                     },

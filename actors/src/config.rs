@@ -66,6 +66,11 @@ pub const DEFAULT_MAX_PARKED_BYTES: usize = 64 << 20;
 /// pause. See `SystemConfig::set_refused_connect_grace`.
 pub const DEFAULT_REFUSED_CONNECT_GRACE: Duration = Duration::from_secs(1);
 
+/// The largest value `SystemConfig::set_max_message_size` takes: the
+/// length of a received message shares a `u32` with a flag in the batches
+/// handed to mailboxes (`mailbox::RECORD_EXT`).
+pub(crate) const MAX_MESSAGE_SIZE_LIMIT: usize = i32::MAX as usize;
+
 /// Settings of an [`ActorSystem`](crate::ActorSystem).
 #[derive(Debug, Clone)]
 pub struct SystemConfig {
@@ -94,6 +99,7 @@ pub struct SystemConfig {
     pub(crate) max_parked_bytes: usize,
     pub(crate) advertised: Option<String>,
     pub(crate) refused_connect_grace: Duration,
+    pub(crate) trace_propagation: bool,
 }
 
 impl Default for SystemConfig {
@@ -123,6 +129,7 @@ impl Default for SystemConfig {
             max_parked_bytes: DEFAULT_MAX_PARKED_BYTES,
             advertised: None,
             refused_connect_grace: DEFAULT_REFUSED_CONNECT_GRACE,
+            trace_propagation: false,
         }
     }
 }
@@ -211,7 +218,8 @@ impl SystemConfig {
 
     /// The largest remote message, envelope included, this node sends or
     /// accepts. Default 64 MiB ([`DEFAULT_MAX_MESSAGE_SIZE`]); at most
-    /// `u32::MAX`. A larger message is refused to the sender with
+    /// 2 GiB - 1 (`i32::MAX`: a received message's length shares a 32-bit
+    /// field with one flag in the batch the actor decodes). A larger message is refused to the sender with
     /// [`SerializationError::TooLarge`](crate::SerializationError) (a
     /// bincode-encoded one as soon as its encoding crosses the limit); a
     /// peer's larger message is dropped as a dead letter while its
@@ -229,7 +237,22 @@ impl SystemConfig {
     /// nothing per small message beyond one size comparison. Both nodes
     /// should use the same limit.
     pub fn set_max_message_size(&mut self, n: usize) -> &mut Self {
-        self.max_message_size = n.min(u32::MAX as usize);
+        self.max_message_size = n.min(MAX_MESSAGE_SIZE_LIMIT);
+        self
+    }
+
+    /// Propagates W3C trace contexts ([`TraceContext`](crate::TraceContext))
+    /// in remote messages. Default off: a send then reads no context and
+    /// its envelope carries no byte for one. On: a remote send made inside
+    /// a [`TraceContext::scope`](crate::TraceContext::scope) carries that
+    /// context (25 bytes more in its envelope, plus one for the extension
+    /// block; a task-local read per send), and the receiving actor handles
+    /// the message inside a scope of it ([`Ctx::trace_context`](crate::Ctx::trace_context)),
+    /// so its own sends, replies to an ask included, carry it on. Only the
+    /// sending node's setting matters: every node reads contexts it
+    /// receives.
+    pub fn set_trace_propagation(&mut self, on: bool) -> &mut Self {
+        self.trace_propagation = on;
         self
     }
 

@@ -953,7 +953,7 @@ static KEYS: &[Key] = &[
         kind: Kind::Int {
             unit: Unit::Bytes,
             min: 1,
-            max: U32,
+            max: crate::config::MAX_MESSAGE_SIZE_LIMIT as u64,
             set: |s, n| {
                 s.config.set_max_message_size(us(n));
             },
@@ -1119,6 +1119,16 @@ static KEYS: &[Key] = &[
         kind: Kind::Bool {
             set: |s, on| {
                 s.config.set_untrusted_mode(on);
+            },
+        },
+    },
+    Key {
+        key: "remote.trace_propagation",
+        field: "trace_propagation",
+        setter: "SystemConfig::set_trace_propagation",
+        kind: Kind::Bool {
+            set: |s, on| {
+                s.config.set_trace_propagation(on);
             },
         },
     },

@@ -72,7 +72,10 @@
 //!   [`StopReason`], [`Terminated`].
 //! - `bincode_format`: bincode 2's message format, our serializer and
 //!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
-//!   [`RemoteMessage`], [`SharedBytes`], the decode scope.
+//!   [`RemoteMessage`], [`SerializerId`], [`MsgPack`], [`SharedBytes`],
+//!   the decode scope, the extension block of a message. `msgpack`:
+//!   MessagePack's format, bounded (the serializer for messages that
+//!   evolve). `trace`: [`TraceContext`], W3C trace context propagation.
 //! - `telemetry`: the metrics this crate emits through the `metrics`
 //!   facade (names in the README's "Metrics" table), and their handles.
 //! - `config`: [`SystemConfig`] and its defaults.
@@ -132,6 +135,7 @@ mod differential;
 mod error;
 mod lifecycle;
 mod mailbox;
+mod msgpack;
 mod named;
 mod node;
 mod path;
@@ -143,6 +147,7 @@ mod supervision;
 mod system;
 mod telemetry;
 mod timer;
+mod trace;
 mod watch;
 
 // Lets `actors::` paths in `differential.rs` (shared with the fuzz target)
@@ -180,13 +185,15 @@ pub use router::{
     RestartLimit, Router, RouterBuilder, RouterError, RouterMsg, RoutingLogic, VIRTUAL_NODES,
 };
 pub use serialization::{
-    Bincode, MAX_MANIFEST_LEN, RemoteMessage, Serializer, SharedBytes, manifest_id,
+    Bincode, MAX_MANIFEST_LEN, MsgPack, RemoteMessage, Serializer, SerializerId, SharedBytes,
+    manifest_id,
 };
 pub use supervision::{
     DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Decider, Directive, Panicked, SupervisorStrategy,
 };
 pub use system::ActorSystem;
 pub use timer::TimerKey;
+pub use trace::{TraceContext, TraceParentError};
 pub use transport::{Backoff, HeartbeatConfig};
 pub use watch::Watch;
 

@@ -90,7 +90,7 @@ fn count_records(batch: &[u8]) -> usize {
     let mut pos = 0;
     let mut n = 0;
     loop {
-        if next_record(batch, &mut pos).is_none() {
+        if next_record_ext(batch, &mut pos).is_none() {
             if batch.get(pos..pos + 4) != Some(&STOP_RECORD.to_le_bytes()[..]) {
                 return n;
             }
@@ -100,7 +100,18 @@ fn count_records(batch: &[u8]) -> usize {
     }
 }
 
-/// Iterates the `(start, end)` ranges of the records of a batch buffer.
+/// The top bit of a record's length: the record begins with an extension
+/// block (`serialization::Ext`: its serializer, a trace context). Lengths
+/// stay below it (`SystemConfig::set_max_message_size` is at most
+/// `i32::MAX`). [`STOP_RECORD`] has it set too and is told apart by its
+/// whole value first.
+pub(crate) const RECORD_EXT: u32 = 1 << 31;
+
+/// Iterates the `(start, end)` ranges of the records of a batch buffer
+/// whose records carry no extension block: it stops at the end, or at the
+/// first record with [`RECORD_EXT`] set (that length reaches past the end
+/// of any batch), leaving `pos` at it. Then [`next_record_ext`] reads on.
+/// A batch of plain records costs what it did before blocks existed.
 pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Range<usize>> {
     let head = batch.get(*pos..*pos + 4)?;
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -108,6 +119,27 @@ pub(crate) fn next_record(batch: &[u8], pos: &mut usize) -> Option<std::ops::Ran
     let end = start.checked_add(len).filter(|&e| e <= batch.len())?;
     *pos = end;
     Some(start..end)
+}
+
+/// Iterates the records of a batch buffer: each one's range, and whether
+/// it begins with an extension block ([`RECORD_EXT`]). Stops at the end,
+/// or at a [`STOP_RECORD`], leaving `pos` at it.
+pub(crate) fn next_record_ext(
+    batch: &[u8],
+    pos: &mut usize,
+) -> Option<(std::ops::Range<usize>, bool)> {
+    let head = batch.get(*pos..*pos + 4)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    if len == STOP_RECORD {
+        // A graceful stop: the caller finds it where `pos` stays.
+        return None;
+    }
+    let start = *pos + 4;
+    let end = start
+        .checked_add((len & !RECORD_EXT) as usize)
+        .filter(|&e| e <= batch.len())?;
+    *pos = end;
+    Some((start..end, len & RECORD_EXT != 0))
 }
 
 /// System messages: handled before user messages.
@@ -399,7 +431,7 @@ mod tests {
 
     use bytes::{BufMut, Bytes, BytesMut};
 
-    use super::{Queued, STOP_RECORD, next_record, stop_in_batch};
+    use super::{Queued, RECORD_EXT, STOP_RECORD, next_record, next_record_ext, stop_in_batch};
 
     #[test]
     fn a_stop_record_ends_the_messages_before_it_and_queues_the_rest() {
@@ -432,6 +464,36 @@ mod tests {
         let mut user: VecDeque<Queued<u8>> = VecDeque::new();
         assert!(!stop_in_batch(&mut user, &plain, 0));
         assert!(user.is_empty());
+    }
+
+    #[test]
+    fn a_stop_record_is_no_extension_record_though_it_has_the_top_bit() {
+        // An extension record, a graceful stop, then a plain record: the
+        // stop's length has RECORD_EXT's bit set too and must not read as
+        // an extension record that runs past the batch.
+        let mut b = BytesMut::new();
+        b.put_u32_le(3 | RECORD_EXT);
+        b.put_slice(b"ext");
+        b.put_u32_le(STOP_RECORD);
+        b.put_u32_le(5);
+        b.put_slice(b"plain");
+        let batch = b.freeze();
+        let mut pos = 0;
+        assert_eq!(
+            next_record(&batch, &mut pos),
+            None,
+            "plain decode stops at the block"
+        );
+        let (range, ext) = next_record_ext(&batch, &mut pos).unwrap();
+        assert_eq!((&batch[range], ext), (&b"ext"[..], true));
+        assert_eq!(next_record_ext(&batch, &mut pos), None, "stops at the stop");
+        let mut user: VecDeque<Queued<u8>> = VecDeque::new();
+        assert!(stop_in_batch(&mut user, &batch, pos));
+        assert!(matches!(user[0], Queued::Stop));
+        assert!(
+            matches!(user[1], Queued::Batch(_, 1)),
+            "the plain record behind it"
+        );
     }
 
     #[test]

@@ -1,18 +1,35 @@
 //! Message serialization: the [`Serializer`] trait, the default
-//! [`Bincode`] implementation with a byte limit, and [`RemoteMessage`], which
-//! gives a type a stable manifest and its wire codec.
+//! [`Bincode`] implementation with a byte limit, [`RemoteMessage`], which
+//! gives a type a stable manifest and its wire codec, and [`SerializerId`],
+//! which says in each envelope which serializer encoded the message.
 //!
 //! bincode 2 is unmaintained upstream, so nothing outside this module names
-//! it: a message type can switch format by overriding
-//! [`RemoteMessage::encode`] and [`RemoteMessage::decode`] with another
-//! [`Serializer`].
+//! it. A message type picks [`MsgPack`] (named fields, for
+//! types that evolve) with `const SERIALIZER`, or its own format by
+//! overriding [`RemoteMessage::encode`] and [`RemoteMessage::decode`]
+//! (with an id of 128 or more). A receiver decodes by the id the sender
+//! put in the envelope, so a type can switch serializer one node at a
+//! time.
+//!
+//! # The extension block
+//! A message whose envelope has the extension flag begins with a block
+//! that says how to read it ([`Ext`]):
+//!
+//! ```text
+//! +--------+--------------------------+-----------------------------+---------+
+//! | ext u8 | serializer u8 (ext & 1)  | trace context 25 B (ext & 2) | message |
+//! +--------+--------------------------+-----------------------------+---------+
+//! ```
+//!
+//! Messages in bincode without a trace context carry no block (and no
+//! byte for it).
 
 use std::{any::Any, cell::RefCell, fmt, ops::Deref, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
-use crate::{bincode_format, error::SerializationError};
+use crate::{bincode_format, error::SerializationError, msgpack, trace::TraceContext};
 
 /// Turns values into bytes and back. Implementations must never panic on
 /// hostile input and must bound what decoding allocates.
@@ -104,6 +121,46 @@ impl Serializer for Bincode {
             }),
             Err(e) => Err(decode_error(e)),
         }
+    }
+}
+
+/// MessagePack through rmp-serde, structs as maps of named fields and enum
+/// variants by name: tolerates fields added (with `#[serde(default)]`) and
+/// removed between node versions, at some cost in bytes and time over
+/// [`Bincode`] (the criterion benches `serialize/*` measure it). Pick it
+/// for a message type with
+/// `const SERIALIZER: SerializerId = SerializerId::MSGPACK;` in its
+/// [`RemoteMessage`] impl.
+///
+/// Decoding is bounded (a length claim larger than the bytes that arrived
+/// is refused before anything is allocated; nesting is limited as under
+/// bincode) and never panics on hostile input. [`SharedBytes`] fields
+/// share the received frame as they do under bincode, and `ActorRef`
+/// fields resolve against the receiving node.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MsgPack;
+
+impl Serializer for MsgPack {
+    fn serialize<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        out: &mut BytesMut,
+    ) -> Result<(), SerializationError> {
+        msgpack::to_buf(value, out, usize::MAX)
+    }
+
+    /// Stops as soon as the limit is crossed, as [`Bincode`] does.
+    fn serialize_limited<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        out: &mut BytesMut,
+        limit: usize,
+    ) -> Result<(), SerializationError> {
+        msgpack::to_buf(value, out, limit)
+    }
+
+    fn deserialize<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, SerializationError> {
+        msgpack::from_slice(bytes)
     }
 }
 
@@ -362,6 +419,20 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     /// exchange the type; two types must not share one.
     const MANIFEST: &'static str;
 
+    /// The serializer [`encode`](Self::encode) writes with, named in every
+    /// envelope of the type: [`SerializerId::BINCODE`] (the default: the
+    /// fastest and smallest, but positional, so both nodes need the same
+    /// definition) or [`SerializerId::MSGPACK`] (named fields: tolerates
+    /// fields added with `#[serde(default)]` and fields removed, for
+    /// rolling upgrades). A type that overrides `encode` and `decode` with
+    /// a format of its own says so with an id of 128 or more
+    /// ([`SerializerId::custom`]).
+    ///
+    /// A receiver decodes by the id in the envelope, whatever this says
+    /// on its side (see [`decode_from`](Self::decode_from)), so changing it
+    /// is safe one node at a time.
+    const SERIALIZER: SerializerId = SerializerId::BINCODE;
+
     /// Appends the encoded message, at most `limit` bytes of it (see
     /// [`Serializer::serialize_limited`]; the sender checks the size again
     /// after encoding, so an encoder may ignore the limit at the cost of
@@ -381,14 +452,31 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     /// # Errors
     /// As [`Serializer::serialize_limited`].
     fn encode(&self, out: &mut BytesMut, limit: usize) -> Result<(), SerializationError> {
+        // A `const` condition and an out-of-line call, so that a bincode
+        // type's encoder is what it was before MessagePack existed:
+        // with MessagePack's code beside it, or an inline hint, the
+        // message's `Serialize` stopped being inlined into it
+        // (callgrind: 4 % more instructions on the sending thread).
+        if const { Self::SERIALIZER.0 == SerializerId::MSGPACK.0 } {
+            return msgpack_encode(self, out, limit);
+        }
         Bincode.serialize_limited(self, out, limit)
     }
 
-    /// Decodes a message. Override together with [`encode`](Self::encode).
+    /// Decodes a message written by [`encode`](Self::encode). Override
+    /// together with it.
     ///
     /// # Errors
     /// As [`Serializer::deserialize`].
+    #[inline(never)]
     fn decode(bytes: &[u8]) -> Result<Self, SerializationError> {
+        // As in `encode`: a bincode type's decoder is what it was. Never
+        // inlined: its callers are the actor's (through a pointer) and
+        // `decode_from`, and with a copy in both the message's
+        // `Deserialize` was inlined in neither (callgrind).
+        if const { Self::SERIALIZER.0 == SerializerId::MSGPACK.0 } {
+            return msgpack_decode(bytes);
+        }
         Bincode.deserialize(bytes)
     }
 
@@ -400,6 +488,373 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     /// shared on purpose (two versions of one message, say).
     #[doc(hidden)]
     const DERIVED_MANIFEST: bool = false;
+
+    /// Decodes a message that the sender's envelope says `serializer`
+    /// wrote: [`decode`](Self::decode) if that is this type's own,
+    /// otherwise the built-in serializer of that id (so a node reads the
+    /// type from nodes that already switched serializer, or have not yet).
+    ///
+    /// # Errors
+    /// As [`Serializer::deserialize`], and an id this node does not know.
+    #[inline(always)]
+    fn decode_from(serializer: SerializerId, bytes: &[u8]) -> Result<Self, SerializationError> {
+        if serializer == Self::SERIALIZER {
+            Self::decode(bytes)
+        } else {
+            decode_builtin::<Self>(serializer, bytes)
+        }
+    }
+}
+
+/// Which serializer encoded a message: one byte in its envelope (absent
+/// for bincode).
+///
+/// `0` is [`BINCODE`](Self::BINCODE), `1` [`MSGPACK`](Self::MSGPACK);
+/// 2 to 127 are reserved for this crate; 128 to 255 are for formats of a
+/// type's own ([`custom`](Self::custom)).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SerializerId(u8);
+
+impl SerializerId {
+    /// [`Bincode`]: the default; written as no byte at all.
+    pub const BINCODE: Self = Self(0);
+    /// [`MsgPack`]: named fields.
+    pub const MSGPACK: Self = Self(1);
+
+    /// An id for a format of a type's own (its overridden `encode` and
+    /// `decode`).
+    ///
+    /// # Panics
+    /// `id` under 128 (those belong to this crate); in a `const`, at
+    /// compile time.
+    pub const fn custom(id: u8) -> Self {
+        assert!(id >= 128, "custom serializer ids are 128 to 255");
+        Self(id)
+    }
+
+    /// The byte on the wire.
+    pub const fn id(self) -> u8 {
+        self.0
+    }
+}
+
+impl fmt::Debug for SerializerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// `bincode`, `msgpack`, or `serializer N`.
+impl fmt::Display for SerializerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::BINCODE => f.write_str("bincode"),
+            Self::MSGPACK => f.write_str("msgpack"),
+            Self { 0: n } => write!(f, "serializer {n}"),
+        }
+    }
+}
+
+/// `RemoteMessage::encode` of a MessagePack type (out of line: see there).
+#[inline(never)]
+fn msgpack_encode<T: Serialize + ?Sized>(
+    value: &T,
+    out: &mut BytesMut,
+    limit: usize,
+) -> Result<(), SerializationError> {
+    MsgPack.serialize_limited(value, out, limit)
+}
+
+/// `RemoteMessage::decode` of a MessagePack type (out of line).
+#[inline(never)]
+fn msgpack_decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, SerializationError> {
+    MsgPack.deserialize(bytes)
+}
+
+/// Decodes with the built-in serializer `id` (a node reading another
+/// node's choice: out of line).
+///
+/// The id of `M`'s own serializer goes to `M::decode` under a `const`
+/// condition, so that no second instance of `M`'s `Deserialize` for that
+/// format exists: with one, a bincode type's `Deserialize` was no longer
+/// inlined into its `decode` (callgrind: 3 % of the receiving thread).
+#[inline(never)]
+fn decode_builtin<M: RemoteMessage>(
+    id: SerializerId,
+    bytes: &[u8],
+) -> Result<M, SerializationError> {
+    match id {
+        SerializerId::BINCODE => {
+            if const { M::SERIALIZER.0 == SerializerId::BINCODE.0 } {
+                M::decode(bytes)
+            } else {
+                Bincode.deserialize(bytes)
+            }
+        }
+        SerializerId::MSGPACK => {
+            if const { M::SERIALIZER.0 == SerializerId::MSGPACK.0 } {
+                M::decode(bytes)
+            } else {
+                MsgPack.deserialize(bytes)
+            }
+        }
+        other => Err(unknown_serializer(other)),
+    }
+}
+
+#[cold]
+fn unknown_serializer(id: SerializerId) -> SerializationError {
+    SerializationError::Decode(format!(
+        "{id} is unknown to this node (it knows bincode 0, msgpack 1, and the type's own)"
+    ))
+}
+
+/// Ext flag: a serializer id byte follows.
+pub(crate) const EXT_SERIALIZER: u8 = 1;
+/// Ext flag: a trace context follows.
+pub(crate) const EXT_TRACE: u8 = 2;
+
+/// The extension block at the start of a message (see the module docs):
+/// how to read the message, and the trace context it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ext {
+    pub(crate) serializer: SerializerId,
+    pub(crate) trace: Option<TraceContext>,
+}
+
+impl Ext {
+    /// The block for a message written by `serializer`, carrying the
+    /// current trace context if `trace` (propagation is on).
+    #[inline(always)]
+    pub(crate) fn for_send(serializer: SerializerId, trace: bool) -> Self {
+        Self {
+            serializer,
+            trace: if trace { TraceContext::current() } else { None },
+        }
+    }
+
+    /// Whether the message needs no block (bincode, no trace context).
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.serializer == SerializerId::BINCODE && self.trace.is_none()
+    }
+
+    /// Bytes the block takes.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        1 + usize::from(self.serializer != SerializerId::BINCODE)
+            + if self.trace.is_some() {
+                TraceContext::WIRE_LEN
+            } else {
+                0
+            }
+    }
+
+    /// Appends the block (nothing if it is empty).
+    pub(crate) fn put(&self, b: &mut BytesMut) {
+        if self.is_empty() {
+            return;
+        }
+        let mut flags = 0;
+        if self.serializer != SerializerId::BINCODE {
+            flags |= EXT_SERIALIZER;
+        }
+        if self.trace.is_some() {
+            flags |= EXT_TRACE;
+        }
+        b.extend_from_slice(&[flags]);
+        if flags & EXT_SERIALIZER != 0 {
+            b.extend_from_slice(&[self.serializer.0]);
+        }
+        if let Some(t) = self.trace {
+            b.extend_from_slice(&t.to_bytes());
+        }
+    }
+
+    /// Reads the block at the start of `b`: it, and the message after it.
+    /// Never panics.
+    ///
+    /// # Errors
+    /// Unknown ext bits, a truncated block, an invalid trace context.
+    pub(crate) fn parse(b: &[u8]) -> Result<(Self, &[u8]), &'static str> {
+        let (&flags, mut rest) = b.split_first().ok_or("truncated extension block")?;
+        if flags & !(EXT_SERIALIZER | EXT_TRACE) != 0 {
+            return Err("unknown bits in the extension block");
+        }
+        let mut ext = Self {
+            serializer: SerializerId::BINCODE,
+            trace: None,
+        };
+        if flags & EXT_SERIALIZER != 0 {
+            let (&id, r) = rest.split_first().ok_or("truncated extension block")?;
+            ext.serializer = SerializerId(id);
+            rest = r;
+        }
+        if flags & EXT_TRACE != 0 {
+            if rest.len() < TraceContext::WIRE_LEN {
+                return Err("truncated extension block");
+            }
+            ext.trace = Some(
+                TraceContext::from_bytes(rest)
+                    .map_err(|_| "invalid trace context (an all-zero id)")?,
+            );
+            rest = &rest[TraceContext::WIRE_LEN..];
+        }
+        Ok((ext, rest))
+    }
+}
+
+/// Appends `ext`'s block, then the message (`encode`, given what is left
+/// of `limit`): the payload of a remote message.
+///
+/// # Errors
+/// As `encode`.
+#[inline(always)]
+pub(crate) fn encode_with_ext(
+    ext: &Ext,
+    out: &mut BytesMut,
+    limit: usize,
+    encode: impl FnOnce(&mut BytesMut, usize) -> Result<(), SerializationError>,
+) -> Result<(), SerializationError> {
+    if ext.is_empty() {
+        return encode(out, limit);
+    }
+    encode_ext_slow(ext, out, limit, encode)
+}
+
+#[inline(never)]
+fn encode_ext_slow(
+    ext: &Ext,
+    out: &mut BytesMut,
+    limit: usize,
+    encode: impl FnOnce(&mut BytesMut, usize) -> Result<(), SerializationError>,
+) -> Result<(), SerializationError> {
+    let start = out.len();
+    let len = ext.len();
+    ext.put(out);
+    encode(out, limit.saturating_sub(len)).map_err(|e| {
+        out.truncate(start);
+        match e {
+            SerializationError::TooLarge { size, limit } => SerializationError::TooLarge {
+                size: size + len,
+                limit: limit + len,
+            },
+            other => other,
+        }
+    })
+}
+
+/// Decodes one record of a remote batch for `M`: `ext` says it begins
+/// with an extension block. The message, and the trace context it
+/// carried. The error names the serializer and the type, for the dead
+/// letter.
+///
+/// # Errors
+/// A malformed block, an unknown serializer, or a message that does not
+/// decode.
+pub(crate) fn decode_record<M: RemoteMessage>(
+    record: &[u8],
+    ext: bool,
+) -> Result<(M, Option<TraceContext>), SerializationError> {
+    if !ext {
+        return match M::decode_from(SerializerId::BINCODE, record) {
+            Ok(m) => Ok((m, None)),
+            Err(e) => Err(cannot_decode::<M>(SerializerId::BINCODE, &e)),
+        };
+    }
+    decode_ext_record(record)
+}
+
+/// A message and the trace context it carried.
+pub(crate) type Traced<M> = (M, Option<TraceContext>);
+
+/// How an actor of `M` decodes its remote records: a plain record
+/// (bincode, no extension block), and one that begins with a block. Two
+/// functions, so that a plain record's decode returns the message alone,
+/// as before blocks existed.
+pub(crate) struct Decoders<M> {
+    /// A record without an extension block: bincode.
+    pub(crate) plain: fn(&[u8]) -> Result<M, SerializationError>,
+    /// A record that begins with an extension block: the message and the
+    /// trace context it carried.
+    pub(crate) ext: fn(&[u8]) -> Result<Traced<M>, SerializationError>,
+    /// Says why a `plain` record did not decode (out of line).
+    pub(crate) why: fn(SerializationError) -> SerializationError,
+}
+
+/// The [`Decoders`] of `M`.
+pub(crate) fn decoders<M: RemoteMessage>() -> Decoders<M> {
+    Decoders {
+        // A bincode type's plain records go straight to its own `decode`,
+        // as before blocks existed (callgrind: any layer between cost
+        // the message's `Deserialize` its inlining).
+        plain: if M::SERIALIZER == SerializerId::BINCODE {
+            M::decode
+        } else {
+            decode_plain::<M>
+        },
+        ext: decode_ext_record::<M>,
+        why: cannot_decode_plain::<M>,
+    }
+}
+
+/// Why a plain record of `M` did not decode, for its dead letter: the
+/// serializer, the type, and for bincode the hint that it is positional.
+#[cold]
+#[inline(never)]
+fn cannot_decode_plain<M: RemoteMessage>(e: SerializationError) -> SerializationError {
+    match e {
+        // Already said by `decode_plain`.
+        SerializationError::Decode(why) if why.starts_with("cannot decode ") => {
+            SerializationError::Decode(why)
+        }
+        e => cannot_decode::<M>(SerializerId::BINCODE, &e),
+    }
+}
+
+/// `decode_record` of a record without an extension block: bincode.
+fn decode_plain<M: RemoteMessage>(record: &[u8]) -> Result<M, SerializationError> {
+    match M::decode_from(SerializerId::BINCODE, record) {
+        Ok(m) => Ok(m),
+        Err(e) => Err(cannot_decode::<M>(SerializerId::BINCODE, &e)),
+    }
+}
+
+/// `decode_record` of a record with an extension block: out of line, so
+/// that a plain record's path stays as small as before blocks existed.
+#[inline(never)]
+fn decode_ext_record<M: RemoteMessage>(
+    record: &[u8],
+) -> Result<(M, Option<TraceContext>), SerializationError> {
+    let (ext, body) = Ext::parse(record).map_err(|why| SerializationError::Decode(why.into()))?;
+    match M::decode_from(ext.serializer, body) {
+        Ok(m) => Ok((m, ext.trace)),
+        Err(e) => Err(cannot_decode::<M>(ext.serializer, &e)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn cannot_decode<M: RemoteMessage>(
+    serializer: SerializerId,
+    e: &SerializationError,
+) -> SerializationError {
+    let e = match e {
+        SerializationError::Decode(why) => why.clone(),
+        other => other.to_string(),
+    };
+    let hint = if serializer == SerializerId::BINCODE && M::SERIALIZER == SerializerId::BINCODE {
+        " (bincode is positional: both nodes need the same definition of the type; see \"Rolling upgrades\")"
+    } else {
+        ""
+    };
+    SerializationError::Decode(format!(
+        "cannot decode {serializer} as {}: {e}{hint}",
+        M::MANIFEST
+    ))
 }
 
 /// The manifests this process has seen a type use (by spawning an actor
@@ -797,6 +1252,65 @@ mod tests {
             "svc.Wrap<std.Option<remoting-actors.Plain>>"
         );
         let _ = (Plain(0), Named::A, Wrap(()), Pair { k: (), v: vec![()] });
+    }
+
+    #[test]
+    fn records_decode_by_the_serializer_they_name() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Own(u32);
+        impl RemoteMessage for Own {
+            const MANIFEST: &'static str = "t.Own";
+            const SERIALIZER: SerializerId = SerializerId::custom(200);
+            fn encode(&self, out: &mut BytesMut, _: usize) -> Result<(), SerializationError> {
+                out.extend_from_slice(&self.0.to_be_bytes());
+                Ok(())
+            }
+            fn decode(b: &[u8]) -> Result<Self, SerializationError> {
+                let b: [u8; 4] = b
+                    .try_into()
+                    .map_err(|_| SerializationError::Decode("4 bytes".into()))?;
+                Ok(Self(u32::from_be_bytes(b)))
+            }
+        }
+        let trace = TraceContext::new([1; 16], [2; 8], 1).unwrap();
+        let record = |serializer, trace, m: &Own| {
+            let ext = Ext { serializer, trace };
+            let mut b = BytesMut::new();
+            ext.put(&mut b);
+            match serializer {
+                SerializerId::BINCODE => Bincode.serialize(m, &mut b).unwrap(),
+                SerializerId::MSGPACK => MsgPack.serialize(m, &mut b).unwrap(),
+                _ => m.encode(&mut b, usize::MAX).unwrap(),
+            }
+            (b, !ext.is_empty())
+        };
+        // The type's own format, MessagePack and bincode are all read, by
+        // the id in the block, with the trace context beside.
+        for (serializer, t) in [
+            (SerializerId::custom(200), Some(trace)),
+            (SerializerId::MSGPACK, None),
+            (SerializerId::BINCODE, Some(trace)),
+            (SerializerId::BINCODE, None),
+        ] {
+            let (b, ext) = record(serializer, t, &Own(77));
+            assert_eq!(
+                decode_record::<Own>(&b, ext),
+                Ok((Own(77), t)),
+                "{serializer}"
+            );
+        }
+        let err = decode_record::<Own>(&[1, 130, 0], true).unwrap_err();
+        assert!(
+            err.to_string().contains("serializer 130 is unknown"),
+            "{err}"
+        );
+        let err = decode_record::<u64>(&[7, 7], false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot decode bincode as std.u64") && err.contains("positional"),
+            "{err}"
+        );
     }
 
     #[test]

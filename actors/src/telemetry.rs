@@ -194,7 +194,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: None,
         labels: "node, kind",
-        help: "Malformed input from peers by kind: envelope, recipient, fragment, system_message, other.",
+        help: "Malformed input from peers by kind: envelope, extension_block, recipient, fragment, system_message, other.",
     },
     Spec {
         name: DEAD_LETTERS,
@@ -325,6 +325,8 @@ const MALFORMED_KINDS: &[(&str, &[&str])] = &[
         "system_message",
         &["system message", "reliable stream", "Undeliverable"],
     ),
+    // Before `envelope`: "truncated extension block" is this kind.
+    ("extension_block", &["extension block", "trace context"]),
     ("envelope", &["envelope", "truncated", "utf-8"]),
 ];
 
@@ -846,6 +848,15 @@ mod tests {
         assert_eq!(
             kind("fragment at offset 3 of large message 1, which never started"),
             "fragment"
+        );
+        assert_eq!(kind("truncated extension block"), "extension_block");
+        assert_eq!(
+            kind("invalid trace context (an all-zero id)"),
+            "extension_block"
+        );
+        assert_eq!(
+            kind("unknown envelope flags (a newer node's feature?)"),
+            "envelope"
         );
         assert_eq!(kind("???"), "other");
     }

@@ -371,12 +371,24 @@ pub fn wait_closed(stream: &mut TcpStream) -> impl Future<Output = ()> + '_ {
 /// waits for its `ready <node>` line. Returns the child and the node it
 /// advertises (`name@host:port`).
 pub async fn spawn_peer(bin: &str, name: &str, bind: &str) -> (std::process::Child, String) {
+    spawn_peer_args(bin, name, bind, &[]).await
+}
+
+/// As [`spawn_peer`], with more arguments for the peer (its flags, e.g.
+/// `["--evolve", node]`).
+pub async fn spawn_peer_args(
+    bin: &str,
+    name: &str,
+    bind: &str,
+    args: &[&str],
+) -> (std::process::Child, String) {
     use std::{
         io::{BufRead, BufReader},
         process::{Command, Stdio},
     };
     let mut child = Command::new(bin)
         .args([name, bind])
+        .args(args)
         .env(
             transport::COOKIE_ENV,
             std::str::from_utf8(TEST_SECRET).expect("the test secret is ascii"),
@@ -607,7 +619,12 @@ impl PeerProcess {
     /// Starts `bin` (pass `env!("CARGO_BIN_EXE_peer")`) as node `name`
     /// bound to `bind`.
     pub async fn spawn(bin: &str, name: &str, bind: &str) -> Self {
-        let (child, node) = spawn_peer(bin, name, bind).await;
+        Self::spawn_args(bin, name, bind, &[]).await
+    }
+
+    /// As [`spawn`](Self::spawn), with flags for the peer.
+    pub async fn spawn_args(bin: &str, name: &str, bind: &str, args: &[&str]) -> Self {
+        let (child, node) = spawn_peer_args(bin, name, bind, args).await;
         Self { child, node }
     }
 

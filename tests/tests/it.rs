@@ -15,6 +15,7 @@ mod it {
     mod control;
     mod cookie;
     mod ergonomics;
+    mod evolve;
     mod fail_fast;
     mod faults;
     mod faults_net;
@@ -34,6 +35,7 @@ mod it {
     mod runtime;
     mod supervision;
     mod tls;
+    mod trace;
     mod trust;
     mod typed_refs;
     mod undeliverable;

@@ -115,6 +115,8 @@ pub(crate) struct Association {
     window: u64,
     /// Counts of link events for metrics (see `sample`).
     counters: PeerCounters,
+    /// `SystemConfig::set_trace_propagation`.
+    pub(crate) trace: bool,
 }
 
 impl Association {
@@ -151,6 +153,7 @@ impl Association {
             max_recipient_ids: config.max_recipient_ids,
             window: config.recipient_window as u64,
             counters: PeerCounters::default(),
+            trace: config.trace_propagation,
         }
     }
 

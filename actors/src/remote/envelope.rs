@@ -24,6 +24,12 @@
 //! ```text
 //! ... | manifest u32 | msg id u32 LE | total u32 LE | offset u32 LE | piece |
 //! ```
+//!
+//! Flag bit 4 ([`ENV_EXT`]): the message begins with an extension block
+//! (which serializer wrote it, a trace context; see `serialization::Ext`).
+//! For a fragmented message the block begins the reassembled payload, and
+//! every fragment carries the flag. Bits 5 and 7 are unknown: an envelope
+//! with one is malformed.
 
 use bytes::{Buf, BufMut, BytesMut};
 
@@ -42,10 +48,16 @@ pub(crate) const ENV_INLINE: u8 = 4;
 pub(crate) const ENV_REPLY: u8 = 8;
 /// Flag: the envelope is a graceful stop (`ActorRef::stop_after_queued`)
 /// rather than a message. It travels on the user lane like one, so it is
-/// ordered with the messages sent before it; its payload is empty. Bits 4
-/// and 5 are taken by the envelope extension (serializer id, trace
-/// context).
+/// ordered with the messages sent before it; its payload is empty.
 pub(crate) const ENV_STOP: u8 = 64;
+/// Flag: the message begins with an extension block (`serialization::Ext`):
+/// a serializer other than bincode, or a trace context. Never set for a
+/// bincode message without a trace context, so those cost no byte.
+pub(crate) const ENV_EXT: u8 = 16;
+/// Every flag this node understands.
+const KNOWN_FLAGS: u8 = PLAIN_FLAGS | ENV_EXT;
+/// The flags `parse` reads inline; others take its out-of-line path.
+const PLAIN_FLAGS: u8 = ENV_DEFINE | ENV_FRAGMENT | ENV_INLINE | ENV_REPLY | ENV_STOP;
 /// Fragment header: message id, total payload length, offset (u32 LE each).
 pub(crate) const FRAGMENT_HEADER: usize = 12;
 /// Fixed envelope header: flags, id, manifest.
@@ -63,6 +75,9 @@ pub(crate) struct Envelope<'a> {
     /// An ask's reply slot on the sending node (`ENV_REPLY`).
     pub(crate) reply: Option<&'a str>,
     pub(crate) manifest: u32,
+    /// The message begins with an extension block (`ENV_EXT`); checked
+    /// here unless the payload is a fragment.
+    pub(crate) ext: bool,
     /// A message, a fragment of a large one, or a graceful stop: one field,
     /// so that the hot path tells them apart with one test.
     pub(crate) kind: Kind,
@@ -78,6 +93,31 @@ pub(crate) enum Kind {
     Fragment(Fragment),
     /// A graceful stop (`ENV_STOP`); the payload is empty.
     Stop,
+}
+
+/// What an envelope says about the message it carries: its manifest id,
+/// and whether it begins with an extension block (`ENV_EXT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub(crate) manifest: u32,
+    pub(crate) ext: bool,
+}
+
+impl Tag {
+    /// A bincode message without a trace context.
+    #[cfg(test)]
+    pub(crate) const fn plain(manifest: u32) -> Self {
+        Self {
+            manifest,
+            ext: false,
+        }
+    }
+
+    /// The envelope flag this adds.
+    #[inline(always)]
+    fn flags(self) -> u8 {
+        if self.ext { ENV_EXT } else { 0 }
+    }
 }
 
 /// Where a fragment's payload belongs (see the module docs).
@@ -101,11 +141,63 @@ pub(crate) fn overhead(path_len: usize) -> usize {
 /// never allocates.
 #[inline]
 pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+    match parse_plain(body) {
+        Err(why) if is_unusual(why) => parse_unusual(body),
+        parsed => parsed,
+    }
+}
+
+/// What [`parse_plain`] says of an envelope with a flag beyond
+/// [`PLAIN_FLAGS`] (see [`is_unusual`]). A `static`, so that every use
+/// is one address.
+static UNUSUAL: &str = "envelope flags beyond the plain ones";
+
+/// `parse` of the envelopes on the hot path: an envelope with a flag
+/// beyond [`PLAIN_FLAGS`] (the extension block's, or one this node does
+/// not know) is refused with an error for which [`is_unusual`] holds; the
+/// caller then reads it with [`parse_unusual`], out of line. So a plain
+/// envelope costs one test of its flags more than before the block
+/// existed, and its `ext` is a constant `false`.
+#[inline]
+pub(crate) fn parse_plain(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+    parse_as::<false>(body)
+}
+
+/// Whether `parse_plain`'s error means "read it with `parse_unusual`".
+pub(crate) fn is_unusual(why: &'static str) -> bool {
+    std::ptr::eq(why, UNUSUAL)
+}
+
+/// `parse` of an envelope with a flag beyond [`PLAIN_FLAGS`]: the
+/// extension block's, or one this node does not know (malformed).
+#[cold]
+#[inline(never)]
+pub(crate) fn parse_unusual(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+    if body[0] & !KNOWN_FLAGS != 0 {
+        return Err("unknown envelope flags (a newer node's feature?)");
+    }
+    let env = parse_as::<true>(body)?;
+    if !matches!(env.kind, Kind::Fragment(_)) {
+        // Checked here, so a malformed block counts against the peer like
+        // any malformed envelope; the actor's task reads it again.
+        crate::serialization::Ext::parse(env.payload)?;
+    }
+    Ok(env)
+}
+
+/// The envelope's fields; `CHECKED`: the flags were checked by
+/// `parse_unusual`, else any flag beyond [`PLAIN_FLAGS`] is refused with
+/// [`UNUSUAL`].
+#[inline(always)]
+fn parse_as<const CHECKED: bool>(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
     let mut b = body;
     if b.len() < 5 {
         return Err("envelope shorter than its header");
     }
     let flags = b.get_u8();
+    if !CHECKED && flags & !PLAIN_FLAGS != 0 {
+        return Err(UNUSUAL);
+    }
     let id = b.get_u32_le();
     let mut define = None;
     let inline = flags & ENV_INLINE != 0;
@@ -142,12 +234,14 @@ pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
     } else {
         special(flags, &mut b)?
     };
+    let ext = CHECKED && flags & ENV_EXT != 0;
     Ok(Envelope {
         id,
         define,
         inline,
         reply,
         manifest,
+        ext,
         kind,
         payload: b,
     })
@@ -183,6 +277,24 @@ pub(crate) fn put_compact_header(b: &mut BytesMut, id: u32, manifest: u32) {
     b.extend_from_slice(&head);
 }
 
+/// As [`put_compact_header`], for a message that begins with an
+/// extension block (flags `ENV_EXT`).
+#[inline]
+pub(crate) fn put_compact_header_ext(b: &mut BytesMut, id: u32, manifest: u32) {
+    let start = b.len();
+    put_compact_header(b, id, manifest);
+    b[start] = ENV_EXT;
+}
+
+/// [`put_compact_header`] or [`put_compact_header_ext`], as `tag` says.
+pub(crate) fn put_compact_tag(b: &mut BytesMut, id: u32, tag: Tag) {
+    if tag.ext {
+        put_compact_header_ext(b, id, tag.manifest);
+    } else {
+        put_compact_header(b, id, tag.manifest);
+    }
+}
+
 /// How an envelope names its recipient.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum To<'a> {
@@ -197,8 +309,8 @@ pub(crate) enum To<'a> {
 /// Appends an envelope header in its general form: `to` the recipient,
 /// `fragment` the fragment header of a large message's piece. The payload
 /// follows.
-pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: Option<Fragment>) {
-    put_header_reply(b, to, manifest, fragment, None);
+pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, tag: Tag, fragment: Option<Fragment>) {
+    put_header_reply(b, to, tag, fragment, None);
 }
 
 /// As [`put_header`], for an ask's request: `reply` is the path of its
@@ -206,7 +318,7 @@ pub(crate) fn put_header(b: &mut BytesMut, to: To<'_>, manifest: u32, fragment: 
 pub(crate) fn put_header_reply(
     b: &mut BytesMut,
     to: To<'_>,
-    manifest: u32,
+    tag: Tag,
     fragment: Option<Fragment>,
     reply: Option<&str>,
 ) {
@@ -221,6 +333,7 @@ pub(crate) fn put_header_reply(
     if reply.is_some() {
         flags |= ENV_REPLY;
     }
+    flags |= tag.flags();
     b.put_u8(flags);
     b.put_u32_le(id);
     for path in [define, reply].into_iter().flatten() {
@@ -231,7 +344,7 @@ pub(crate) fn put_header_reply(
         b.put_u16_le(u16::try_from(path.len()).unwrap_or(u16::MAX));
         b.put_slice(&path[..path.len().min(usize::from(u16::MAX))]);
     }
-    b.put_u32_le(manifest);
+    b.put_u32_le(tag.manifest);
     if let Some(f) = fragment {
         b.put_u32_le(f.msg);
         b.put_u32_le(f.total);
@@ -249,7 +362,7 @@ mod tests {
             Some(p) => To::Define(id, p),
             None => To::Id(id),
         };
-        put_header(&mut b, to, manifest, f);
+        put_header(&mut b, to, Tag::plain(manifest), f);
         b.extend_from_slice(b"payload");
         b
     }
@@ -277,6 +390,7 @@ mod tests {
                     inline: false,
                     reply: None,
                     manifest: 0xdead_beef,
+                    ext: false,
                     kind: fragment.map_or(Kind::Message, Kind::Fragment),
                     payload: b"payload",
                 }
@@ -288,7 +402,7 @@ mod tests {
     fn an_asks_reply_path_rides_after_the_recipient() {
         for to in [To::Id(3), To::Define(3, "/user/a"), To::Inline("/user/b")] {
             let mut b = BytesMut::new();
-            put_header_reply(&mut b, to, 9, None, Some("/temp/$1f"));
+            put_header_reply(&mut b, to, Tag::plain(9), None, Some("/temp/$1f"));
             b.extend_from_slice(b"q");
             let env = parse(&b).unwrap();
             assert_eq!(env.reply, Some("/temp/$1f"));
@@ -307,15 +421,24 @@ mod tests {
         let mut compact = BytesMut::new();
         put_compact_header(&mut compact, 9, 0x0102_0304);
         let mut general = BytesMut::new();
-        put_header(&mut general, To::Id(9), 0x0102_0304, None);
+        put_header(&mut general, To::Id(9), Tag::plain(0x0102_0304), None);
         assert_eq!(compact, general);
         assert_eq!(compact.len(), ENV_HEADER);
+        let ext = Tag {
+            manifest: 5,
+            ext: true,
+        };
+        let (mut compact, mut general) = (BytesMut::new(), BytesMut::new());
+        put_compact_tag(&mut compact, 9, ext);
+        put_header(&mut general, To::Id(9), ext, None);
+        assert_eq!(compact, general);
+        assert_eq!(compact[0], ENV_EXT);
     }
 
     #[test]
     fn an_inline_recipient_is_named_by_its_path_alone() {
         let mut b = BytesMut::new();
-        put_header(&mut b, To::Inline("/temp/$00ab"), 7, None);
+        put_header(&mut b, To::Inline("/temp/$00ab"), Tag::plain(7), None);
         b.extend_from_slice(b"x");
         let env = parse(&b).unwrap();
         assert!(env.inline);
@@ -357,7 +480,7 @@ mod tests {
     fn a_stop_is_an_empty_envelope_with_its_flag() {
         for to in [To::Id(3), To::Define(3, "/user/a")] {
             let mut b = BytesMut::new();
-            put_header(&mut b, to, 9, None);
+            put_header(&mut b, to, Tag::plain(9), None);
             b[0] |= ENV_STOP;
             let env = parse(&b).unwrap();
             assert_eq!(env.kind, Kind::Stop);
@@ -393,5 +516,69 @@ mod tests {
             parse(&[ENV_FRAGMENT, 1, 0, 0, 0, 1, 0, 0, 0, 1]),
             Err("truncated fragment header")
         );
+        for unknown in [32, 64, 128] {
+            assert_eq!(
+                parse(&[unknown, 1, 0, 0, 0, 1, 0, 0, 0]),
+                Err("unknown envelope flags (a newer node's feature?)")
+            );
+        }
+        // A block that does not parse, in a whole message.
+        let head = [ENV_EXT, 1, 0, 0, 0, 1, 0, 0, 0];
+        for (block, why) in [
+            (&[][..], "truncated extension block"),
+            (&[4], "unknown bits in the extension block"),
+            (&[1], "truncated extension block"),
+            (&[2, 1, 1], "truncated extension block"),
+        ] {
+            assert_eq!(parse(&[&head[..], block].concat()), Err(why), "{block:?}");
+        }
+        let zero_trace = [&head[..], &[2], &[0; 25]].concat();
+        assert_eq!(
+            parse(&zero_trace),
+            Err("invalid trace context (an all-zero id)")
+        );
+    }
+
+    #[test]
+    fn the_extension_block_rides_before_the_message() {
+        use crate::{
+            serialization::{Ext, SerializerId},
+            trace::TraceContext,
+        };
+        let trace = TraceContext::new([7; 16], [8; 8], 1).unwrap();
+        for ext in [
+            Ext {
+                serializer: SerializerId::MSGPACK,
+                trace: None,
+            },
+            Ext {
+                serializer: SerializerId::BINCODE,
+                trace: Some(trace),
+            },
+            Ext {
+                serializer: SerializerId::custom(200),
+                trace: Some(trace),
+            },
+        ] {
+            let mut b = BytesMut::new();
+            let tag = Tag {
+                manifest: 3,
+                ext: true,
+            };
+            put_header(&mut b, To::Define(4, "/user/a"), tag, None);
+            ext.put(&mut b);
+            b.extend_from_slice(b"msg");
+            let env = parse(&b).unwrap();
+            assert!(env.ext);
+            assert_eq!(Ext::parse(env.payload), Ok((ext, &b"msg"[..])));
+            // Cut anywhere before the message: an error.
+            for cut in 0..b.len() - 3 {
+                assert!(parse(&b[..cut]).is_err(), "cut {cut}");
+            }
+        }
+        // An empty block writes nothing.
+        let mut b = BytesMut::new();
+        Ext::for_send(SerializerId::BINCODE, false).put(&mut b);
+        assert!(b.is_empty());
     }
 }

@@ -25,7 +25,7 @@ use super::{
 use crate::{
     config::SystemConfig,
     lifecycle::{StopReason, Terminated},
-    mailbox::{Refused, STOP_RECORD},
+    mailbox::{RECORD_EXT, Refused, STOP_RECORD},
     path::MAX_PATH_LEN,
     registry::{Registry, Target},
     serialization::manifests,
@@ -227,8 +227,18 @@ impl Runs {
 
     /// Appends one payload for `id`'s `target` (known by `path`), whose
     /// envelope was `credit` bytes; `left` is what this read still holds.
-    #[inline]
-    fn push(&mut self, id: u32, entry: &Entry, payload: &[u8], credit: usize, left: usize) {
+    /// `EXT`: the payload begins with an extension block. Always inlined:
+    /// with two instances (`EXT` or not) it was left out of line, a call
+    /// per message more (callgrind).
+    #[inline(always)]
+    fn push<const EXT: bool>(
+        &mut self,
+        id: u32,
+        entry: &Entry,
+        payload: &[u8],
+        credit: usize,
+        left: usize,
+    ) {
         let i = self.run_of(id, entry);
         let run = &mut self.list[i];
         run.credit += credit as u64;
@@ -253,7 +263,9 @@ impl Runs {
             };
             run.buf.reserve(want);
         }
-        run.buf.put_u32_le(payload.len() as u32);
+        // Small messages are far below `RECORD_EXT` (at most a frame).
+        let head = payload.len() as u32 | if EXT { RECORD_EXT } else { 0 };
+        run.buf.put_u32_le(head);
         run.buf.put_slice(payload);
         run.n += 1;
         run.used = true;
@@ -411,10 +423,29 @@ impl Dispatch {
             // Aborted: the rest of this read is not worth parsing.
             return;
         }
-        let env = match envelope::parse(body) {
-            Ok(env) => env,
-            Err(why) => return self.malformed(why),
-        };
+        match envelope::parse_plain(body) {
+            Ok(env) => self.on_parsed::<false>(env, body),
+            Err(why) if envelope::is_unusual(why) => self.on_unusual(body),
+            Err(why) => self.malformed(why),
+        }
+    }
+
+    /// An envelope with a flag beyond the plain ones: an extension block
+    /// (another serializer, a trace context), or an unknown flag.
+    #[cold]
+    #[inline(never)]
+    fn on_unusual(&mut self, body: &[u8]) {
+        match envelope::parse_unusual(body) {
+            Ok(env) if env.ext => self.on_parsed::<true>(env, body),
+            Ok(env) => self.on_parsed::<false>(env, body),
+            Err(why) => self.malformed(why),
+        }
+    }
+
+    /// A parsed envelope; `EXT`: its message begins with an extension
+    /// block (a constant, so that plain envelopes pay nothing for it).
+    #[inline(always)]
+    fn on_parsed<const EXT: bool>(&mut self, env: envelope::Envelope<'_>, body: &[u8]) {
         let (mut id, manifest, b, reply) = (env.id, env.manifest, env.payload, env.reply);
         if let Some(path) = env.define {
             if path.len() > MAX_PATH_LEN {
@@ -440,7 +471,7 @@ impl Dispatch {
         }
         match env.kind {
             Kind::Message => {}
-            Kind::Fragment(f) => return self.on_fragment(id, manifest, f, b),
+            Kind::Fragment(f) => return self.on_fragment(id, manifest, EXT, f, b),
             Kind::Stop => return self.on_stop(id, manifest, body.len()),
         }
         // One lookup: the entry, its target refreshed in place if it cannot
@@ -483,7 +514,8 @@ impl Dispatch {
                 return;
             }
         }
-        self.runs.push(id, entry, b, body.len(), self.left_in_read);
+        self.runs
+            .push::<EXT>(id, entry, b, body.len(), self.left_in_read);
     }
 
     /// A graceful stop (`envelope::ENV_STOP`) for recipient `id`, of an
@@ -583,7 +615,7 @@ impl Dispatch {
     /// One fragment of a large message (see `large::Reassembly`).
     #[cold]
     #[inline(never)]
-    fn on_fragment(&mut self, id: u32, manifest: u32, f: Fragment, piece: &[u8]) {
+    fn on_fragment(&mut self, id: u32, manifest: u32, ext: bool, f: Fragment, piece: &[u8]) {
         // Acknowledged whatever becomes of it: the sender only paces on it.
         self.large_ack = Some((f.msg, f.offset.saturating_add(piece.len() as u32)));
         self.peer.on_fragment();
@@ -594,9 +626,8 @@ impl Dispatch {
         }
         let max = self.max_message;
         let mut large = std::mem::take(&mut self.large);
-        let step = large.push(id, manifest, f, piece, max, || {
-            self.large_target(id, manifest)
-        });
+        let tag = envelope::Tag { manifest, ext };
+        let step = large.push(id, tag, f, piece, max, || self.large_target(id, manifest));
         self.large = large;
         match step {
             Step::Pending => {}
@@ -1346,7 +1377,12 @@ mod tests {
     fn envelope(id: u32, define: Option<&str>, manifest: u32, payload: &[u8]) -> Vec<u8> {
         let mut b = BytesMut::new();
         match define {
-            Some(p) => put_header(&mut b, envelope::To::Define(id, p), manifest, None),
+            Some(p) => put_header(
+                &mut b,
+                envelope::To::Define(id, p),
+                envelope::Tag::plain(manifest),
+                None,
+            ),
             None => put_compact_header(&mut b, id, manifest),
         }
         b.extend_from_slice(payload);

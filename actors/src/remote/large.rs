@@ -36,9 +36,10 @@ use tokio_util::sync::CancellationToken;
 use transport::FrameKind;
 
 use super::{
-    envelope::{self, FRAGMENT_HEADER, Fragment},
+    envelope::{self, FRAGMENT_HEADER, Fragment, Tag},
     link::{Link, Recipient, lock},
 };
+use crate::mailbox::RECORD_EXT;
 
 /// A remote message whose envelope (its encoded size plus the recipient's
 /// path and about a dozen bytes) is larger than this, 256 KiB, travels on
@@ -93,7 +94,7 @@ pub(super) struct LargeLane {
 /// A large message waiting for (or in) the lane.
 struct LargeMsg {
     r: Arc<Recipient>,
-    manifest: u32,
+    tag: Tag,
     payload: Bytes,
 }
 
@@ -148,7 +149,7 @@ impl LargeLane {
     pub(super) fn enqueue<H: LaneHost>(
         host: &Arc<H>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
     ) -> Result<(), Bytes> {
         let lane = host.lane();
@@ -159,7 +160,7 @@ impl LargeLane {
         q.bytes += payload.len();
         q.items.push_back(LargeMsg {
             r: r.clone(),
-            manifest,
+            tag,
             payload,
         });
         if !std::mem::replace(&mut q.running, true) {
@@ -172,14 +173,14 @@ impl LargeLane {
     pub(super) async fn enqueue_wait<H: LaneHost>(
         host: &Arc<H>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         mut payload: Bytes,
     ) {
         loop {
             let room = host.lane().room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            match Self::enqueue(host, r, manifest, payload) {
+            match Self::enqueue(host, r, tag, payload) {
                 Ok(()) => return,
                 Err(p) => payload = p,
             }
@@ -242,7 +243,7 @@ impl LargeLane {
             let bytes = &m.payload[offset..end];
             link.sender
                 .send_with(FrameKind::Message, |b| {
-                    write_fragment(b, &m.r, &link, m.manifest, f, bytes)
+                    write_fragment(b, &m.r, &link, m.tag, f, bytes)
                 })
                 .await
                 .map_err(|_| "link closed while sending a large message")?;
@@ -279,11 +280,11 @@ fn write_fragment(
     b: &mut BytesMut,
     r: &Recipient,
     link: &Link,
-    manifest: u32,
+    tag: Tag,
     f: Fragment,
     piece: &[u8],
 ) {
-    envelope::put_header(b, r.to_on(link), manifest, Some(f));
+    envelope::put_header(b, r.to_on(link), tag, Some(f));
     b.put_slice(piece);
 }
 
@@ -372,7 +373,7 @@ impl<T> Reassembly<T> {
     pub(super) fn push(
         &mut self,
         id: u32,
-        manifest: u32,
+        tag: Tag,
         f: Fragment,
         piece: &[u8],
         max: usize,
@@ -398,12 +399,15 @@ impl<T> Reassembly<T> {
             // Grown as fragments arrive: a peer's claimed total is never
             // allocated up front.
             let mut buf = Vec::with_capacity(4 + piece.len());
-            buf.extend_from_slice(&f.total.to_le_bytes());
+            // `total <= max`, below `RECORD_EXT`; the first fragment's
+            // extension flag is the message's.
+            let head = f.total | if tag.ext { RECORD_EXT } else { 0 };
+            buf.extend_from_slice(&head.to_le_bytes());
             buf.extend_from_slice(piece);
             self.partial = Some(Partial {
                 msg: f.msg,
                 id,
-                manifest,
+                manifest: tag.manifest,
                 total,
                 target,
                 buf,
@@ -420,7 +424,7 @@ impl<T> Reassembly<T> {
             };
             if p.msg != f.msg
                 || p.id != id
-                || p.manifest != manifest
+                || p.manifest != tag.manifest
                 || p.total != total
                 || p.received() != f.offset as usize
                 || piece.is_empty()
@@ -481,7 +485,7 @@ mod tests {
             }
             last = r.push(
                 1,
-                9,
+                Tag::plain(9),
                 frag(msg, data.len(), i * piece),
                 chunk,
                 1 << 20,
@@ -511,7 +515,14 @@ mod tests {
         let total = 10_000;
         let mut last = Step::Pending;
         for off in (0..total).step_by(1000) {
-            last = r.push(1, 9, frag(3, total, off), &[7; 1000], 1 << 20, || Some("t"));
+            last = r.push(
+                1,
+                Tag::plain(9),
+                frag(3, total, off),
+                &[7; 1000],
+                1 << 20,
+                || Some("t"),
+            );
             if let Some(p) = &r.partial {
                 assert!(p.buf.capacity() <= 4 + total, "{}", p.buf.capacity());
             }
@@ -523,28 +534,34 @@ mod tests {
     fn out_of_order_or_foreign_fragments_are_malformed() {
         let mut r = Reassembly::<&str>::default();
         assert!(matches!(
-            r.push(1, 9, frag(1, 100, 10), &[0; 10], 1000, || Some("t")),
+            r.push(1, Tag::plain(9), frag(1, 100, 10), &[0; 10], 1000, || Some("t")),
             Step::Malformed(why) if why.contains("never started")
         ));
         assert_eq!(
-            r.push(1, 9, frag(1, 100, 0), &[0; 10], 1000, || Some("t")),
+            r.push(1, Tag::plain(9), frag(1, 100, 0), &[0; 10], 1000, || Some(
+                "t"
+            )),
             Step::Pending
         );
         // A gap.
         assert!(matches!(
-            r.push(1, 9, frag(1, 100, 20), &[0; 10], 1000, || Some("t")),
+            r.push(1, Tag::plain(9), frag(1, 100, 20), &[0; 10], 1000, || Some("t")),
             Step::Malformed(why) if why.contains("does not continue")
         ));
         assert!(r.take_partial().is_none(), "the message was dropped");
         // Another recipient's fragment in the middle of a message.
-        r.push(1, 9, frag(2, 100, 0), &[0; 10], 1000, || Some("t"));
+        r.push(1, Tag::plain(9), frag(2, 100, 0), &[0; 10], 1000, || {
+            Some("t")
+        });
         assert!(matches!(
-            r.push(5, 9, frag(2, 100, 10), &[0; 10], 1000, || Some("t")),
+            r.push(5, Tag::plain(9), frag(2, 100, 10), &[0; 10], 1000, || Some(
+                "t"
+            )),
             Step::Malformed(_)
         ));
         // A first fragment larger than its message.
         assert!(matches!(
-            r.push(1, 9, frag(3, 5, 0), &[0; 10], 1000, || Some("t")),
+            r.push(1, Tag::plain(9), frag(3, 5, 0), &[0; 10], 1000, || Some("t")),
             Step::Malformed(why) if why.contains("does not fit")
         ));
     }
@@ -552,7 +569,7 @@ mod tests {
     #[test]
     fn a_message_over_the_limit_is_skipped_without_buffering() {
         let mut r = Reassembly::<&str>::default();
-        let step = r.push(1, 9, frag(1, 5000, 0), &[0; 100], 1000, || {
+        let step = r.push(1, Tag::plain(9), frag(1, 5000, 0), &[0; 100], 1000, || {
             panic!("not asked")
         });
         assert_eq!(
@@ -563,7 +580,14 @@ mod tests {
             }
         );
         assert_eq!(
-            r.push(1, 9, frag(1, 5000, 100), &[0; 100], 1000, || None),
+            r.push(
+                1,
+                Tag::plain(9),
+                frag(1, 5000, 100),
+                &[0; 100],
+                1000,
+                || None
+            ),
             Step::Pending
         );
         assert!(r.partial.is_none());
@@ -573,11 +597,13 @@ mod tests {
     fn a_message_without_a_target_is_skipped() {
         let mut r = Reassembly::<&str>::default();
         assert_eq!(
-            r.push(1, 9, frag(1, 200, 0), &[0; 100], 1000, || None),
+            r.push(1, Tag::plain(9), frag(1, 200, 0), &[0; 100], 1000, || None),
             Step::Pending
         );
         assert_eq!(
-            r.push(1, 9, frag(1, 200, 100), &[0; 100], 1000, || None),
+            r.push(1, Tag::plain(9), frag(1, 200, 100), &[0; 100], 1000, || {
+                None
+            }),
             Step::Pending
         );
     }
@@ -585,13 +611,17 @@ mod tests {
     #[test]
     fn a_new_message_abandons_the_unfinished_one() {
         let mut r = Reassembly::default();
-        r.push(1, 9, frag(1, 200, 0), &[0; 100], 1000, || Some("t"));
+        r.push(1, Tag::plain(9), frag(1, 200, 0), &[0; 100], 1000, || {
+            Some("t")
+        });
         let why = r.abandon_for(2).expect("abandoned");
         assert_eq!(
             why,
             "large message 1 left at 100 of 200 bytes when message 2 started"
         );
-        r.push(1, 9, frag(2, 200, 0), &[0; 100], 1000, || Some("u"));
+        r.push(1, Tag::plain(9), frag(2, 200, 0), &[0; 100], 1000, || {
+            Some("u")
+        });
         assert_eq!(r.take_partial(), Some(("u", 100, 200)));
     }
 }

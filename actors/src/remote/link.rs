@@ -14,7 +14,7 @@ use transport::{Frame, Sender, TrySendFrameError};
 
 use super::{
     compression::{CompressedId, OutboundIds},
-    envelope::{self, ENV_HEADER},
+    envelope::{self, ENV_HEADER, Tag},
     flow::{LinkCredits, SendFlow},
 };
 use crate::{error::SerializationError, path::ActorPath};
@@ -132,7 +132,7 @@ pub(super) enum LinkState {
 
 /// Something buffered while the link connects.
 pub(super) enum Pending {
-    User(Arc<Recipient>, u32, Bytes),
+    User(Arc<Recipient>, Tag, Bytes),
     /// A graceful stop (`envelope::ENV_STOP`) to a recipient taking
     /// manifest `u32`, ordered with the user messages around it.
     Stop(Arc<Recipient>, u32),
@@ -158,7 +158,7 @@ pub(super) fn write_envelope(
     b: &mut BytesMut,
     r: &Recipient,
     link: &Link,
-    manifest: u32,
+    tag: Tag,
     payload: &[u8],
     credited: bool,
     reply: Option<&str>,
@@ -170,15 +170,15 @@ pub(super) fn write_envelope(
                 return false;
             }
             if reply.is_some() {
-                envelope::put_header_reply(b, envelope::To::Id(id), manifest, None, reply);
+                envelope::put_header_reply(b, envelope::To::Id(id), tag, None, reply);
             } else {
                 b.reserve(ENV_HEADER + payload.len());
-                envelope::put_compact_header(b, id, manifest);
+                envelope::put_compact_tag(b, id, tag);
             }
         }
-        to @ envelope::To::Define(..) => envelope::put_header_reply(b, to, manifest, None, reply),
+        to @ envelope::To::Define(..) => envelope::put_header_reply(b, to, tag, None, reply),
         to => {
-            envelope::put_header_reply(b, to, manifest, None, reply);
+            envelope::put_header_reply(b, to, tag, None, reply);
             b.extend_from_slice(payload);
             return true;
         }
@@ -195,7 +195,11 @@ pub(super) fn write_envelope(
 /// credits them back like one.
 pub(super) fn write_stop(b: &mut BytesMut, r: &Recipient, link: &Link, manifest: u32) -> bool {
     let start = b.len();
-    write_envelope(b, r, link, manifest, &[], false, None);
+    let tag = envelope::Tag {
+        manifest,
+        ext: false,
+    };
+    write_envelope(b, r, link, tag, &[], false, None);
     b[start] |= envelope::ENV_STOP;
     true
 }

@@ -59,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
 pub(crate) use association::Association;
+pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
 pub(crate) use link::{Recipient, TellError};
@@ -501,21 +502,46 @@ impl Remoting {
 }
 
 /// Decodes `bytes` the way a received frame is decoded, for fuzzing: as an
-/// envelope (then its payload as a few message types) and as a system
-/// message. Returns how many of these decodes succeeded. Never panics.
+/// envelope (then its payload as a few message types, through the batch
+/// record decoder that reads the extension block and picks the serializer
+/// it names, and straight through MessagePack) and as a system message.
+/// Returns how many of these decodes succeeded. Never panics.
 #[doc(hidden)]
 pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
-    use crate::serialization::Serializer;
+    use std::collections::HashMap;
+
+    use crate::serialization::{MsgPack, RemoteMessage, Serializer, SerializerId, decode_record};
+
+    /// A message type in MessagePack, with the shapes serde preallocates
+    /// for (a sequence, a map, bytes).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Packed {
+        #[serde(default)]
+        n: u64,
+        #[serde(default)]
+        list: Vec<String>,
+        #[serde(default)]
+        map: HashMap<String, Vec<u32>>,
+        #[serde(default)]
+        data: crate::SharedBytes,
+    }
+    impl RemoteMessage for Packed {
+        const MANIFEST: &'static str = "fuzz.Packed";
+        const SERIALIZER: SerializerId = SerializerId::MSGPACK;
+    }
+
     let mut ok = 0;
     if let Ok(env) = envelope::parse(bytes) {
         ok += 1;
-        ok += usize::from(Bincode.deserialize::<String>(env.payload).is_ok());
-        ok += usize::from(Bincode.deserialize::<Vec<u64>>(env.payload).is_ok());
-        ok += usize::from(
-            Bincode
-                .deserialize::<crate::SharedBytes>(env.payload)
-                .is_ok(),
-        );
+        let (p, ext) = (env.payload, env.ext);
+        ok += usize::from(Bincode.deserialize::<String>(p).is_ok());
+        ok += usize::from(Bincode.deserialize::<Vec<u64>>(p).is_ok());
+        ok += usize::from(Bincode.deserialize::<crate::SharedBytes>(p).is_ok());
+        ok += usize::from(decode_record::<Vec<u8>>(p, ext).is_ok());
+        ok += usize::from(decode_record::<Option<String>>(p, ext).is_ok());
+        ok += usize::from(decode_record::<Packed>(p, ext).is_ok());
+        ok += usize::from(MsgPack.deserialize::<Packed>(p).is_ok());
+        ok += usize::from(MsgPack.deserialize::<Vec<Vec<u64>>>(p).is_ok());
     }
     ok += usize::from(SysWire::decode(bytes).is_ok());
     ok

@@ -30,7 +30,7 @@ use transport::{FrameKind, Pushed, TrySendFrameError};
 
 use super::{
     association::Association,
-    envelope,
+    envelope::{self, Tag},
     large::LargeLane,
     link::{
         LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope,
@@ -102,10 +102,14 @@ impl Association {
     pub(crate) fn tell(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
     ) -> Result<(), TellError> {
-        self.tell_hint(r, manifest, encode).map(|_| ())
+        if tag.ext {
+            self.tell_hint::<true>(r, tag.manifest, encode).map(|_| ())
+        } else {
+            self.tell_hint::<false>(r, tag.manifest, encode).map(|_| ())
+        }
     }
 
     /// Remote `tell` that also says whether the caller should yield its
@@ -113,8 +117,10 @@ impl Association {
     /// `transport::Sender::try_push_with`). `encode` may run twice: once
     /// straight into the link's queue, and again into a scratch buffer if
     /// the message turns out not to fit there (large, or too large).
+    /// `EXT`: the message begins with an extension block (a constant, so
+    /// that the plain path is what it was before blocks existed).
     #[inline]
-    pub(crate) fn tell_hint(
+    pub(crate) fn tell_hint<const EXT: bool>(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
         manifest: u32,
@@ -123,10 +129,11 @@ impl Association {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
-        if let Some(done) = self.tell_direct(r, manifest, encode) {
+        if let Some(done) = self.tell_direct::<EXT>(r, manifest, encode) {
             return done;
         }
-        self.tell_general(r, manifest, encode, None)
+        let tag = Tag { manifest, ext: EXT };
+        self.tell_general(r, tag, encode, None)
     }
 
     /// Remote `tell` of an ask's request, whose envelope carries the path
@@ -137,15 +144,14 @@ impl Association {
     pub(crate) fn tell_ask(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
         reply: &str,
     ) -> Result<(), TellError> {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
-        self.tell_general(r, manifest, encode, Some(reply))
-            .map(|_| ())
+        self.tell_general(r, tag, encode, Some(reply)).map(|_| ())
     }
 
     /// `tell` by way of the thread's scratch buffer: the message is
@@ -155,7 +161,7 @@ impl Association {
     fn tell_general(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         encode: &impl Encode,
         reply: Option<&str>,
     ) -> Result<bool, TellError> {
@@ -165,9 +171,7 @@ impl Association {
             if self.is_large(r, scratch.len()) {
                 // Handed over whole; the scratch buffer starts small again.
                 let payload = std::mem::replace(&mut *scratch, BytesMut::with_capacity(4096));
-                return self
-                    .tell_large(r, manifest, payload.freeze())
-                    .map(|()| false);
+                return self.tell_large(r, tag, payload.freeze()).map(|()| false);
             }
             let mut st = self.state();
             if let LinkState::Up(link) = &*st {
@@ -175,7 +179,7 @@ impl Association {
                     return Err(TellError::Gone);
                 }
                 let res = link.sender.try_push_with(FrameKind::Message, |b| {
-                    write_envelope(b, r, link, manifest, &scratch, true, reply)
+                    write_envelope(b, r, link, tag, &scratch, true, reply)
                 });
                 match res {
                     Ok(Pushed::Queued { .. }) => return Ok(false),
@@ -190,7 +194,7 @@ impl Association {
                     Err(_) => *st = LinkState::Idle,
                 }
             }
-            let pending = Pending::User(r.clone(), manifest, Bytes::copy_from_slice(&scratch));
+            let pending = Pending::User(r.clone(), tag, Bytes::copy_from_slice(&scratch));
             self.tell_slow(st, r, pending).map(|()| false)
         })
     }
@@ -243,7 +247,7 @@ impl Association {
     /// sends it down the general path. `None` too when the link is not up
     /// or the recipient not yet defined on it.
     #[inline]
-    fn tell_direct(
+    fn tell_direct<const EXT: bool>(
         &self,
         r: &Recipient,
         manifest: u32,
@@ -267,7 +271,11 @@ impl Association {
                 return false;
             }
             let env = b.len();
-            envelope::put_compact_header(b, id, manifest);
+            if EXT {
+                envelope::put_compact_header_ext(b, id, manifest);
+            } else {
+                envelope::put_compact_header(b, id, manifest);
+            }
             let start = b.len();
             let ok = match run_encoder(|| encode(b, room)) {
                 // A custom encoder is not bounded while encoding.
@@ -357,12 +365,12 @@ impl Association {
     pub(crate) async fn send_payload(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
         reply: Option<&str>,
     ) -> Result<(), TellError> {
         if self.is_large(r, payload.len()) {
-            return self.send_large_wait(r, manifest, payload).await;
+            return self.send_large_wait(r, tag, payload).await;
         }
         let copy = |b: &mut BytesMut, _: usize| {
             b.extend_from_slice(&payload);
@@ -377,8 +385,8 @@ impl Association {
             let granted = credits.as_ref().map(|c| c.notify.notified());
             tokio::pin!(changed, granted);
             let tried = match reply {
-                Some(reply) => self.tell_ask(r, manifest, &copy, reply),
-                None => self.tell(r, manifest, &copy),
+                Some(reply) => self.tell_ask(r, tag, &copy, reply),
+                None => self.tell(r, tag, &copy),
             };
             match tried {
                 Err(TellError::NoCredit) => {
@@ -412,11 +420,11 @@ impl Association {
     fn tell_large(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
     ) -> Result<(), TellError> {
         self.check_large(r, payload.len())?;
-        LargeLane::enqueue(self, r, manifest, payload).map_err(|_| TellError::Full)
+        LargeLane::enqueue(self, r, tag, payload).map_err(|_| TellError::Full)
     }
 
     /// `send` of a large message: waits while the large-message lane is
@@ -424,11 +432,11 @@ impl Association {
     async fn send_large_wait(
         self: &Arc<Self>,
         r: &Arc<Recipient>,
-        manifest: u32,
+        tag: Tag,
         payload: Bytes,
     ) -> Result<(), TellError> {
         self.check_large(r, payload.len())?;
-        LargeLane::enqueue_wait(self, r, manifest, payload).await;
+        LargeLane::enqueue_wait(self, r, tag, payload).await;
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! ```text
 //! peer NAME BIND_ADDR [--client NODE] [--heartbeat-ms N] [--pause-ms N]
 //!                     [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N]
+//!                     [--evolve NODE]
 //! ```
 //!
 //! Starts an actor system with a counter at `/user/counter`, prints
@@ -22,6 +23,13 @@
 //! ```
 //!
 //! Every line starts with the milliseconds since start: `t=MS ...`.
+//!
+//! With `--evolve NODE` it plays the old ("v1") node of a rolling upgrade
+//! (`tests/tests/it/evolve.rs`, which defines "v2"): it spawns the v1
+//! greeters `/user/greeter-bin` (bincode) and `/user/greeter-pack`
+//! (MessagePack), which answer every greeting they decode to its `from`
+//! with `re: TEXT (dead letters N)`, and greets `NODE`'s `/user/inbox-bin`
+//! and `/user/inbox-pack` once with `hello from v1`.
 
 use std::{
     io::{BufRead, Write},
@@ -37,6 +45,77 @@ use actors::{
     SystemConfig,
 };
 use integration_tests::PeerCount;
+
+/// "v1" of the evolving messages: `tests/tests/it/evolve.rs` declares
+/// "v2", which has one field more.
+mod v1 {
+    use actors::{Actor, ActorRef, ActorResult, Ctx, RemoteMessage, SerializerId, SharedBytes};
+    use serde::{Deserialize, Serialize};
+
+    /// v1 of `evolve.GreetingBin`, in bincode.
+    #[derive(Debug, Serialize, Deserialize)]
+    pub(crate) struct GreetingBin {
+        pub(crate) from: ActorRef<GreetingBin>,
+        pub(crate) text: String,
+        pub(crate) data: SharedBytes,
+    }
+
+    impl RemoteMessage for GreetingBin {
+        const MANIFEST: &'static str = "evolve.GreetingBin";
+    }
+
+    /// v1 of `evolve.GreetingPack`, in MessagePack.
+    #[derive(Debug, Serialize, Deserialize)]
+    pub(crate) struct GreetingPack {
+        pub(crate) from: ActorRef<GreetingPack>,
+        pub(crate) text: String,
+        pub(crate) data: SharedBytes,
+    }
+
+    impl RemoteMessage for GreetingPack {
+        const MANIFEST: &'static str = "evolve.GreetingPack";
+        const SERIALIZER: SerializerId = SerializerId::MSGPACK;
+    }
+
+    /// Answers each greeting to its sender, with this node's dead-letter
+    /// count (so the test sees what this node could not decode).
+    pub(crate) struct Greeter;
+
+    impl Actor for Greeter {
+        type Msg = GreetingPack;
+
+        async fn handle(&mut self, g: GreetingPack, ctx: &mut Ctx<Self>) -> ActorResult {
+            let text = format!(
+                "re: {} (dead letters {})",
+                g.text,
+                ctx.system().dead_letters()
+            );
+            let _ = g.from.tell(GreetingPack {
+                from: ctx.myself().clone(),
+                text,
+                data: g.data,
+            });
+            Ok(())
+        }
+    }
+
+    /// The bincode greeter: the same, for `GreetingBin`.
+    pub(crate) struct GreeterBin;
+
+    impl Actor for GreeterBin {
+        type Msg = GreetingBin;
+
+        async fn handle(&mut self, g: GreetingBin, ctx: &mut Ctx<Self>) -> ActorResult {
+            let text = format!("re: {}", g.text);
+            let _ = g.from.tell(GreetingBin {
+                from: ctx.myself().clone(),
+                text,
+                data: g.data,
+            });
+            Ok(())
+        }
+    }
+}
 
 /// The total, and the reply refs of the asks it holds unanswered.
 struct Counter(u64, Vec<ActorRef<u64>>);
@@ -66,10 +145,12 @@ struct Args {
     backoff_max: Option<Duration>,
     ask_every: Duration,
     ask_timeout: Duration,
+    evolve: Option<String>,
 }
 
 const USAGE: &str = "usage: peer NAME BIND_ADDR [--client NODE] [--heartbeat-ms N] [--pause-ms N] \
-                     [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N]";
+                     [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N] \
+                     [--evolve NODE]";
 
 fn parse_args() -> Args {
     let mut args = std::env::args().skip(1);
@@ -88,6 +169,7 @@ fn parse_args() -> Args {
         backoff_max: None,
         ask_every: Duration::from_millis(100),
         ask_timeout: Duration::from_millis(1000),
+        evolve: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().expect(USAGE);
@@ -99,6 +181,7 @@ fn parse_args() -> Args {
             "--backoff-max-ms" => a.backoff_max = Some(ms()),
             "--ask-every-ms" => a.ask_every = ms(),
             "--ask-timeout-ms" => a.ask_timeout = ms(),
+            "--evolve" => a.evolve = Some(value.clone()),
             _ => panic!("unknown flag {flag}; {USAGE}"),
         }
     }
@@ -172,6 +255,36 @@ async fn client(system: ActorSystem, node: String, args: &Args, start: Instant) 
     }
 }
 
+/// `--evolve NODE`: the v1 greeters, and one v1 greeting to each of
+/// `NODE`'s inboxes.
+async fn evolve_v1(system: &ActorSystem, node: &str) {
+    let pack = system
+        .spawn_named("greeter-pack", v1::Greeter)
+        .expect("the name is free");
+    let bin = system
+        .spawn_named("greeter-bin", v1::GreeterBin)
+        .expect("the name is free");
+    let inbox = |name: &str| format!("tcp://{node}/user/{name}");
+    let to = system
+        .resolve::<v1::GreetingPack>(&inbox("inbox-pack"))
+        .await
+        .expect("the test's MessagePack inbox resolves");
+    let _ = to.tell(v1::GreetingPack {
+        from: pack,
+        text: "hello from v1".to_owned(),
+        data: vec![1, 2, 3].into(),
+    });
+    let to = system
+        .resolve::<v1::GreetingBin>(&inbox("inbox-bin"))
+        .await
+        .expect("the test's bincode inbox resolves");
+    let _ = to.tell(v1::GreetingBin {
+        from: bin,
+        text: "hello from v1".to_owned(),
+        data: vec![1, 2, 3].into(),
+    });
+}
+
 #[tokio::main]
 async fn main() {
     let start = Instant::now();
@@ -194,6 +307,9 @@ async fn main() {
     system
         .spawn_named("counter", Counter(0, Vec::new()))
         .expect("the name is free");
+    if let Some(node) = &args.evolve {
+        evolve_v1(&system, node).await;
+    }
     let mut out = std::io::stdout();
     writeln!(out, "ready {}", system.node()).expect("stdout is open");
     out.flush().expect("stdout is open");
