@@ -520,14 +520,7 @@ impl<M: Send + 'static> RouterBuilder<M> {
     where
         A: Actor<Msg = M>,
     {
-        let entries = (0..n)
-            .map(|slot| Routee::owned(system.spawn(factory()), slot))
-            .collect();
-        let deploy: DeployFn<M> = Arc::new(move |system: ActorSystem, _slot| {
-            let routee = system.spawn(factory());
-            Box::pin(async move { Ok(routee) })
-        });
-        let supervisor = PoolSupervisor::new(deploy, self.limit);
+        let (entries, supervisor) = local_pool(system, n, factory, self.limit);
         start(
             system,
             self.logic,
@@ -635,14 +628,7 @@ impl<M: RemoteMessage> RouterBuilder<M> {
     where
         A: Actor<Msg = M>,
     {
-        let entries = (0..n)
-            .map(|slot| Routee::owned(system.spawn(factory()), slot))
-            .collect();
-        let deploy: DeployFn<M> = Arc::new(move |system: ActorSystem, _slot| {
-            let routee = system.spawn(factory());
-            Box::pin(async move { Ok(routee) })
-        });
-        let supervisor = PoolSupervisor::new(deploy, self.limit);
+        let (entries, supervisor) = local_pool(system, n, factory, self.limit);
         start(system, self.logic, entries, Some(supervisor), |s, a| {
             s.spawn_named(name, a)
         })
@@ -659,6 +645,28 @@ fn spawn_anonymous<M: Send + 'static>(
 
 /// Spawns the router actor over `entries` with `spawn` and returns its
 /// handle; if `spawn` fails, the pool routees among `entries` are stopped.
+/// A local pool's first `n` routees made by `factory`, and the supervisor
+/// that replaces a failed one with a new `factory()` within `limit`.
+fn local_pool<M, A>(
+    system: &ActorSystem,
+    n: usize,
+    factory: impl Fn() -> A + Send + Sync + 'static,
+    limit: RestartLimit,
+) -> (Vec<Routee<M>>, PoolSupervisor<M>)
+where
+    M: Send + 'static,
+    A: Actor<Msg = M>,
+{
+    let entries = (0..n)
+        .map(|slot| Routee::owned(system.spawn(factory()), slot))
+        .collect();
+    let deploy: DeployFn<M> = Arc::new(move |system: ActorSystem, _slot| {
+        let routee = system.spawn(factory());
+        Box::pin(async move { Ok(routee) })
+    });
+    (entries, PoolSupervisor::new(deploy, limit))
+}
+
 fn start<M: Send + 'static>(
     system: &ActorSystem,
     logic: RoutingLogic<M>,

@@ -20,19 +20,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-NOT_RUN=77
-not_run() {
-  echo "NOT RUN: netns cluster tests: $*"
-  exit "$NOT_RUN"
-}
-
-[ "$(id -u)" = 0 ] || not_run "needs root (network namespaces and nftables)"
-command -v ip >/dev/null 2>&1 || not_run "no 'ip' command (iproute2)"
-if ! command -v nft >/dev/null 2>&1; then
-  echo "nft missing: installing nftables"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; } \
-    || not_run "nftables is not installed and apt-get could not install it"
-fi
+NETNS_WHAT="netns cluster tests"
+# shellcheck source=tests/netns/prereq.sh
+. tests/netns/prereq.sh
 
 ID=$$
 N=5

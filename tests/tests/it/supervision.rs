@@ -433,13 +433,22 @@ async fn escalate_fails_the_parent_whose_own_supervisor_restarts_it() {
     assert_eq!(total(&again).await, 0);
 }
 
-#[tokio::test]
-async fn all_for_one_restarts_and_stops_every_sibling() {
+/// A parent `p` restarting children `a` and `b` all-for-one, at most
+/// `limit` times an hour, both started: the system, the probes' log and
+/// the two children.
+async fn all_for_one_pair(
+    limit: u32,
+) -> (
+    ActorSystem,
+    mpsc::UnboundedReceiver<String>,
+    ActorRef<Count>,
+    ActorRef<Count>,
+) {
     let sys = ActorSystem::local("s").expect("valid");
     let (tx, mut log) = mpsc::unbounded_channel();
     let strategy = restart()
         .all_for_one()
-        .with_limit(1, Duration::from_secs(3600));
+        .with_limit(limit, Duration::from_secs(3600));
     sys.spawn_named("p", Probe::factory("p", &tx, vec!["a", "b"], strategy)())
         .expect("free");
     assert_eq!(next(&mut log).await, "started p");
@@ -452,6 +461,12 @@ async fn all_for_one_restarts_and_stops_every_sibling() {
             .await
             .expect("b"),
     );
+    (sys, log, a, b)
+}
+
+#[tokio::test]
+async fn all_for_one_restarts_and_stops_every_sibling() {
+    let (_sys, mut log, a, b) = all_for_one_pair(1).await;
     b.tell(Count::Add(5)).expect("room");
     assert_eq!(total(&b).await, 5);
     a.tell(Count::Fail("one".into())).expect("room");
@@ -475,23 +490,7 @@ async fn all_for_one_restarts_and_stops_every_sibling() {
 
 #[tokio::test]
 async fn all_for_one_counts_each_group_restart_once_against_the_parents_limit() {
-    let sys = ActorSystem::local("s").expect("valid");
-    let (tx, mut log) = mpsc::unbounded_channel();
-    let strategy = restart()
-        .all_for_one()
-        .with_limit(2, Duration::from_secs(3600));
-    sys.spawn_named("p", Probe::factory("p", &tx, vec!["a", "b"], strategy)())
-        .expect("free");
-    assert_eq!(next(&mut log).await, "started p");
-    let _ = (next(&mut log).await, next(&mut log).await);
-    let (a, b) = (
-        within("resolve", sys.resolve::<Count>("local://s/user/p/a"))
-            .await
-            .expect("a"),
-        within("resolve", sys.resolve::<Count>("local://s/user/p/b"))
-            .await
-            .expect("b"),
-    );
+    let (_sys, mut log, a, b) = all_for_one_pair(2).await;
     // Two group restarts, one caused by each child: each child failed
     // once, but the group restarted twice, which is the limit.
     for failing in [&a, &b] {

@@ -12,8 +12,8 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorResult, AskError, Ctx, RemoteEvent, RemoteMessage, ResolveError,
-    SystemConfig,
+    Actor, ActorRef, ActorResult, ActorSystem, AskError, Ctx, RemoteEvent, RemoteMessage,
+    ResolveError, SystemConfig,
 };
 use integration_tests::{
     actor_path, actor_system, actor_system_with, eventually, frame_bytes, raw_client_handshake,
@@ -29,8 +29,9 @@ use transport::{FrameKind, handshake::Hello};
 
 use super::actors_common::{ASK, Count, Counter, total};
 
-#[tokio::test]
-async fn remote_stop_is_refused_in_untrusted_mode() {
+/// Node `a` in untrusted mode with only `/user/counter` listed, a counter
+/// there, and node `b`'s ref to it.
+async fn untrusted_counter() -> (ActorSystem, ActorSystem, ActorRef<Count>, ActorRef<Count>) {
     let mut config = SystemConfig::default();
     config
         .set_untrusted_mode(true)
@@ -41,6 +42,12 @@ async fn remote_stop_is_refused_in_untrusted_mode() {
     let remote = within("resolve", b.resolve::<Count>(&actor_path(&a, "counter")))
         .await
         .expect("a listed path resolves");
+    (a, b, local, remote)
+}
+
+#[tokio::test]
+async fn remote_stop_is_refused_in_untrusted_mode() {
+    let (a, _b, local, remote) = untrusted_counter().await;
     remote.tell(Count::Add(2)).expect("room");
     assert_eq!(total(&remote).await, 2);
     let before = a.dead_letters();
@@ -55,16 +62,7 @@ async fn remote_stop_is_refused_in_untrusted_mode() {
 
 #[tokio::test]
 async fn a_remote_graceful_stop_is_refused_in_untrusted_mode() {
-    let mut config = SystemConfig::default();
-    config
-        .set_untrusted_mode(true)
-        .set_lookup_paths(["/user/counter"]);
-    let a = actor_system_with("a", config).await;
-    let b = actor_system("b").await;
-    a.spawn_named("counter", Counter::default()).expect("free");
-    let remote = within("resolve", b.resolve::<Count>(&actor_path(&a, "counter")))
-        .await
-        .expect("a listed path resolves");
+    let (a, _b, _local, remote) = untrusted_counter().await;
     remote.tell(Count::Add(2)).expect("room");
     let before = a.dead_letters();
     remote.stop_after_queued().expect("queued on the link");
