@@ -90,6 +90,13 @@ pub struct TransportConfig {
     pub(crate) shared_secret: Option<SharedSecret>,
     pub(crate) cookie_file: Option<PathBuf>,
     pub(crate) insecure_no_authentication: bool,
+    pub(crate) app_flags: u8,
+    pub(crate) message_count: fn(&[u8]) -> u64,
+}
+
+/// Each `Message` frame is one message (the default message count).
+fn one_message(_: &[u8]) -> u64 {
+    1
 }
 
 impl Default for TransportConfig {
@@ -114,6 +121,8 @@ impl Default for TransportConfig {
             shared_secret: None,
             cookie_file: None,
             insecure_no_authentication: false,
+            app_flags: 0,
+            message_count: one_message,
         }
     }
 }
@@ -165,6 +174,26 @@ impl TransportConfig {
     /// fewer writes and less overlap.
     pub fn set_producer_yield_bytes(&mut self, bytes: Option<usize>) -> &mut Self {
         self.producer_yield_bytes = bytes;
+        self
+    }
+
+    /// Feature bits of the application's own protocol, announced to every
+    /// peer in the handshake's preface and reported as the peer's
+    /// [`PeerInfo::app_flags`](crate::PeerInfo::app_flags). The transport
+    /// gives them no meaning; a peer that knows none sends 0 and ignores
+    /// ours. Default 0.
+    pub fn set_app_flags(&mut self, flags: u8) -> &mut Self {
+        self.app_flags = flags;
+        self
+    }
+
+    /// How many application messages a `Message` frame's body carries, for
+    /// [`ConnStats::frames_dropped`](crate::ConnStats::frames_dropped):
+    /// for an application that packs several messages into one frame, so
+    /// that what a lost connection drops is counted in messages. Called
+    /// only for frames that were never written. Default: one per frame.
+    pub fn set_message_count(&mut self, count: fn(&[u8]) -> u64) -> &mut Self {
+        self.message_count = count;
         self
     }
 

@@ -84,13 +84,14 @@ where
             slot,
         } = self;
         let (rd, wr) = stream.split_io();
-        let out = OutQueue::new(
+        let mut out = OutQueue::new(
             pool.get(),
             config.max_frame_size,
             config.queue_capacity,
             config.producer_yield_bytes.unwrap_or(usize::MAX),
             config.control_stall_timeout,
         );
+        out.message_count = config.message_count;
         let shared = Arc::new(Shared::new(out, peer));
         if let Some(slot) = &slot {
             // From now on it may be evicted when idle and slots are short.
@@ -319,6 +320,7 @@ mod tests {
                 uid: 1,
                 socket_addr: "127.0.0.1:1".parse().expect("literal"),
                 verified: crate::shared::PeerVerified::Secret,
+                app_flags: 0,
             },
             config: config.clone(),
             slot: None,

@@ -345,7 +345,7 @@ impl<S: Security> Inner<S> {
         let (hello, leftover) = self
             .handshake(&mut stream, peer, Role::Listener, binding)
             .await?;
-        let verified = match self.security.verify_accepted(&stream, &hello) {
+        let verified = match self.security.verify_accepted(&stream, &hello.0) {
             Ok(v) => v,
             Err(e) => {
                 refuse(&mut stream, &e).await;
@@ -371,7 +371,7 @@ impl<S: Security> Inner<S> {
         let (hello, leftover) = self
             .handshake(&mut stream, peer, Role::Dialer, binding)
             .await?;
-        let verified = match self.security.verify_dialed(&stream, &hello) {
+        let verified = match self.security.verify_dialed(&stream, &hello.0) {
             Ok(v) => v,
             Err(e) => {
                 refuse(&mut stream, &e).await;
@@ -384,7 +384,7 @@ impl<S: Security> Inner<S> {
     fn established<T>(
         &self,
         stream: T,
-        peer: Hello,
+        (peer, app_flags): (Hello, u8),
         leftover: BytesMut,
         peer_addr: SocketAddr,
         by_security: PeerVerified,
@@ -403,6 +403,7 @@ impl<S: Security> Inner<S> {
                 uid: peer.uid,
                 socket_addr: peer_addr,
                 verified: by_security.max(by_secret),
+                app_flags,
             },
             config: self.config.clone(),
             pool: self.pool.clone(),
@@ -425,7 +426,7 @@ impl<S: Security> Inner<S> {
         peer: SocketAddr,
         role: Role,
         binding: Option<ChannelBinding>,
-    ) -> Result<(Hello, BytesMut), TransportError>
+    ) -> Result<((Hello, u8), BytesMut), TransportError>
     where
         T: AsyncRead + AsyncWrite + Unpin,
     {
@@ -445,6 +446,7 @@ impl<S: Security> Inner<S> {
         if let Some(b) = binding {
             hs.set_channel_binding(b);
         }
+        hs.set_app_flags(self.config.app_flags);
         let deadline = tokio::time::Instant::from_std(hs.poll_timeout());
         let mut out = BytesMut::new();
         let mut buf = BytesMut::with_capacity(512);
@@ -485,7 +487,7 @@ impl<S: Security> Inner<S> {
             }
         };
         match tokio::time::timeout_at(deadline, io).await {
-            Ok(Ok(peer)) => Ok((peer, buf)),
+            Ok(Ok(peer)) => Ok(((peer, hs.peer_app_flags()), buf)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(hs
                 .handle_timeout(tokio::time::Instant::now().into_std())

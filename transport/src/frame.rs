@@ -247,17 +247,19 @@ pub fn peek_header(src: &[u8]) -> Option<(u8, usize)> {
     Some((kind, u32::from_be_bytes([a, b, c, d]) as usize))
 }
 
-/// How many `Message` frames (application data) of the whole frames in
-/// `buf` end after byte `written`: those a connection that ended there
-/// lost. System and control frames are not counted: their own protocols
-/// resend or replace them.
-pub(crate) fn unwritten_messages(buf: &[u8], written: usize) -> u64 {
+/// How many messages the `Message` frames (application data) of the
+/// whole frames in `buf` that end after byte `written` carry, as `count`
+/// says of each body: what a connection that ended there lost. System
+/// and control frames are not counted: their own protocols resend or
+/// replace them.
+pub(crate) fn unwritten_messages(buf: &[u8], written: usize, count: fn(&[u8]) -> u64) -> u64 {
     let mut start = 0;
     let mut lost = 0;
     while let Some((kind, len)) = buf.get(start..).and_then(peek_header) {
-        start += HEADER_LEN + len;
+        let body = start + HEADER_LEN;
+        start = body + len;
         if start > written && kind == FrameKind::Message as u8 {
-            lost += 1;
+            lost += buf.get(body..start).map_or(1, count);
         }
     }
     lost
@@ -286,6 +288,22 @@ pub fn decode_eof(src: &BytesMut) -> Result<(), FrameError> {
 #[cfg(test)]
 mod tests {
 
+    fn one(_: &[u8]) -> u64 {
+        1
+    }
+
+    #[test]
+    fn a_frame_counts_the_messages_its_body_says_it_carries() {
+        let mut buf = BytesMut::new();
+        for body in [&b"ab"[..], b"abcde", b"a"] {
+            encode_header(FrameKind::Message, body.len(), &mut buf);
+            buf.extend_from_slice(body);
+        }
+        let by_length = |body: &[u8]| body.len() as u64;
+        assert_eq!(unwritten_messages(&buf, 0, by_length), 8);
+        assert_eq!(unwritten_messages(&buf, HEADER_LEN + 2, by_length), 6);
+    }
+
     #[test]
     fn only_unwritten_application_messages_count_as_lost() {
         let mut buf = BytesMut::new();
@@ -295,18 +313,18 @@ mod tests {
             buf.extend_from_slice(b"abc");
             ends.push(buf.len());
         }
-        assert_eq!(unwritten_messages(&buf, 0), 2);
+        assert_eq!(unwritten_messages(&buf, 0, one), 2);
         assert_eq!(
-            unwritten_messages(&buf, ends[0]),
+            unwritten_messages(&buf, ends[0], one),
             1,
             "the system frame is not counted"
         );
         assert_eq!(
-            unwritten_messages(&buf, ends[2] - 1),
+            unwritten_messages(&buf, ends[2] - 1, one),
             1,
             "cut short is lost"
         );
-        assert_eq!(unwritten_messages(&buf, ends[2]), 0);
+        assert_eq!(unwritten_messages(&buf, ends[2], one), 0);
     }
 
     use super::*;

@@ -70,6 +70,12 @@ pub const MAX_ADDR_LEN: usize = 255;
 /// Preface flag: this node requires shared-secret authentication, and a
 /// Challenge frame follows its hello. Both sides must agree.
 pub const FLAG_AUTH: u16 = 0x0001;
+/// Preface flags `0xff00` are the application's (see
+/// [`Handshake::set_app_flags`]): sent as given and reported as received;
+/// the transport gives them no meaning. A node that knows no such bits
+/// sends zero and ignores the peer's, so they name optional features both
+/// ends must announce before either uses them.
+pub const APP_FLAGS_SHIFT: u32 = 8;
 
 /// A node's identity as it introduces itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +155,10 @@ pub struct Handshake {
     consumed: usize,
     seen: usize,
     auth: Option<Auth>,
+    /// Our application flags, sent in the preface.
+    app_flags: u8,
+    /// The peer's, once its preface arrived.
+    peer_app_flags: u8,
 }
 
 impl Handshake {
@@ -163,7 +173,22 @@ impl Handshake {
             consumed: 0,
             seen: 0,
             auth: None,
+            app_flags: 0,
+            peer_app_flags: 0,
         }
+    }
+
+    /// Sets the application flags this side announces in its preface (see
+    /// [`APP_FLAGS_SHIFT`]). Call before the first
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn set_app_flags(&mut self, flags: u8) {
+        self.app_flags = flags;
+    }
+
+    /// The application flags the peer announced in its preface; 0 until it
+    /// arrived, and from a peer that announces none.
+    pub fn peer_app_flags(&self) -> u8 {
+        self.peer_app_flags
     }
 
     /// As [`new`](Self::new), and requires the peer to prove knowledge of
@@ -211,7 +236,8 @@ impl Handshake {
             wrote = true;
             dst.extend_from_slice(&MAGIC);
             dst.put_u16(VERSION);
-            dst.put_u16(if self.auth.is_some() { FLAG_AUTH } else { 0 });
+            let auth = if self.auth.is_some() { FLAG_AUTH } else { 0 };
+            dst.put_u16(auth | u16::from(self.app_flags) << APP_FLAGS_SHIFT);
             self.local.encode(dst);
             if let Some(auth) = &self.auth {
                 frame::encode_header(FrameKind::Challenge, NONCE_LEN, dst);
@@ -280,8 +306,11 @@ impl Handshake {
                     peer,
                 });
             }
-            // Other flag bits are reserved and ignored.
-            let peer_auth = u16::from_be_bytes([src[6], src[7]]) & FLAG_AUTH != 0;
+            // The application's bits are kept for it; the others between
+            // are reserved and ignored.
+            let flags = u16::from_be_bytes([src[6], src[7]]);
+            self.peer_app_flags = (flags >> APP_FLAGS_SHIFT) as u8;
+            let peer_auth = flags & FLAG_AUTH != 0;
             match (self.auth.is_some(), peer_auth) {
                 (true, false) => return Err(HandshakeError::PeerUnauthenticated),
                 (false, true) => return Err(HandshakeError::SecretRequired),
@@ -417,6 +446,34 @@ mod tests {
         assert!(h.poll_transmit(&mut b));
         assert!(!h.poll_transmit(&mut b), "transmits once");
         b
+    }
+
+    #[test]
+    fn application_flags_cross_as_given_beside_the_auth_flag() {
+        let now = Instant::now();
+        let secret = || SharedSecret::new("0123456789abcdef0123456789abcdef");
+        let mut a = Handshake::with_secret(hello(1), now, T, Role::Dialer, secret(), [1; 32]);
+        let mut b = Handshake::new(hello(2), now, T);
+        a.set_app_flags(0xa5);
+        let mut a_out = wire(&mut a);
+        let mut b_out = wire(&mut b);
+        assert_eq!(&a_out[6..8], &(FLAG_AUTH | 0xa500).to_be_bytes());
+        assert_eq!(&b_out[6..8], &[0, 0]);
+        // b refuses a's secret, but has read a's flags by then.
+        assert!(b.handle_input(&mut a_out).is_err());
+        assert_eq!(b.peer_app_flags(), 0xa5);
+        assert!(a.handle_input(&mut b_out).is_err());
+        assert_eq!(a.peer_app_flags(), 0);
+        // Without secrets on either side, the flags change nothing else.
+        let (mut c, mut d) = (
+            Handshake::new(hello(3), now, T),
+            Handshake::new(hello(4), now, T),
+        );
+        c.set_app_flags(1);
+        let (mut c_out, mut d_out) = (wire(&mut c), wire(&mut d));
+        assert_eq!(d.handle_input(&mut c_out).unwrap(), Some(hello(3)));
+        assert_eq!(c.handle_input(&mut d_out).unwrap(), Some(hello(4)));
+        assert_eq!((c.peer_app_flags(), d.peer_app_flags()), (0, 1));
     }
 
     #[test]

@@ -31,6 +31,7 @@
 
 use std::{
     mem,
+    num::NonZeroU64,
     sync::{
         Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering::Relaxed},
@@ -68,6 +69,9 @@ pub(crate) struct OutQueue {
     /// How long an ack may wait for the writer before a further heartbeat
     /// from the peer closes the connection.
     stall_timeout: Duration,
+    /// Messages in a `Message` frame's body, for counting what is lost
+    /// (`TransportConfig::set_message_count`).
+    pub(crate) message_count: fn(&[u8]) -> u64,
 }
 
 /// One control frame's body, held inline: the control lane never
@@ -138,6 +142,11 @@ struct Inner {
     /// How many times the writer has taken `buf` (for `wait_taken`).
     takes: u64,
     state: OutState,
+    /// The last frame in `buf` may be extended by a push with this key
+    /// (0: by none; see [`OutQueue::push_run`]); its header is at
+    /// `run_start`. Cleared by every other push and by `take`.
+    run_key: u64,
+    run_start: usize,
 }
 
 /// The echo of the peer's newest heartbeat, waiting for the writer.
@@ -253,6 +262,8 @@ impl OutQueue {
                 space_waiters: false,
                 takes: 0,
                 state: OutState::Open,
+                run_key: 0,
+                run_start: 0,
             }),
             writer_wake: Notify::new(),
             control_pending: AtomicBool::new(false),
@@ -261,6 +272,7 @@ impl OutQueue {
             capacity,
             yield_at,
             stall_timeout,
+            message_count: |_| 1,
         }
     }
 
@@ -313,9 +325,17 @@ impl OutQueue {
         }
         frame::set_body_len(&mut guard.buf[start..], body_len);
         guard.start = usize::MAX;
-        q.frames += 1;
-        let wake = mem::take(&mut q.writer_idle);
         drop(guard);
+        q.run_key = 0;
+        q.frames += 1;
+        Ok(self.queued(q))
+    }
+
+    /// After frames were appended: wakes an idle writer, and says whether
+    /// the caller should yield to it (see `Sender::try_push_with`).
+    #[inline(always)]
+    fn queued(&self, q: &mut Inner) -> bool {
+        let wake = mem::take(&mut q.writer_idle);
         q.wake_pending |= wake;
         let yield_now = q.wake_pending && q.buf.len() >= self.yield_at;
         if yield_now {
@@ -325,7 +345,68 @@ impl OutQueue {
         if wake {
             self.writer_wake.notify_one();
         }
-        Ok(yield_now)
+        yield_now
+    }
+
+    /// As [`push`](Self::push), for frames that may be extended: when the
+    /// last frame in the queue was pushed with the same `key` and
+    /// its body is still below `max_run` bytes, `encode(buf, true)`
+    /// appends to that frame's body (its length is rewritten) instead of
+    /// starting a new frame; otherwise `encode(buf, false)` writes a new
+    /// frame's body, which a later push with `key` may extend. What the
+    /// key means, and what an extension must look like for the frame to
+    /// stay well formed, is the caller's: the queue only promises that no
+    /// other frame was queued after the one extended, and that the writer
+    /// has not taken it. The caller keeps an extension within
+    /// `max_frame_size - max_run` bytes; one that would take the frame over
+    /// the maximum frame size anyway is removed and refused (`TooLarge`),
+    /// as an oversized frame is.
+    #[inline(always)]
+    pub(crate) fn push_run<F: FnOnce(&mut BytesMut, bool) -> bool>(
+        &self,
+        kind: FrameKind,
+        key: NonZeroU64,
+        max_run: usize,
+        encode: F,
+    ) -> Result<bool, Refused<F>> {
+        let mut q = self.lock();
+        if q.state != OutState::Open {
+            return Err(Refused::Closed(encode));
+        }
+        if q.buf.len() >= self.capacity {
+            return Err(Refused::Full(encode));
+        }
+        let q = &mut *q;
+        let start = q.buf.len();
+        // One call of `encode`, so that it inlines here.
+        let more = q.run_key == key.get();
+        let frame = if more { q.run_start } else { start };
+        let mut guard = Rollback {
+            buf: &mut q.buf,
+            start,
+        };
+        if !more {
+            frame::encode_header(kind, 0, guard.buf);
+        }
+        if !encode(guard.buf, more) {
+            // Dropping the guard truncates.
+            return Err(Refused::Abandoned);
+        }
+        let body_len = guard.buf.len() - frame - HEADER_LEN;
+        if let Err(e) = frame::check_len(body_len, self.max_frame_size) {
+            return Err(Refused::TooLarge(e));
+        }
+        frame::set_body_len(&mut guard.buf[frame..], body_len);
+        guard.start = usize::MAX;
+        drop(guard);
+        if !more {
+            q.frames += 1;
+            (q.run_key, q.run_start) = (key.get(), frame);
+        }
+        if body_len >= max_run {
+            q.run_key = 0;
+        }
+        Ok(self.queued(q))
     }
 
     /// Appends up to `*remaining` frames of `kind` under one lock, each
@@ -391,16 +472,9 @@ impl OutQueue {
         if pushed == 0 {
             return result.map(|()| false);
         }
+        q.run_key = 0;
         q.frames += pushed;
-        let wake = mem::take(&mut q.writer_idle);
-        q.wake_pending |= wake;
-        let yield_now = q.wake_pending && q.buf.len() >= self.yield_at;
-        if yield_now {
-            q.wake_pending = false;
-        }
-        if wake {
-            self.writer_wake.notify_one();
-        }
+        let yield_now = self.queued(q);
         result.map(|()| yield_now)
     }
 
@@ -537,6 +611,7 @@ impl OutQueue {
         q.wake_pending = false;
         if !q.buf.is_empty() || q.heartbeat.is_some() || q.ack.is_some() {
             q.takes = q.takes.wrapping_add(1);
+            q.run_key = 0;
             mem::swap(&mut q.buf, spare);
             let control_frames = self.take_control_locked(&mut q, control);
             Taken::Write {
@@ -604,7 +679,7 @@ impl OutQueue {
         self.space.notify_waiters();
         // The queue holds whole frames; only application data counts as
         // lost (see `frame::unwritten_messages`).
-        (frame::unwritten_messages(&buf, 0), buf)
+        (frame::unwritten_messages(&buf, 0, self.message_count), buf)
     }
 }
 
@@ -646,6 +721,104 @@ mod tests {
             false,
         )
         .map_err(|e| assert!(matches!(e, Refused::Full(())), "only Full expected"))
+    }
+
+    /// `push_run` of one byte: a frame's first is `first`, an extension's
+    /// is `more`.
+    fn key(k: u64) -> std::num::NonZeroU64 {
+        std::num::NonZeroU64::new(k).expect("nonzero")
+    }
+
+    fn push_byte(q: &OutQueue, k: u64, max_run: usize, first: u8, more: u8) -> Result<bool, ()> {
+        q.push_run(
+            FrameKind::Message,
+            key(k),
+            max_run,
+            |b: &mut BytesMut, ext| {
+                b.put_u8(if ext { more } else { first });
+                true
+            },
+        )
+        .map_err(|_| ())
+    }
+
+    fn take_all(q: &OutQueue) -> Vec<Vec<u8>> {
+        let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
+        assert!(matches!(
+            q.take(&mut spare, &mut control),
+            Taken::Write { .. }
+        ));
+        decode_all(spare).into_iter().map(|(_, b)| b).collect()
+    }
+
+    #[test]
+    fn a_run_extends_the_last_frame_until_another_frame_a_take_or_its_limit() {
+        let q = queue(1 << 20);
+        for _ in 0..3 {
+            push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        }
+        // Another key ends the run; so does any other frame.
+        push_byte(&q, 8, 100, b'b', b'+').unwrap();
+        push_byte(&q, 8, 100, b'b', b'+').unwrap();
+        q.push(
+            FrameKind::Message,
+            Always(|b: &mut BytesMut| b.put_u8(b'x')),
+            false,
+        )
+        .map_err(|_| ())
+        .unwrap();
+        push_byte(&q, 8, 100, b'b', b'+').unwrap();
+        assert_eq!(
+            take_all(&q),
+            [&b"a++"[..], b"b+", b"x", b"b"].map(<[u8]>::to_vec)
+        );
+        // The writer took the frame: the next push starts a new one.
+        push_byte(&q, 8, 100, b'c', b'+').unwrap();
+        push_byte(&q, 8, 100, b'c', b'+').unwrap();
+        assert_eq!(take_all(&q), [b"c+".to_vec()]);
+        // A frame reaching `max_run` bytes is not extended further.
+        for _ in 0..5 {
+            push_byte(&q, 9, 2, b'd', b'+').unwrap();
+        }
+        assert_eq!(take_all(&q), [&b"d+"[..], b"d+", b"d"].map(<[u8]>::to_vec));
+    }
+
+    #[test]
+    fn an_extension_past_the_frame_limit_or_given_up_is_removed_whole() {
+        let q = queue(1 << 20);
+        push_byte(&q, 7, MAX, b'a', b'+').unwrap();
+        let too_much = q.push_run(FrameKind::Message, key(7), MAX, |b: &mut BytesMut, ext| {
+            assert!(ext);
+            b.put_slice(&[0; MAX]);
+            true
+        });
+        assert!(matches!(too_much, Err(Refused::TooLarge(_))));
+        let given_up = q.push_run(FrameKind::Message, key(7), MAX, |b: &mut BytesMut, _| {
+            b.put_slice(b"half");
+            false
+        });
+        assert!(matches!(given_up, Err(Refused::Abandoned)));
+        // The run goes on where it was.
+        push_byte(&q, 7, MAX, b'a', b'+').unwrap();
+        assert_eq!(take_all(&q), [b"a+".to_vec()]);
+    }
+
+    #[test]
+    fn a_run_respects_capacity_and_a_closed_queue() {
+        let q = queue(8);
+        push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        // 5 + 3 bytes reach the capacity: an extension is refused for room.
+        assert!(matches!(
+            q.push_run(FrameKind::Message, key(7), 100, |_: &mut BytesMut, _| true),
+            Err(Refused::Full(_))
+        ));
+        q.begin_close("bye".into());
+        assert!(matches!(
+            q.push_run(FrameKind::Message, key(7), 100, |_: &mut BytesMut, _| true),
+            Err(Refused::Closed(_))
+        ));
     }
 
     #[test]

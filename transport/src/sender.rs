@@ -274,6 +274,44 @@ impl Sender {
         }
     }
 
+    /// As [`try_push_with`](Self::try_push_with), for frames that later
+    /// frames may extend: a run of records to one destination in one frame,
+    /// paying the frame's header once.
+    ///
+    /// When the last frame queued on this connection was pushed with the
+    /// same `key`, the writer has not taken it yet, and its body is
+    /// still below `max_run` bytes, `encode(buf, true)` appends to that
+    /// frame's body (and its length is rewritten); otherwise
+    /// `encode(buf, false)` writes a new frame's body, and a later call
+    /// with `key` may extend it. Any other frame queued in between ends
+    /// the run, so frames stay in the order they were queued.
+    ///
+    /// What `key` means and what an extension looks like are the
+    /// caller's: the body must stay well formed for the peer when cut after
+    /// any extension. The caller keeps each extension within
+    /// `max_frame_size - max_run` bytes; one that would take the frame over
+    /// the maximum frame size anyway is removed and refused with
+    /// [`TrySendFrameError::TooLarge`].
+    ///
+    /// # Errors
+    /// As [`try_push_with`](Self::try_push_with).
+    #[inline(always)]
+    pub fn try_push_run_with<F: FnOnce(&mut BytesMut, bool) -> bool>(
+        &self,
+        kind: FrameKind,
+        key: std::num::NonZeroU64,
+        max_run: usize,
+        encode: F,
+    ) -> Result<Pushed, TrySendFrameError<F>> {
+        match self.shared.out.push_run(kind, key, max_run, encode) {
+            Ok(yield_now) => Ok(Pushed::Queued { yield_now }),
+            Err(Refused::Abandoned) => Ok(Pushed::Abandoned),
+            Err(Refused::Full(f)) => Err(TrySendFrameError::Full(f)),
+            Err(Refused::Closed(f)) => Err(TrySendFrameError::Closed(f)),
+            Err(Refused::TooLarge(e)) => Err(TrySendFrameError::TooLarge(e)),
+        }
+    }
+
     /// Queues a [`FrameKind::Heartbeat`] with `body` on the control lane:
     /// it never waits for room and overtakes queued user data (it goes out
     /// with the next write, between two frames of a large batch). The peer

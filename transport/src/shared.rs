@@ -44,6 +44,10 @@ pub struct PeerInfo {
     /// proof that applies (a TLS certificate naming the node beats the
     /// shared secret).
     pub verified: PeerVerified,
+    /// The application feature bits the peer announced in its handshake
+    /// ([`TransportConfig::set_app_flags`](crate::TransportConfig::set_app_flags));
+    /// 0 from a peer that announces none.
+    pub app_flags: u8,
 }
 
 /// How a connection's peer proved the identity it advertises.

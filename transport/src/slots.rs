@@ -284,6 +284,7 @@ mod tests {
                 uid: 1,
                 socket_addr: "127.0.0.1:1".parse().expect("literal"),
                 verified: PeerVerified::Secret,
+                app_flags: 0,
             },
         ))
     }

@@ -87,9 +87,11 @@ async fn drive<W: AsyncWrite + Unpin>(
         if !matches!(done, Ok(true)) {
             // Cancelled (an abort) or failed mid-batch: the frames not
             // wholly written are lost, and counted with the queue's.
-            shared
-                .stats
-                .record_dropped(frame::unwritten_messages(spare, pos));
+            shared.stats.record_dropped(frame::unwritten_messages(
+                spare,
+                pos,
+                shared.out.message_count,
+            ));
             return done.map(|_| ());
         }
         tokio::select! {
@@ -209,7 +211,11 @@ mod tests {
         assert_eq!(batch.len(), ends[2]);
         for written in 0..=batch.len() {
             let whole = ends.iter().filter(|&&e| e <= written).count() as u64;
-            assert_eq!(unwritten_frames(&batch, written), 3 - whole, "{written}");
+            assert_eq!(
+                unwritten_frames(&batch, written, |_| 1),
+                3 - whole,
+                "{written}"
+            );
         }
     }
 }
