@@ -100,6 +100,7 @@ pub struct SystemConfig {
     pub(crate) advertised: Option<String>,
     pub(crate) refused_connect_grace: Duration,
     pub(crate) trace_propagation: bool,
+    pub(crate) message_runs: bool,
 }
 
 impl Default for SystemConfig {
@@ -130,6 +131,7 @@ impl Default for SystemConfig {
             advertised: None,
             refused_connect_grace: DEFAULT_REFUSED_CONNECT_GRACE,
             trace_propagation: false,
+            message_runs: true,
         }
     }
 }
@@ -253,6 +255,19 @@ impl SystemConfig {
     /// receives.
     pub fn set_trace_propagation(&mut self, on: bool) -> &mut Self {
         self.trace_propagation = on;
+        self
+    }
+
+    /// Runs of messages on the wire: consecutive messages to one remote
+    /// actor, queued before the link's writer takes them, travel as one
+    /// envelope (up to 16 KiB), so the frame, the envelope and the
+    /// recipient's lookup are paid once per run on both nodes. Announced
+    /// in the handshake and used only toward a peer that announced it too,
+    /// so nodes with it off (and nodes that predate it) interoperate; a
+    /// node with it off refuses run envelopes as malformed. Order, credit
+    /// and every limit are the same either way. Default true.
+    pub fn set_message_runs(&mut self, on: bool) -> &mut Self {
+        self.message_runs = on;
         self
     }
 

@@ -1133,6 +1133,16 @@ static KEYS: &[Key] = &[
         },
     },
     Key {
+        key: "remote.message_runs",
+        field: "message_runs",
+        setter: "SystemConfig::set_message_runs",
+        kind: Kind::Bool {
+            set: |s, on| {
+                s.config.set_message_runs(on);
+            },
+        },
+    },
+    Key {
         key: "remote.lookup_paths",
         field: "lookup_paths",
         setter: "SystemConfig::set_lookup_paths",

@@ -334,6 +334,7 @@ impl Embedded {
         recv: &Handle,
         pairs: usize,
         tls: bool,
+        runs: bool,
         transport: &transport::TransportConfig,
     ) -> Result<Self> {
         let any = "127.0.0.1:0".parse().expect("literal address");
@@ -341,6 +342,8 @@ impl Embedded {
         let mut rc = SystemConfig::default();
         *sc.transport_mut() = transport.clone();
         *rc.transport_mut() = transport.clone();
+        sc.set_message_runs(runs);
+        rc.set_message_runs(runs);
         if tls {
             let (s, r) = crate::tls::generated()?;
             sc.set_tls(s);

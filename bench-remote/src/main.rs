@@ -166,6 +166,11 @@ struct RunOpts {
     /// default); `shared` runs both in one 2-worker runtime.
     #[arg(long, value_enum, default_value_t = Layout::Split, global = true)]
     layout: Layout,
+    /// Send every message in its own envelope, as nodes before message
+    /// runs did (`SystemConfig::set_message_runs(false)` on both nodes),
+    /// to compare the two in one binary.
+    #[arg(long, global = true)]
+    no_message_runs: bool,
     /// Seconds without an echo after which a sender gives up.
     #[arg(long, default_value_t = 10, global = true)]
     stall_timeout: u64,

@@ -32,6 +32,7 @@ mod it {
     mod ordering;
     mod push;
     mod routers;
+    mod runs;
     mod runtime;
     mod supervision;
     mod tls;

@@ -25,6 +25,7 @@ use transport::{
 use super::{
     compression::OutboundIds,
     context::Context,
+    envelope,
     events::RemoteEvent,
     flow::LinkCredits,
     inbound::{Dispatch, Peer},
@@ -117,6 +118,11 @@ pub(crate) struct Association {
     counters: PeerCounters,
     /// `SystemConfig::set_trace_propagation`.
     pub(crate) trace: bool,
+    /// What a link's run envelopes may grow to, toward a peer that takes
+    /// them (`Link::run_limit`); 0 with `SystemConfig::set_message_runs`
+    /// off. An extension adds at most the large-message threshold, so a
+    /// run stays within the frame limit.
+    run_limit: usize,
 }
 
 impl Association {
@@ -147,6 +153,12 @@ impl Association {
             requests: Requests::new(config.system_buffer),
             downs: Downs::default(),
             outbox: Arc::default(),
+            run_limit: if config.message_runs {
+                envelope::RUN_BYTES
+                    .min(max_frame.saturating_sub(LargeLane::threshold_for(max_frame, max_message)))
+            } else {
+                0
+            },
             large: LargeLane::new(max_frame, max_message),
             pending_capacity: config.pending_capacity,
             max_message,
@@ -651,6 +663,11 @@ impl Association {
             credits: Arc::new(LinkCredits::new(generation, self.window)),
             uid,
             dialed,
+            run_limit: if conn.peer().app_flags & envelope::APP_RUNS != 0 {
+                self.run_limit
+            } else {
+                0
+            },
         };
         lock(&self.conns).insert(generation, conn);
         self.emit(RemoteEvent::Connected {

@@ -75,6 +75,36 @@ const MAX_RUNS: usize = 64;
 /// its envelope is handled; a peer may not define it.
 const INLINE_ID: u32 = u32::MAX;
 
+/// The records of a run envelope (`envelope::ENV_RUN`): how many there
+/// are, or why they are malformed. They must be in the form a run buffer
+/// keeps (`[len u32 LE][payload]`), at least one, each length below
+/// [`RECORD_EXT`] (so neither an extension block's mark nor a stop marker)
+/// and the last ending where the envelope does: then they are appended as
+/// they are.
+#[inline]
+pub(super) fn count_records(mut b: &[u8]) -> Result<usize, &'static str> {
+    if b.is_empty() {
+        return Err("a run envelope without records");
+    }
+    let mut n = 0;
+    while let Some((head, rest)) = b.split_first_chunk::<4>() {
+        let len = u32::from_le_bytes(*head);
+        if len >= RECORD_EXT {
+            return Err("a run record of 2^31 bytes or more");
+        }
+        let Some(next) = rest.get(len as usize..) else {
+            return Err("a run record longer than its envelope");
+        };
+        b = next;
+        n += 1;
+    }
+    if b.is_empty() {
+        Ok(n)
+    } else {
+        Err("a truncated run record length")
+    }
+}
+
 /// A large message's recipient path and target.
 type LargeTarget = (Arc<str>, Arc<dyn Target>);
 
@@ -86,6 +116,10 @@ pub(crate) struct Dispatch {
     max_malformed: usize,
     /// `SystemConfig::set_max_message_size`.
     max_message: usize,
+    /// `SystemConfig::set_message_runs`: this node announced that it takes
+    /// run envelopes (`envelope::ENV_RUN`); if not, one is malformed, as it
+    /// is for a node that does not know them.
+    takes_runs: bool,
     /// Which system requests of the peer are honoured.
     access: Access,
     /// The connection is proven to be the node it names: this node dialed
@@ -242,33 +276,61 @@ impl Runs {
         let i = self.run_of(id, entry);
         let run = &mut self.list[i];
         run.credit += credit as u64;
-        let need = 4 + payload.len();
-        let room = run.buf.capacity() - run.buf.len();
-        // A run's first message of a read reserves for the rest of the read
-        // while the buffer is still empty: what the last read's batch left
-        // of its allocation would otherwise fill mid-read and then be
-        // copied to a new one (callgrind: 7.4 M of the receiving thread's
-        // 200 M instructions in that copy at 300,000 messages).
-        if room < need || (run.buf.is_empty() && room < left.min(self.budget)) {
-            // Room for the rest of this read at once, while the read's
-            // budget lasts: growing frame by frame copied every batch
-            // again (perf: 12% of the receiving thread in memmove with
-            // reads of 1 MiB). Past the budget, only what is needed.
-            let ahead = need.max(RUN_BUFFER).max(left);
-            let want = if ahead <= self.budget {
-                self.budget -= ahead;
-                ahead
-            } else {
-                need
-            };
-            run.buf.reserve(want);
-        }
+        Self::reserve(run, &mut self.budget, 4 + payload.len(), left);
         // Small messages are far below `RECORD_EXT` (at most a frame).
         let head = payload.len() as u32 | if EXT { RECORD_EXT } else { 0 };
         run.buf.put_u32_le(head);
         run.buf.put_slice(payload);
         run.n += 1;
         run.used = true;
+    }
+
+    /// Appends `n` records for `id`'s `target` at once: the records of a
+    /// run envelope (`envelope::ENV_RUN`) of `credit` bytes, checked by
+    /// [`count_records`], which are in the form the run keeps.
+    #[inline]
+    fn push_records(
+        &mut self,
+        id: u32,
+        entry: &Entry,
+        records: &[u8],
+        n: usize,
+        credit: usize,
+        left: usize,
+    ) {
+        let i = self.run_of(id, entry);
+        let run = &mut self.list[i];
+        run.credit += credit as u64;
+        Self::reserve(run, &mut self.budget, records.len(), left);
+        run.buf.put_slice(records);
+        run.n += n;
+        run.used = true;
+    }
+
+    /// Makes room for `need` more bytes in `run`'s buffer, `left` being
+    /// what the read still holds.
+    #[inline(always)]
+    fn reserve(run: &mut Run, budget: &mut usize, need: usize, left: usize) {
+        let room = run.buf.capacity() - run.buf.len();
+        // A run's first message of a read reserves for the rest of the read
+        // while the buffer is still empty: what the last read's batch left
+        // of its allocation would otherwise fill mid-read and then be
+        // copied to a new one (callgrind: 7.4 M of the receiving thread's
+        // 200 M instructions in that copy at 300,000 messages).
+        if room < need || (run.buf.is_empty() && room < left.min(*budget)) {
+            // Room for the rest of this read at once, while the read's
+            // budget lasts: growing frame by frame copied every batch
+            // again (perf: 12% of the receiving thread in memmove with
+            // reads of 1 MiB). Past the budget, only what is needed.
+            let ahead = need.max(RUN_BUFFER).max(left);
+            let want = if ahead <= *budget {
+                *budget -= ahead;
+                ahead
+            } else {
+                need
+            };
+            run.buf.reserve(want);
+        }
     }
 
     /// Appends a graceful stop for `id`'s target (a [`STOP_RECORD`], one
@@ -356,6 +418,7 @@ impl Dispatch {
             peer,
             max_malformed: config.max_malformed_per_second,
             max_message: config.max_message_size,
+            takes_runs: config.message_runs,
             access: Access::new(config),
             generation,
             peer_uid,
@@ -469,11 +532,18 @@ impl Dispatch {
         } else if id == INLINE_ID {
             return self.malformed("recipient id reserved");
         }
-        match env.kind {
-            Kind::Message => {}
+        let run = match env.kind {
+            Kind::Message => None,
+            Kind::Run => match count_records(b) {
+                Ok(_) if !self.takes_runs => {
+                    return self.malformed("a run envelope, which this node did not announce");
+                }
+                Ok(n) => Some(n),
+                Err(why) => return self.malformed(why),
+            },
             Kind::Fragment(f) => return self.on_fragment(id, manifest, EXT, f, b),
             Kind::Stop => return self.on_stop(id, manifest, body.len()),
-        }
+        };
         // One lookup: the entry, its target refreshed in place if it cannot
         // take this type (see `refresh_target`).
         let entry = if id == INLINE_ID {
@@ -500,8 +570,10 @@ impl Dispatch {
                     ),
                 };
                 let to = self.registry.path(&entry.path);
-                self.registry
-                    .dead_letter(&manifests::label(manifest), &to, &why);
+                for _ in 0..run.unwrap_or(1) {
+                    self.registry
+                        .dead_letter(&manifests::label(manifest), &to, &why);
+                }
                 // Given up on: its credit goes back, and an asker hears why.
                 let win = entry.win.clone();
                 self.release(id, win.as_deref(), body.len() as u64);
@@ -514,8 +586,14 @@ impl Dispatch {
                 return;
             }
         }
-        self.runs
-            .push::<EXT>(id, entry, b, body.len(), self.left_in_read);
+        match run {
+            None => self
+                .runs
+                .push::<EXT>(id, entry, b, body.len(), self.left_in_read),
+            Some(n) => self
+                .runs
+                .push_records(id, entry, b, n, body.len(), self.left_in_read),
+        }
     }
 
     /// A graceful stop (`envelope::ENV_STOP`) for recipient `id`, of an

@@ -108,9 +108,14 @@ struct LargeQueue {
 }
 
 impl LargeLane {
+    /// The size from which a message takes this lane.
+    pub(super) fn threshold_for(max_frame: usize, max_message: usize) -> usize {
+        LARGE_MESSAGE_THRESHOLD.min(max_frame).min(max_message)
+    }
+
     pub(super) fn new(max_frame: usize, max_message: usize) -> Self {
         Self {
-            threshold: LARGE_MESSAGE_THRESHOLD.min(max_frame).min(max_message),
+            threshold: Self::threshold_for(max_frame, max_message),
             max_frame,
             max_message,
             queue: Mutex::new(LargeQueue::default()),

@@ -102,6 +102,10 @@ pub(super) struct Link {
     pub(super) uid: u64,
     /// This node dialed the connection.
     pub(super) dialed: bool,
+    /// Run envelopes (`envelope::ENV_RUN`) are extended while their body
+    /// is below this; 0: the peer did not announce runs, or this node
+    /// sends none (`SystemConfig::set_message_runs`).
+    pub(super) run_limit: usize,
 }
 
 impl Link {

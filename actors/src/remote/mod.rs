@@ -147,7 +147,11 @@ impl Remoting {
             ),
             None => format!("{name}@{a}"),
         };
-        let transport: TransportConfig = config.transport.clone();
+        let mut transport: TransportConfig = config.transport.clone();
+        if config.message_runs {
+            transport.set_app_flags(envelope::APP_RUNS);
+        }
+        transport.set_message_count(envelope::messages_in);
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {
             let tls = transport::Tls::new(tls).map_err(transport::TransportError::from)?;
@@ -533,6 +537,18 @@ pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
     let mut ok = 0;
     if let Ok(env) = envelope::parse(bytes) {
         ok += 1;
+        if env.kind == envelope::Kind::Run
+            && let Ok(n) = inbound::count_records(env.payload)
+        {
+            // What the mailbox then reads, record by record.
+            let (mut pos, mut seen) = (0, 0);
+            while let Some((_, ext)) = crate::mailbox::next_record_ext(env.payload, &mut pos) {
+                assert!(!ext, "no record of a checked run is read as extended");
+                seen += 1;
+            }
+            assert_eq!(seen, n, "a checked run is read as it was counted");
+            ok += 1;
+        }
         let (p, ext) = (env.payload, env.ext);
         ok += usize::from(Bincode.deserialize::<String>(p).is_ok());
         ok += usize::from(Bincode.deserialize::<Vec<u64>>(p).is_ok());

@@ -25,12 +25,13 @@ use std::{
     sync::{Arc, MutexGuard},
 };
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use transport::{FrameKind, Pushed, TrySendFrameError};
 
 use super::{
     association::Association,
     envelope::{self, Tag},
+    flow::SendFlow,
     large::LargeLane,
     link::{
         LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope,
@@ -50,6 +51,48 @@ thread_local! {
     /// Where `tell` serializes a message that does not go straight into
     /// the link's queue; reused, so that path does not allocate.
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(4096));
+}
+
+/// `tell_direct`'s message: appended to `b`, whose envelope bytes for it
+/// began at `env`, at most `room` bytes, and spent from the recipient's
+/// credit (`flow`); false if it does not go this way (`failed` says why,
+/// if the encoder failed).
+#[inline(always)]
+fn encode_direct(
+    b: &mut BytesMut,
+    env: usize,
+    encode: &impl Encode,
+    room: usize,
+    flow: &SendFlow,
+    failed: &mut Option<SerializationError>,
+) -> bool {
+    let start = b.len();
+    let ok = match run_encoder(|| encode(b, room)) {
+        // A custom encoder is not bounded while encoding.
+        Ok(()) => b.len() - start <= room,
+        // Large, or too large: the general path tells which.
+        Err(SerializationError::TooLarge { .. }) => false,
+        Err(e) => {
+            *failed = Some(e);
+            false
+        }
+    };
+    if ok {
+        flow.spend(b.len() - env);
+    }
+    ok
+}
+
+/// A push's refusal without the encoder it hands back.
+#[inline(always)]
+fn unit_err<F>(r: Result<Pushed, TrySendFrameError<F>>) -> Result<Pushed, TrySendFrameError<()>> {
+    r.map_err(|e| match e {
+        TrySendFrameError::Full(_) => TrySendFrameError::Full(()),
+        TrySendFrameError::Closed(_) => TrySendFrameError::Closed(()),
+        TrySendFrameError::TooLarge(e) => TrySendFrameError::TooLarge(e),
+        // `TrySendFrameError` is non-exhaustive.
+        _ => TrySendFrameError::Closed(()),
+    })
 }
 
 impl Association {
@@ -265,33 +308,56 @@ impl Association {
         let mut failed = None;
         let no_credit = std::cell::Cell::new(false);
         let flow = &*r.flow;
-        let res = link.sender.try_push_with(FrameKind::Message, |b| {
-            if !flow.has_credit() {
-                no_credit.set(true);
-                return false;
-            }
-            let env = b.len();
-            if EXT {
-                envelope::put_compact_header_ext(b, id, manifest);
-            } else {
-                envelope::put_compact_header(b, id, manifest);
-            }
-            let start = b.len();
-            let ok = match run_encoder(|| encode(b, room)) {
-                // A custom encoder is not bounded while encoding.
-                Ok(()) => b.len() - start <= room,
-                // Large, or too large: the general path tells which.
-                Err(SerializationError::TooLarge { .. }) => false,
-                Err(e) => {
-                    failed = Some(e);
-                    false
+        let res = if !EXT && link.run_limit != 0 {
+            // A record of a run envelope, which the next message to this
+            // recipient may extend while the writer has not taken it.
+            // Ids are never 0 (`compression`).
+            let key = std::num::NonZeroU64::new(u64::from(id) << 32 | u64::from(manifest))?;
+            let pushed = link.sender.try_push_run_with(
+                FrameKind::Message,
+                key,
+                link.run_limit,
+                #[inline(always)]
+                |b, more| {
+                    if !flow.has_credit() {
+                        no_credit.set(true);
+                        return false;
+                    }
+                    let env = b.len();
+                    // The record's length is written once it is known;
+                    // each branch one append of a constant size.
+                    if more {
+                        b.put_bytes(0, 4);
+                    } else {
+                        envelope::put_run_header(b, id, manifest);
+                    }
+                    let head = b.len() - 4;
+                    if !encode_direct(b, env, encode, room, flow, &mut failed) {
+                        return false;
+                    }
+                    // Below `RECORD_EXT`: at most the large threshold.
+                    let len = (b.len() - head - 4) as u32;
+                    b[head..head + 4].copy_from_slice(&len.to_le_bytes());
+                    true
+                },
+            );
+            unit_err(pushed)
+        } else {
+            let pushed = link.sender.try_push_with(FrameKind::Message, |b| {
+                if !flow.has_credit() {
+                    no_credit.set(true);
+                    return false;
                 }
-            };
-            if ok {
-                flow.spend(b.len() - env);
-            }
-            ok
-        });
+                let env = b.len();
+                if EXT {
+                    envelope::put_compact_header_ext(b, id, manifest);
+                } else {
+                    envelope::put_compact_header(b, id, manifest);
+                }
+                encode_direct(b, env, encode, room, flow, &mut failed)
+            });
+            unit_err(pushed)
+        };
         match res {
             Ok(Pushed::Queued { yield_now }) => Some(Ok(yield_now)),
             Ok(Pushed::Abandoned) if no_credit.get() => Some(Err(TellError::NoCredit)),

@@ -26,7 +26,14 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
 pub async fn measure(recv: &Handle, opts: &RunOpts, verbose: bool) -> Result<Run> {
     let shape = opts.shape();
     let stall = Duration::from_secs(opts.stall_timeout);
-    let emb = Embedded::start(recv, opts.pairs, opts.tls, &opts.transport()?).await?;
+    let emb = Embedded::start(
+        recv,
+        opts.pairs,
+        opts.tls,
+        !opts.no_message_runs,
+        &opts.transport()?,
+    )
+    .await?;
     let result = if opts.pairs == 1 {
         faithful::run_sender(
             &emb.sender_sys,

@@ -48,7 +48,7 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
             let r = burst::measure(recv, opts, false).await?;
             (
                 r.outcome.msgs_per_sec,
-                r.stats.frames_per_write(),
+                r.messages_per_write(),
                 r.outcome.report,
             )
         };

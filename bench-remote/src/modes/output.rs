@@ -23,6 +23,15 @@ pub struct Run {
     pub stats: ConnStats,
 }
 
+impl Run {
+    /// Payload messages the sending side handed to the socket per write:
+    /// the batching factor. Counted from payloads, not frames, since a
+    /// frame may carry a run of messages (`SystemConfig::set_message_runs`).
+    pub fn messages_per_write(&self) -> f64 {
+        self.sent as f64 / self.stats.writes.max(1) as f64
+    }
+}
+
 /// Every figure of a run, for `--json`.
 #[derive(Debug, serde::Serialize)]
 struct Figures {
@@ -80,7 +89,7 @@ pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
         "Transport: {} bytes out in {} writes, {:.1} messages per write",
         run.stats.bytes_out,
         run.stats.writes,
-        run.stats.frames_per_write()
+        run.messages_per_write()
     );
     if opts.tls {
         // Each write hands rustls a whole batch, which it cuts into records
@@ -90,7 +99,7 @@ pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
             run.stats.writes,
             run.stats.bytes_out as f64 / run.stats.writes.max(1) as f64,
             run.stats.bytes_out.div_ceil(16 * 1024),
-            run.stats.frames_out as f64 / run.stats.bytes_out.div_ceil(16 * 1024).max(1) as f64
+            run.sent as f64 / run.stats.bytes_out.div_ceil(16 * 1024).max(1) as f64
         );
     }
     let mut ceiling = None;
@@ -148,7 +157,7 @@ pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
             dropped,
             bytes: run.stats.bytes_out,
             writes: run.stats.writes,
-            msgs_per_write: run.stats.frames_per_write(),
+            msgs_per_write: run.messages_per_write(),
             ceiling_msgs_per_sec: ceiling.as_ref().map(|c| c.msgs_per_sec),
             ratio: ceiling
                 .as_ref()

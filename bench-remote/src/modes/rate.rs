@@ -95,7 +95,7 @@ pub async fn run(recv: &Handle, opts: &RunOpts) -> Result<()> {
 
 /// One constant-rate run on two embedded actor systems.
 async fn measure(recv: &Handle, opts: &RunOpts) -> Result<RateRun> {
-    let emb = Embedded::start(recv, 1, opts.tls, &opts.transport()?).await?;
+    let emb = Embedded::start(recv, 1, opts.tls, !opts.no_message_runs, &opts.transport()?).await?;
     let res = faithful::run_rate(
         &emb.sender_sys,
         emb.receivers[0].clone(),

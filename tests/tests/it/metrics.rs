@@ -275,7 +275,11 @@ const FIRST_LINK: u64 = 3_000;
 async fn reconnects_and_quarantines_are_counted_per_peer() {
     let seen = Seen::new();
     let _installed = metrics::set_default_local_recorder(&seen);
-    let p = Proxied::new(fast_config(Duration::from_secs(10))).await;
+    let mut config = fast_config(Duration::from_secs(10));
+    // Each tell its own frame, so that frames count tells (runs pack
+    // many into one).
+    config.set_message_runs(false);
+    let p = Proxied::new(config).await;
     let (an, bn) = (p.a.node().to_owned(), p.b.node().to_owned());
     let a_to_b = [("node", an.as_str()), ("peer", bn.as_str())];
     let mut events = p.a.subscribe_remote_events();

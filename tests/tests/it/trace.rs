@@ -81,6 +81,10 @@ fn config(on: bool) -> SystemConfig {
     if on {
         c.set_trace_propagation(true);
     }
+    // Each message in its own envelope, so that the bytes a message costs
+    // are exact (a run shares one envelope among many; messages with a
+    // context never ride in one).
+    c.set_message_runs(false);
     let mut hb = HeartbeatConfig::default();
     hb.set_interval(Duration::from_secs(600))
         .set_acceptable_pause(Duration::from_secs(3600));

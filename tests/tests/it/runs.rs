@@ -1,0 +1,300 @@
+//! Runs of messages (`SystemConfig::set_message_runs`): consecutive
+//! messages to one remote actor travel as one envelope. Order, credit and
+//! every bound hold as they do for single envelopes; a node that does not
+//! announce runs never gets one; a run a peer gets wrong is a counted dead
+//! letter that costs the connection nothing else.
+
+use actors::{
+    Actor, ActorRef, ActorResult, ActorSystem, Bincode, Ctx, RemoteMessage, Serializer,
+    SystemConfig, manifest_id,
+};
+use bytes::BytesMut;
+use integration_tests::{
+    actor_path, actor_system_with, envelope, frame_bytes, raw_actor_peer, within,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use transport::FrameKind;
+
+use super::actors_common::{Count, Counter, total};
+
+/// A numbered message, or a question about what arrived.
+#[derive(Debug, Serialize, Deserialize)]
+enum Seq {
+    N(u64),
+    /// Replies with (messages seen, messages out of order).
+    Report(ActorRef<(u64, u64)>),
+}
+
+impl RemoteMessage for Seq {
+    const MANIFEST: &'static str = "it.runs.Seq";
+}
+
+/// Checks that numbers arrive 0, 1, 2, ... with none missing.
+#[derive(Default)]
+struct SeqCheck {
+    next: u64,
+    wrong: u64,
+}
+
+impl Actor for SeqCheck {
+    type Msg = Seq;
+
+    async fn handle(&mut self, msg: Seq, _: &mut Ctx<Self>) -> ActorResult {
+        match msg {
+            Seq::N(n) => {
+                self.wrong += u64::from(n != self.next);
+                self.next = n + 1;
+            }
+            Seq::Report(reply) => {
+                let _ = reply.tell((self.next, self.wrong));
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn report(r: &ActorRef<Seq>) -> (u64, u64) {
+    within("the report", r.ask(Seq::Report, integration_tests::TIMEOUT))
+        .await
+        .expect("answers")
+}
+
+fn runs(on: bool) -> SystemConfig {
+    let mut c = SystemConfig::default();
+    c.set_message_runs(on);
+    c
+}
+
+/// `a` and `b` with two sequence checkers on `b`, resolved from `a`.
+async fn pair(a_runs: bool, b_runs: bool) -> (ActorSystem, ActorSystem, [ActorRef<Seq>; 2]) {
+    let b = actor_system_with("b", runs(b_runs)).await;
+    b.spawn_named("x", SeqCheck::default()).expect("free");
+    b.spawn_named("y", SeqCheck::default()).expect("free");
+    let a = actor_system_with("a", runs(a_runs)).await;
+    let x = a.resolve::<Seq>(&actor_path(&b, "x")).await.expect("x");
+    let y = a.resolve::<Seq>(&actor_path(&b, "y")).await.expect("y");
+    (a, b, [x, y])
+}
+
+/// Bursts of lengths 1 to 300 to one recipient, then the other, then
+/// single messages alternating: `n` to each, in order, sent as fast as
+/// `tell` takes them (waiting for room when the link is full).
+async fn send_interleaved(to: &[ActorRef<Seq>; 2], n: u64) {
+    let mut next = [0u64; 2];
+    let mut burst = 1;
+    while next.iter().any(|&k| k < n) {
+        for (i, r) in to.iter().enumerate() {
+            let len = if burst % 7 == 0 { 1 } else { burst };
+            for _ in 0..len {
+                if next[i] == n {
+                    break;
+                }
+                r.send(Seq::N(next[i])).await.expect("sends");
+                next[i] += 1;
+            }
+        }
+        burst = burst % 300 + 1;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn bursts_travel_in_runs_and_arrive_whole_and_in_order() {
+    let (a, b, to) = pair(true, true).await;
+    const N: u64 = 50_000;
+    let frames_before = a.remote_stats().frames_out;
+    send_interleaved(&to, N).await;
+    for r in &to {
+        assert_eq!(report(r).await, (N, 0), "all of them, in order");
+    }
+    let frames = a.remote_stats().frames_out - frames_before;
+    // Runs: far fewer frames than messages (each burst shares frames).
+    assert!(
+        frames * 10 < 2 * N,
+        "{frames} frames for {} messages",
+        2 * N
+    );
+    assert_eq!(b.dead_letters(), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_without_runs_gets_single_envelopes_and_loses_nothing() {
+    // b does not announce runs, as a node before them: a sends it each
+    // message in its own envelope (b would count a run as malformed).
+    let (a, b, to) = pair(true, false).await;
+    const N: u64 = 5_000;
+    let frames_before = a.remote_stats().frames_out;
+    send_interleaved(&to, N).await;
+    for r in &to {
+        assert_eq!(report(r).await, (N, 0));
+    }
+    assert!(a.remote_stats().frames_out - frames_before >= 2 * N);
+    assert_eq!(b.dead_letters(), 0, "no run reached b");
+    // The other way round too: a node without runs sends none.
+    let (c, d, to) = pair(false, true).await;
+    let frames_before = c.remote_stats().frames_out;
+    send_interleaved(&to, N).await;
+    for r in &to {
+        assert_eq!(report(r).await, (N, 0));
+    }
+    assert!(c.remote_stats().frames_out - frames_before >= 2 * N);
+    for s in [a, b, c, d] {
+        s.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credit_comes_back_for_runs_under_a_small_window() {
+    // A window of 1 KiB: the sender waits for credit every few messages.
+    // Credit returned for runs must match what their messages spent, or
+    // `send` waits for ever.
+    let mut config = runs(true);
+    config.set_recipient_window(1024);
+    let b = actor_system_with("b", config.clone()).await;
+    b.spawn_named("x", SeqCheck::default()).expect("free");
+    let a = actor_system_with("a", config).await;
+    let x = a.resolve::<Seq>(&actor_path(&b, "x")).await.expect("x");
+    const N: u64 = 100_000;
+    within("all sends", async {
+        for i in 0..N {
+            x.send(Seq::N(i)).await.expect("sends");
+        }
+    })
+    .await;
+    assert_eq!(report(&x).await, (N, 0));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+fn encoded(msg: &Count) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    Bincode.serialize(msg, &mut b).expect("encodes");
+    b.to_vec()
+}
+
+/// A run envelope's body: flags 0x20, `id`, `manifest`, then `records`
+/// as they are.
+fn run_envelope(id: u32, manifest: u32, records: &[u8]) -> Vec<u8> {
+    let mut b = vec![0x20];
+    b.extend_from_slice(&id.to_le_bytes());
+    b.extend_from_slice(&manifest.to_le_bytes());
+    b.extend_from_slice(records);
+    b
+}
+
+/// Well-formed records of `msgs`.
+fn records(msgs: &[Count]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for m in msgs {
+        let e = encoded(m);
+        b.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        b.extend_from_slice(&e);
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_a_peer_gets_wrong_is_a_dead_letter_and_the_connection_goes_on() {
+    let b = actor_system_with("b", runs(true)).await;
+    let counter = b.spawn_named("counter", Counter::default()).expect("free");
+    let count = manifest_id("it.Count");
+    let (mut raw, _) = raw_actor_peer(&b).await;
+    // Id 1 is defined by an ordinary envelope (adding 1).
+    raw.write_all(&frame_bytes(
+        FrameKind::Message,
+        &envelope(1, Some("/user/counter"), count, &encoded(&Count::Add(1))),
+    ))
+    .await
+    .expect("write");
+    let good = records(&[Count::Add(10), Count::Add(100), Count::Add(1000)]);
+    let one = records(&[Count::Add(5)]);
+    let mut huge = one.clone();
+    huge[..4].copy_from_slice(&0x8000_0001u32.to_le_bytes());
+    let mut with_define = run_envelope(1, count, &good);
+    with_define[0] |= 1;
+    let bad: [(&str, Vec<u8>); 6] = [
+        ("no records", run_envelope(1, count, &[])),
+        (
+            "a cut length",
+            run_envelope(1, count, &[&one[..], &[1, 0]].concat()),
+        ),
+        (
+            "a record past the end",
+            run_envelope(1, count, &one[..one.len() - 1]),
+        ),
+        ("a length with the top bit", run_envelope(1, count, &huge)),
+        ("another flag beside the run's", with_define),
+        ("an undefined id", run_envelope(9, count, &good)),
+    ];
+    let dead_before = b.dead_letters();
+    for (what, body) in &bad {
+        raw.write_all(&frame_bytes(FrameKind::Message, body))
+            .await
+            .expect(what);
+    }
+    // A good run on the same connection is delivered whole, after them.
+    raw.write_all(&frame_bytes(
+        FrameKind::Message,
+        &run_envelope(1, count, &good),
+    ))
+    .await
+    .expect("write");
+    within("the good messages", async {
+        while total(&counter).await != 1111 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(b.dead_letters() - dead_before, bad.len() as u64);
+    // A run of a type the actor does not take: each message a dead letter.
+    let other = manifest_id("it.runs.Seq");
+    raw.write_all(&frame_bytes(
+        FrameKind::Message,
+        &run_envelope(1, other, &good),
+    ))
+    .await
+    .expect("write");
+    integration_tests::eventually("three more dead letters", || {
+        b.dead_letters() - dead_before == bad.len() as u64 + 3
+    })
+    .await;
+    assert_eq!(total(&counter).await, 1111);
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_did_not_announce_runs_refuses_one_as_malformed() {
+    let b = actor_system_with("b", runs(false)).await;
+    let counter = b.spawn_named("counter", Counter::default()).expect("free");
+    let count = manifest_id("it.Count");
+    let (mut raw, _) = raw_actor_peer(&b).await;
+    raw.write_all(&frame_bytes(
+        FrameKind::Message,
+        &envelope(1, Some("/user/counter"), count, &encoded(&Count::Add(1))),
+    ))
+    .await
+    .expect("write");
+    let dead_before = b.dead_letters();
+    raw.write_all(&frame_bytes(
+        FrameKind::Message,
+        &run_envelope(1, count, &records(&[Count::Add(10)])),
+    ))
+    .await
+    .expect("write");
+    raw.write_all(&frame_bytes(
+        FrameKind::Message,
+        &envelope(1, None, count, &encoded(&Count::Add(100))),
+    ))
+    .await
+    .expect("write");
+    within("the single envelopes", async {
+        while total(&counter).await != 101 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(b.dead_letters() - dead_before, 1);
+    b.shutdown().await;
+}
