@@ -1097,7 +1097,17 @@ impl Association {
 }
 
 impl RemoteWatcher for Association {
-    fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated) {
+    /// A watch placed by an incarnation that is gone (it shut down,
+    /// restarted or overflowed: quarantined) has nobody to tell: sending
+    /// would only dial a node that said goodbye (and, the message never
+    /// acknowledged, keep redialing it with backoff), or hand a new
+    /// incarnation a watch id it never issued. Akka drops such watchers
+    /// when their address terminates; this drops them when they fire.
+    fn send_terminated(self: Arc<Self>, watch_id: u64, uid: u64, t: &Terminated) {
+        if self.is_quarantined(uid) {
+            tracing::debug!(node = %self.node, uid, watch_id, path = %t.path, "Terminated for a watcher of a gone incarnation dropped");
+            return;
+        }
         self.send_reliable(&SysWire::Terminated {
             watch_id,
             reason: t.reason.clone(),
