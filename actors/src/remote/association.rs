@@ -264,9 +264,15 @@ impl Association {
     /// Work waits for a link: watches, unacknowledged system messages,
     /// messages buffered while connecting, or asks waiting on replies (a
     /// reconnect is how a dead node is told from a lost connection).
+    ///
+    /// Not the asks once the node's incarnation is quarantined (it shut
+    /// down, restarted or overflowed): they are failing already, and a
+    /// node that said it is gone is not redialed for them (the link that
+    /// closes under them, or a tick before they are dropped, would dial
+    /// it). Sending to the node again dials it, as in Akka.
     fn needs_link(&self) -> bool {
         self.requests.needs_link()
-            || self.downs.waiting() > 0
+            || (self.downs.waiting() > 0 && !self.is_quarantined(self.peer_uid()))
             || matches!(*lock(&self.state), LinkState::Connecting { .. })
     }
 

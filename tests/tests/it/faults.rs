@@ -421,3 +421,56 @@ async fn a_peer_that_shut_down_is_not_redialled_and_its_next_incarnation_is_reac
     within("b shuts down", b.shutdown()).await;
     within("a2 shuts down", a2.shutdown()).await;
 }
+
+/// An ask from `b` waits on `a` when `a` shuts down: it fails at once
+/// with `NodeDown`, and `b` does not dial `a` for it, neither when the
+/// link closes under the waiting ask nor on a later heartbeat tick (an
+/// ask in flight keeps an association reconnecting, to tell a dead node
+/// from a lost connection; an incarnation that said it is gone is
+/// neither).
+#[tokio::test(flavor = "current_thread")]
+async fn an_ask_waiting_on_a_peer_that_shuts_down_fails_without_a_redial() {
+    let seen = Publications::default();
+    let _installed = metrics::set_default_local_recorder(&seen);
+    let logs = integration_tests::LogCapture::install(tracing::Level::WARN);
+    let config = fast_config(Duration::from_secs(600));
+    let a = actor_system_with("a", config.clone()).await;
+    let b = actor_system_with("b", config).await;
+    let (an, bn) = (a.node().to_owned(), b.node().to_owned());
+    let _sink = a.spawn_named("sink", Counter::default()).expect("free");
+    let sink: ActorRef<Count> = within("b resolves a's sink", b.resolve(&actor_path(&a, "sink")))
+        .await
+        .expect("resolves");
+    assert_eq!(super::actors_common::total(&sink).await, 0);
+    seen.next(1, &bn, &an).await;
+    let dials = seen.reconnects(&bn, &an);
+
+    // The sink drops the reply ref: only a's shutdown can end the ask.
+    let ask = sink.ask(Count::Ignore, integration_tests::TIMEOUT);
+    let shutdown = async {
+        // Once the request is on its way (the ask has subscribed by then).
+        tokio::task::yield_now().await;
+        a.shutdown().await;
+    };
+    let (res, ()) = within("the ask fails and a shuts down", async {
+        tokio::join!(ask, shutdown)
+    })
+    .await;
+    match res {
+        Err(actors::AskError::NodeDown { reason, .. }) => {
+            assert!(reason.contains("shut down"), "{reason}");
+        }
+        other => panic!("expected NodeDown, got {other:?}"),
+    }
+    // A dial would start within the backoff's first delay (20 ms) of the
+    // link's end or of a tick, before the third publication from now.
+    seen.next(3, &bn, &an).await;
+    assert_eq!(
+        seen.reconnects(&bn, &an),
+        dials,
+        "b dialed a after a said it shut down: {}",
+        logs.text()
+    );
+    assert_eq!(logs.lines_with("connect failed"), 0, "{}", logs.text());
+    within("b shuts down", b.shutdown()).await;
+}
