@@ -391,10 +391,17 @@ impl Association {
             .filter(|(_, c)| c.peer().uid == uid)
             .map(|(g, _)| *g)
             .collect();
+        let why = format!("incarnation quarantined: {reason}");
         for g in old {
             let conn = lock(&self.conns).remove(&g);
-            if let Some(c) = conn {
-                self.abort_counted(c, &format!("incarnation quarantined: {reason}"));
+            match conn {
+                // The peer said goodbye and is closing its side: answer in
+                // kind, with a Close frame. An abort here would end the
+                // stream under a peer that may not have begun its close
+                // yet, which it would log as a lost connection.
+                Some(c) if reason == PEER_SHUT_DOWN => self.close_counted(c, why.clone()),
+                Some(c) => self.abort_counted(c, &why),
+                None => {}
             }
         }
     }
@@ -776,19 +783,27 @@ impl Association {
         let conn = lock(&self.conns).remove(&generation);
         if let Some(c) = conn {
             tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
-            let registry = self.registry();
-            let node = self.node.clone();
-            let me = self.me.clone();
-            tokio::spawn(async move {
-                c.close(DUPLICATE).await;
-                if let Some(r) = registry {
-                    count_dropped(&r, &node, &c, DUPLICATE);
-                }
-                if let Some(me) = me.upgrade() {
-                    me.counters.retire(&c.stats());
-                }
-            });
+            self.close_counted(c, DUPLICATE.to_owned());
         }
+    }
+
+    /// Closes `conn` gracefully (what it has queued is written, then a
+    /// Close frame with `why`; at most the close timeout), by a task.
+    /// What a close that times out drops is counted as dead letters, as
+    /// `abort_counted` does for an abort.
+    fn close_counted(&self, conn: Connection, why: String) {
+        let registry = self.registry();
+        let node = self.node.clone();
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            conn.close(&why).await;
+            if let Some(r) = registry {
+                count_dropped(&r, &node, &conn, &why);
+            }
+            if let Some(me) = me.upgrade() {
+                me.counters.retire(&conn.stats());
+            }
+        });
     }
 
     /// Connecting failed (`refused`: with `ECONNREFUSED`): buffered

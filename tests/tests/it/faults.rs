@@ -16,6 +16,8 @@ use integration_tests::{
     PeerCount, PeerProcess, actor_path, actor_system_with, eventually, next_event, within,
 };
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use super::actors_common::{Count, Counter};
 
 /// Heartbeats every 50 ms; reconnects between 20 and 200 ms.
@@ -472,5 +474,81 @@ async fn an_ask_waiting_on_a_peer_that_shuts_down_fails_without_a_redial() {
         logs.text()
     );
     assert_eq!(logs.lines_with("connect failed"), 0, "{}", logs.text());
+    within("b shuts down", b.shutdown()).await;
+}
+
+/// A peer that announces its shutdown is answered with a Close frame, not
+/// an abort: the peer may not have begun its own close when the notice
+/// is read here, and would log an ended stream without a Close frame as a
+/// lost connection (bench-remote printed "connection lost: stream ended
+/// without a close frame" between cells for this). The peer here is a
+/// raw socket that `b` dials, so that the notice can come before any
+/// close of its own.
+#[tokio::test]
+async fn a_shutdown_notice_is_answered_with_a_close_frame() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let node = format!("raw@{}", listener.local_addr().expect("bound").to_string());
+    let b = integration_tests::actor_system("b").await;
+    let mut events = b.subscribe_remote_events();
+    let resolving = tokio::spawn({
+        let (b, path) = (b.clone(), format!("tcp://{node}/user/x"));
+        async move { b.resolve::<Count>(&path).await }
+    });
+    let (mut stream, _) = within("b dials the raw node", listener.accept())
+        .await
+        .expect("accepted");
+    let hs = integration_tests::raw_side_handshake(
+        transport::handshake::Hello {
+            uid: 0x5eed_0001,
+            addr: node.clone(),
+        },
+        transport::auth::Role::Listener,
+    );
+    let (_, mut buf) = integration_tests::run_raw_handshake(&mut stream, hs).await;
+    next_event(
+        &mut events,
+        "b's link to the raw node",
+        |e| matches!(e, RemoteEvent::Connected { node: n, .. } if *n == node),
+    )
+    .await;
+
+    stream
+        .write_all(&integration_tests::frame_bytes(
+            transport::FrameKind::System,
+            &super::trust::SHUTDOWN_NOTICE,
+        ))
+        .await
+        .expect("written");
+    // What b sends until its side ends: its identify, then a Close.
+    let close = within("b answers the notice", async {
+        loop {
+            match transport::frame::decode(&mut buf, 1 << 20).expect("b's frames decode") {
+                Some(f) if f.kind == transport::FrameKind::Close => return Some(f),
+                Some(_) => continue,
+                None => {}
+            }
+            match stream.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    let close = close.expect("b ended the link without a Close frame");
+    assert!(
+        String::from_utf8_lossy(&close.body).contains("peer shut down"),
+        "{close:?}"
+    );
+    next_event(&mut events, "the incarnation quarantined", |e| {
+        matches!(e, RemoteEvent::Quarantined { node: n, reason, .. }
+            if *n == node && reason.contains("shut down"))
+    })
+    .await;
+    // The resolve waiting on the node fails, and nothing dials it again.
+    let res = within("the resolve ends", resolving).await.expect("joined");
+    assert!(res.is_err(), "{res:?}");
+    drop(stream);
     within("b shuts down", b.shutdown()).await;
 }
