@@ -489,7 +489,7 @@ async fn a_shutdown_notice_is_answered_with_a_close_frame() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a free port");
-    let node = format!("raw@{}", listener.local_addr().expect("bound").to_string());
+    let node = format!("raw@{}", listener.local_addr().expect("bound"));
     let b = integration_tests::actor_system("b").await;
     let mut events = b.subscribe_remote_events();
     let resolving = tokio::spawn({
