@@ -24,7 +24,10 @@ pub(crate) trait SystemSink: Send + Sync {
 /// the association to that node), so that death watch needs nothing of
 /// remoting but this.
 pub(crate) trait RemoteWatcher: Send + Sync {
-    fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated);
+    /// Tells watch `watch_id`, placed by the node's incarnation `uid`,
+    /// that its actor terminated. An incarnation that is gone (shut down,
+    /// restarted) is told nothing, and its node is not dialed for it.
+    fn send_terminated(self: Arc<Self>, watch_id: u64, uid: u64, t: &Terminated);
 }
 
 /// Where a `Terminated` goes.
@@ -34,10 +37,12 @@ pub(crate) enum WatchSink {
     Actor(Arc<dyn SystemSink>),
     /// A [`Watch`] future.
     Once(Arc<Mutex<Option<oneshot::Sender<Terminated>>>>),
-    /// A watcher on another node, reached over `link` (its association).
+    /// A watcher on another node, reached over `link` (its association);
+    /// `uid` is the incarnation that placed the watch.
     Remote {
         link: Arc<dyn RemoteWatcher>,
         watch_id: u64,
+        uid: u64,
     },
 }
 
@@ -51,12 +56,21 @@ impl WatchSink {
             }
             (Self::Once(a), Self::Once(b)) => Arc::ptr_eq(a, b),
             (
-                Self::Remote { link, watch_id },
+                Self::Remote {
+                    link,
+                    watch_id,
+                    uid,
+                },
                 Self::Remote {
                     link: l2,
                     watch_id: w2,
+                    uid: u2,
                 },
-            ) => watch_id == w2 && Arc::as_ptr(link).cast::<()>() == Arc::as_ptr(l2).cast::<()>(),
+            ) => {
+                watch_id == w2
+                    && uid == u2
+                    && Arc::as_ptr(link).cast::<()>() == Arc::as_ptr(l2).cast::<()>()
+            }
             _ => false,
         }
     }
@@ -69,7 +83,11 @@ impl WatchSink {
                     let _ = tx.send(t);
                 }
             }
-            Self::Remote { link, watch_id } => link.clone().send_terminated(*watch_id, &t),
+            Self::Remote {
+                link,
+                watch_id,
+                uid,
+            } => link.clone().send_terminated(*watch_id, *uid, &t),
         }
     }
 }
@@ -198,7 +216,7 @@ mod tests {
 
     struct Node;
     impl RemoteWatcher for Node {
-        fn send_terminated(self: Arc<Self>, _: u64, _: &Terminated) {}
+        fn send_terminated(self: Arc<Self>, _: u64, _: u64, _: &Terminated) {}
     }
 
     #[test]
@@ -210,6 +228,7 @@ mod tests {
         let remote = |link: &Arc<dyn RemoteWatcher>, watch_id| WatchSink::Remote {
             link: link.clone(),
             watch_id,
+            uid: 1,
         };
         for i in 0..MAX_REMOTE_WATCHES_PER_NODE as u64 {
             w.add(&path, remote(&one, i)).expect("within the bound");

@@ -276,9 +276,15 @@ impl Association {
     /// Work waits for a link: watches, unacknowledged system messages,
     /// messages buffered while connecting, or asks waiting on replies (a
     /// reconnect is how a dead node is told from a lost connection).
+    ///
+    /// Not the asks once the node's incarnation is quarantined (it shut
+    /// down, restarted or overflowed): they are failing already, and a
+    /// node that said it is gone is not redialed for them (the link that
+    /// closes under them, or a tick before they are dropped, would dial
+    /// it). Sending to the node again dials it, as in Akka.
     fn needs_link(&self) -> bool {
         self.requests.needs_link()
-            || self.downs.waiting() > 0
+            || (self.downs.waiting() > 0 && !self.is_quarantined(self.peer_uid()))
             || matches!(*lock(&self.state), LinkState::Connecting { .. })
     }
 
@@ -397,10 +403,17 @@ impl Association {
             .filter(|(_, c)| c.peer().uid == uid)
             .map(|(g, _)| *g)
             .collect();
+        let why = format!("incarnation quarantined: {reason}");
         for g in old {
             let conn = lock(&self.conns).remove(&g);
-            if let Some(c) = conn {
-                self.abort_counted(c, &format!("incarnation quarantined: {reason}"));
+            match conn {
+                // The peer said goodbye and is closing its side: answer in
+                // kind, with a Close frame. An abort here would end the
+                // stream under a peer that may not have begun its close
+                // yet, which it would log as a lost connection.
+                Some(c) if reason == PEER_SHUT_DOWN => self.close_counted(c, why.clone()),
+                Some(c) => self.abort_counted(c, &why),
+                None => {}
             }
         }
     }
@@ -787,19 +800,27 @@ impl Association {
         let conn = lock(&self.conns).remove(&generation);
         if let Some(c) = conn {
             tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
-            let registry = self.registry();
-            let node = self.node.clone();
-            let me = self.me.clone();
-            tokio::spawn(async move {
-                c.close(DUPLICATE).await;
-                if let Some(r) = registry {
-                    count_dropped(&r, &node, &c, DUPLICATE);
-                }
-                if let Some(me) = me.upgrade() {
-                    me.counters.retire(&c.stats());
-                }
-            });
+            self.close_counted(c, DUPLICATE.to_owned());
         }
+    }
+
+    /// Closes `conn` gracefully (what it has queued is written, then a
+    /// Close frame with `why`; at most the close timeout), by a task.
+    /// What a close that times out drops is counted as dead letters, as
+    /// `abort_counted` does for an abort.
+    fn close_counted(&self, conn: Connection, why: String) {
+        let registry = self.registry();
+        let node = self.node.clone();
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            conn.close(&why).await;
+            if let Some(r) = registry {
+                count_dropped(&r, &node, &conn, &why);
+            }
+            if let Some(me) = me.upgrade() {
+                me.counters.retire(&conn.stats());
+            }
+        });
     }
 
     /// Connecting failed (`refused`: with `ECONNREFUSED`): buffered
@@ -1114,7 +1135,17 @@ impl Association {
 }
 
 impl RemoteWatcher for Association {
-    fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated) {
+    /// A watch placed by an incarnation that is gone (it shut down,
+    /// restarted or overflowed: quarantined) has nobody to tell: sending
+    /// would only dial a node that said goodbye (and, the message never
+    /// acknowledged, keep redialing it with backoff), or hand a new
+    /// incarnation a watch id it never issued. Akka drops such watchers
+    /// when their address terminates; this drops them when they fire.
+    fn send_terminated(self: Arc<Self>, watch_id: u64, uid: u64, t: &Terminated) {
+        if self.is_quarantined(uid) {
+            tracing::debug!(node = %self.node, uid, watch_id, path = %t.path, "Terminated for a watcher of a gone incarnation dropped");
+            return;
+        }
         self.send_reliable(&SysWire::Terminated {
             watch_id,
             reason: t.reason.clone(),

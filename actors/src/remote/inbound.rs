@@ -830,6 +830,7 @@ impl Dispatch {
                 let sink = WatchSink::Remote {
                     link: self.peer.clone().watcher(),
                     watch_id,
+                    uid: self.peer_uid,
                 };
                 match self.registry().lookup(&path) {
                     Some(t) => {
@@ -852,6 +853,7 @@ impl Dispatch {
                 let sink = WatchSink::Remote {
                     link: self.peer.clone().watcher(),
                     watch_id,
+                    uid: self.peer_uid,
                 };
                 if let Some(t) = self.registry().lookup(&path) {
                     t.remove_watcher(&sink);
@@ -1319,7 +1321,7 @@ mod tests {
     }
 
     impl RemoteWatcher for FakePeer {
-        fn send_terminated(self: Arc<Self>, watch_id: u64, t: &Terminated) {
+        fn send_terminated(self: Arc<Self>, watch_id: u64, _: u64, t: &Terminated) {
             self.record(format!("terminated {watch_id} {}", t.reason));
         }
     }

@@ -442,7 +442,7 @@ async fn uid_of(system: &actors::ActorSystem) -> u64 {
 }
 
 /// `SysWire::Shutdown` in bincode's format: variant 7.
-const SHUTDOWN_NOTICE: [u8; 1] = [7];
+pub(super) const SHUTDOWN_NOTICE: [u8; 1] = [7];
 
 #[tokio::test]
 async fn a_secret_holder_cannot_quarantine_another_node_or_receive_its_traffic() {
