@@ -691,7 +691,12 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
 async fn guarded<F: Future>(fut: F) -> Result<F::Output, String> {
     let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(move |cx| {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+        // A poll is a scope in which remote sends may be gathered
+        // (`poll_scope`); the catch keeps a panic inside it.
+        let polled = crate::poll_scope::poll(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+        });
+        match polled {
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Ok(Poll::Pending) => Poll::Pending,
             Err(p) => Poll::Ready(Err(panic_message(&*p))),

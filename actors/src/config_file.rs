@@ -1637,6 +1637,11 @@ mod tests {
             "shared_secret",
             // Certificate pins are code (TlsConfig::set_peer_identity).
             "identity",
+            // The actors set these on the transport themselves (what they
+            // announce, how they count messages in a frame); remote
+            // .message_runs is the setting.
+            "app_flags",
+            "message_count",
         ];
         #[allow(unused_mut, reason = "mutated only with the tls feature")]
         let mut config = SystemConfig::default();

@@ -139,6 +139,7 @@ mod msgpack;
 mod named;
 mod node;
 mod path;
+mod poll_scope;
 mod registry;
 mod remote;
 mod router;

@@ -247,6 +247,33 @@ pub fn peek_header(src: &[u8]) -> Option<(u8, usize)> {
     Some((kind, u32::from_be_bytes([a, b, c, d]) as usize))
 }
 
+/// How many frames `buf` holds, if it is a sequence of whole `Message` and
+/// `System` frames, each within `max` bytes of body.
+///
+/// # Errors
+/// The first frame that is cut short, of another kind, or too large.
+pub(crate) fn count_app_frames(mut buf: &[u8], max: usize) -> Result<u64, FrameError> {
+    let mut n = 0;
+    while !buf.is_empty() {
+        let Some((kind, len)) = peek_header(buf) else {
+            return Err(FrameError::Truncated {
+                have: buf.len(),
+                need: HEADER_LEN as u64,
+            });
+        };
+        check_len(len, max)?;
+        if kind != FrameKind::Message as u8 && kind != FrameKind::System as u8 {
+            return Err(FrameError::Unexpected { kind });
+        }
+        buf = buf.get(HEADER_LEN + len..).ok_or(FrameError::Truncated {
+            have: buf.len(),
+            need: (HEADER_LEN + len) as u64,
+        })?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// How many messages the `Message` frames (application data) of the
 /// whole frames in `buf` that end after byte `written` carry, as `count`
 /// says of each body: what a connection that ended there lost. System

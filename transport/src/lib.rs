@@ -194,7 +194,9 @@ pub use peer_text::{MAX_PEER_TEXT, PeerText, peer_text_from_bytes};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};
 pub use security::{Plain, Security, Stream};
-pub use sender::{Pushed, SendFrameError, SendManyError, Sender, TrySendFrameError};
+pub use sender::{
+    PushFramesError, Pushed, PushedFrames, SendFrameError, SendManyError, Sender, TrySendFrameError,
+};
 pub use shared::{CloseReason, ConnStats, PeerInfo, PeerVerified};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};

@@ -478,6 +478,40 @@ impl OutQueue {
         result.map(|()| yield_now)
     }
 
+    /// Appends `frames`, whole `Message` and `System` frames a producer
+    /// encoded on its own (see `Sender::push_frames`), under one lock, and
+    /// leaves `frames` empty (swapped with the queue's buffer when the
+    /// queue is empty, so no byte is copied).
+    /// Admitted while the queue is open or closing (the writer has not
+    /// sent our Close yet, so they go out before it), whatever the
+    /// capacity: the caller bounds its batches. Returns whether the caller
+    /// should yield to the writer, and whether the queue is now at its
+    /// capacity.
+    ///
+    /// # Errors
+    /// `Closed` once our Close is taken; `TooLarge` (nothing queued) if
+    /// `frames` is not a sequence of whole application frames within the
+    /// maximum frame size.
+    pub(crate) fn push_frames(&self, frames: &mut BytesMut) -> Result<(bool, bool), Refused<()>> {
+        let n = frame::count_app_frames(frames, self.max_frame_size).map_err(Refused::TooLarge)?;
+        let mut q = self.lock();
+        if q.state == OutState::Closed {
+            return Err(Refused::Closed(()));
+        }
+        if q.buf.is_empty() {
+            // The writer took everything: the batch becomes the queue, and
+            // the caller gets the queue's empty buffer. No copy.
+            mem::swap(&mut q.buf, frames);
+        } else {
+            q.buf.extend_from_slice(frames);
+            frames.clear();
+        }
+        q.frames += n;
+        q.run_key = 0;
+        let yield_now = self.queued(&mut q);
+        Ok((yield_now, q.buf.len() >= self.capacity))
+    }
+
     /// Queues our heartbeat on the control lane, regardless of capacity;
     /// it replaces our heartbeat that the writer has not taken yet (an
     /// unsent probe is worth nothing once a newer one exists). False if
@@ -572,6 +606,11 @@ impl OutQueue {
     /// True until the queue starts closing.
     pub(crate) fn is_open(&self) -> bool {
         self.lock().state == OutState::Open
+    }
+
+    /// Whether the queue is at or over its capacity.
+    pub(crate) fn is_full(&self) -> bool {
+        self.lock().buf.len() >= self.capacity
     }
 
     /// Bytes queued and not yet taken by the writer.
@@ -801,6 +840,76 @@ mod tests {
         // The run goes on where it was.
         push_byte(&q, 7, MAX, b'a', b'+').unwrap();
         assert_eq!(take_all(&q), [b"a+".to_vec()]);
+    }
+
+    fn frames_of(bodies: &[&[u8]]) -> BytesMut {
+        let mut b = BytesMut::new();
+        for body in bodies {
+            frame::encode_header(FrameKind::Message, body.len(), &mut b);
+            b.put_slice(body);
+        }
+        b
+    }
+
+    #[test]
+    fn frames_pushed_whole_go_out_in_place_until_the_close_is_taken() {
+        // Over the capacity: admitted, and said to be full.
+        let small = queue(8);
+        let pushed = small.push_frames(&mut frames_of(&[b"bb", b"cc"]));
+        assert_eq!(pushed.map_err(|_| ()), Ok((false, true)));
+        let q = queue(1 << 20);
+        push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        let pushed = q.push_frames(&mut frames_of(&[b"bb", b"cc"]));
+        assert_eq!(pushed.map_err(|_| ()), Ok((false, false)));
+        // They ended the run: the next push starts a frame.
+        push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        q.begin_close("bye".into());
+        // Closing, but the Close is not taken yet: they still go before it.
+        assert!(q.push_frames(&mut frames_of(&[b"dd"])).is_ok());
+        let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
+        assert!(matches!(
+            q.take(&mut spare, &mut control),
+            Taken::Write { frames: 5, .. }
+        ));
+        let bodies: Vec<Vec<u8>> = decode_all(spare).into_iter().map(|(_, b)| b).collect();
+        assert_eq!(
+            bodies,
+            [&b"a"[..], b"bb", b"cc", b"a", b"dd"].map(<[u8]>::to_vec)
+        );
+        let mut close = BytesMut::new();
+        assert!(matches!(
+            q.take(&mut close, &mut control),
+            Taken::Write { close: true, .. }
+        ));
+        assert!(matches!(
+            q.push_frames(&mut frames_of(&[b"ee"])),
+            Err(Refused::Closed(()))
+        ));
+    }
+
+    #[test]
+    fn frames_pushed_whole_must_be_whole_application_frames() {
+        let q = queue(1 << 20);
+        let good = frames_of(&[b"abc"]);
+        let mut heartbeat = BytesMut::new();
+        frame::encode_header(FrameKind::Heartbeat, 1, &mut heartbeat);
+        heartbeat.put_u8(1);
+        let mut big = BytesMut::new();
+        frame::encode_header(FrameKind::Message, MAX + 1, &mut big);
+        big.put_slice(&[0; MAX + 1]);
+        for bad in [
+            &good[..good.len() - 1],
+            &good[..3],
+            &heartbeat[..],
+            &big[..],
+        ] {
+            let mut bad = BytesMut::from(bad);
+            assert!(
+                matches!(q.push_frames(&mut bad), Err(Refused::TooLarge(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(q.queued_bytes(), 0, "nothing of them queued");
     }
 
     #[test]

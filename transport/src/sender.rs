@@ -312,6 +312,33 @@ impl Sender {
         }
     }
 
+    /// Queues `frames`: whole [`FrameKind::Message`] and
+    /// [`FrameKind::System`] frames the caller encoded itself (headers
+    /// included), in one append under one lock, and leaves `frames` empty
+    /// for the next batch. When the queue is empty (the writer took all of
+    /// it) the two buffers are swapped instead of copied, so `frames` may
+    /// come back as another allocation. For a producer that gathers a
+    /// batch of frames without the queue's lock and hands it over at once.
+    ///
+    /// Admitted whatever the queue's capacity (the caller bounds its
+    /// batches and reads [`PushedFrames::full`] to stop gathering), and
+    /// while the connection is closing but has not sent its Close yet: the
+    /// frames then go out before the Close, as frames queued before
+    /// [`Connection::close`](crate::Connection::close) do.
+    ///
+    /// # Errors
+    /// [`PushFramesError::Closed`] once the Close is sent (the frames are
+    /// not queued: count them as lost), [`PushFramesError::Malformed`]
+    /// (nothing queued, `frames` untouched) if `frames` is not a sequence
+    /// of whole application frames within the maximum frame size.
+    pub fn push_frames(&self, frames: &mut BytesMut) -> Result<PushedFrames, PushFramesError> {
+        match self.shared.out.push_frames(frames) {
+            Ok((yield_now, full)) => Ok(PushedFrames { yield_now, full }),
+            Err(Refused::TooLarge(e)) => Err(PushFramesError::Malformed(e)),
+            Err(_) => Err(PushFramesError::Closed),
+        }
+    }
+
     /// Queues a [`FrameKind::Heartbeat`] with `body` on the control lane:
     /// it never waits for room and overtakes queued user data (it goes out
     /// with the next write, between two frames of a large batch). The peer
@@ -334,6 +361,12 @@ impl Sender {
     /// Bytes queued and not yet handed to the socket.
     pub fn queued_bytes(&self) -> usize {
         self.shared.out.queued_bytes()
+    }
+
+    /// True while the queue is at or over its capacity: frames other than
+    /// [`push_frames`](Self::push_frames)' are refused as full (or wait).
+    pub fn is_full(&self) -> bool {
+        self.shared.out.is_full()
     }
 
     /// True once the connection no longer accepts frames.
@@ -365,6 +398,30 @@ impl Sender {
         }
         self.shared.abort(CloseReason::Local(reason.to_owned()));
     }
+}
+
+/// What [`Sender::push_frames`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PushedFrames {
+    /// Yield (once) so the writer can hand the queue to the socket (as
+    /// [`Pushed::Queued`]'s `yield_now`).
+    pub yield_now: bool,
+    /// The queue is now at or over its capacity: further frames would be
+    /// refused as full (or wait) on the other methods.
+    pub full: bool,
+}
+
+/// A refused [`Sender::push_frames`]; nothing was queued.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PushFramesError {
+    /// The connection has sent its Close, or is gone.
+    #[error("connection closed")]
+    Closed,
+    /// The bytes are not whole application frames within the maximum size.
+    #[error("not a sequence of whole application frames: {0}")]
+    Malformed(FrameError),
 }
 
 /// A refused [`try_send`](Sender::try_send); the frame comes back.

@@ -998,6 +998,8 @@ impl Association {
         if in_encoder() {
             return self.defer(msg, Self::send_system);
         }
+        // After what this thread staged (`stage`).
+        super::stage::flush();
         let body = msg.encode();
         let mut st = self.state();
         match &mut *st {
@@ -1083,6 +1085,8 @@ impl Association {
         if in_encoder() {
             return self.defer(msg, Self::send_reliable);
         }
+        // After what this thread staged (`stage`).
+        super::stage::flush();
         let mut out = self.requests.out();
         let frame = match Requests::push_reliable(&mut out, msg.encode()) {
             Ok(frame) => frame,

@@ -335,3 +335,40 @@ pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
 pub(super) fn in_encoder() -> bool {
     IN_ENCODER.get()
 }
+
+/// An encoder: appends the message to the buffer, at most `limit` bytes.
+/// Generic rather than `dyn` so that the whole `tell` inlines into the
+/// caller's (callgrind: a `dyn` here cost the sending thread 12 % more
+/// instructions).
+pub(crate) trait Encode: Fn(&mut BytesMut, usize) -> Result<(), SerializationError> {}
+impl<F: Fn(&mut BytesMut, usize) -> Result<(), SerializationError>> Encode for F {}
+
+/// `tell_direct`'s message: appended to `b`, whose envelope bytes for it
+/// began at `env`, at most `room` bytes, and spent from the recipient's
+/// credit (`flow`); false if it does not go this way (`failed` says why,
+/// if the encoder failed).
+#[inline(always)]
+pub(super) fn encode_direct(
+    b: &mut BytesMut,
+    env: usize,
+    encode: &impl Encode,
+    room: usize,
+    flow: &SendFlow,
+    failed: &mut Option<SerializationError>,
+) -> bool {
+    let start = b.len();
+    let ok = match run_encoder(|| encode(b, room)) {
+        // A custom encoder is not bounded while encoding.
+        Ok(()) => b.len() - start <= room,
+        // Large, or too large: the general path tells which.
+        Err(SerializationError::TooLarge { .. }) => false,
+        Err(e) => {
+            *failed = Some(e);
+            false
+        }
+    };
+    if ok {
+        flow.spend(b.len() - env);
+    }
+    ok
+}

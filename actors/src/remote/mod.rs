@@ -42,6 +42,7 @@ mod net;
 mod outbound;
 mod reliable;
 mod requests;
+mod stage;
 mod system_msg;
 
 use std::{

@@ -31,21 +31,14 @@ use transport::{FrameKind, Pushed, TrySendFrameError};
 use super::{
     association::Association,
     envelope::{self, Tag},
-    flow::SendFlow,
     large::LargeLane,
     link::{
-        LinkState, Pending, Recipient, TellError, in_encoder, run_encoder, write_envelope,
-        write_stop,
+        Encode, Link, LinkState, Pending, Recipient, TellError, encode_direct, in_encoder,
+        run_encoder, write_envelope, write_stop,
     },
+    stage,
 };
 use crate::error::SerializationError;
-
-/// An encoder: appends the message to the buffer, at most `limit` bytes.
-/// Generic rather than `dyn` so that the whole `tell` inlines into the
-/// caller's (callgrind: a `dyn` here cost the sending thread 12 % more
-/// instructions).
-pub(crate) trait Encode: Fn(&mut BytesMut, usize) -> Result<(), SerializationError> {}
-impl<F: Fn(&mut BytesMut, usize) -> Result<(), SerializationError>> Encode for F {}
 
 thread_local! {
     /// Where `tell` serializes a message that does not go straight into
@@ -53,34 +46,12 @@ thread_local! {
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(4096));
 }
 
-/// `tell_direct`'s message: appended to `b`, whose envelope bytes for it
-/// began at `env`, at most `room` bytes, and spent from the recipient's
-/// credit (`flow`); false if it does not go this way (`failed` says why,
-/// if the encoder failed).
-#[inline(always)]
-fn encode_direct(
-    b: &mut BytesMut,
-    env: usize,
-    encode: &impl Encode,
-    room: usize,
-    flow: &SendFlow,
-    failed: &mut Option<SerializationError>,
-) -> bool {
-    let start = b.len();
-    let ok = match run_encoder(|| encode(b, room)) {
-        // A custom encoder is not bounded while encoding.
-        Ok(()) => b.len() - start <= room,
-        // Large, or too large: the general path tells which.
-        Err(SerializationError::TooLarge { .. }) => false,
-        Err(e) => {
-            *failed = Some(e);
-            false
+impl stage::StageOwner for Association {
+    fn staged_lost(&self, n: u64, why: &str) {
+        if let Some(r) = self.registry() {
+            r.dead_letters_n(n, "(queued on a lost link)", &self.node, why);
         }
-    };
-    if ok {
-        flow.spend(b.len() - env);
     }
-    ok
 }
 
 /// A push's refusal without the encoder it hands back.
@@ -172,11 +143,35 @@ impl Association {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
+        if crate::poll_scope::active() {
+            // Inside an actor's poll: a plain message may be staged (see
+            // `stage`); anything else goes after what was.
+            if !EXT {
+                let room = self.large.threshold().saturating_sub(r.overhead());
+                let open = || self.stage_link();
+                if let Some(done) = stage::tell(self, open, r, manifest, room, encode) {
+                    return done;
+                }
+            }
+            stage::flush();
+        }
         if let Some(done) = self.tell_direct::<EXT>(r, manifest, encode) {
             return done;
         }
         let tag = Tag { manifest, ext: EXT };
         self.tell_general(r, tag, encode, None)
+    }
+
+    /// The link a stage may gather messages for (`stage`): up, taking
+    /// runs, and with its queue below capacity.
+    #[cold]
+    fn stage_link(&self) -> Option<Link> {
+        match &*self.state() {
+            LinkState::Up(link) if link.run_limit != 0 && !link.sender.is_full() => {
+                Some(link.clone())
+            }
+            _ => None,
+        }
     }
 
     /// Remote `tell` of an ask's request, whose envelope carries the path
@@ -208,6 +203,8 @@ impl Association {
         encode: &impl Encode,
         reply: Option<&str>,
     ) -> Result<bool, TellError> {
+        // Nothing this thread staged may be overtaken.
+        stage::flush();
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             self.encode_bounded(r, &mut scratch, encode)?;
@@ -258,6 +255,8 @@ impl Association {
         if in_encoder() {
             return Err(TellError::Serialization(SerializationError::Reentrant));
         }
+        // It comes after what this thread staged.
+        stage::flush();
         let mut st = self.state();
         if let LinkState::Up(link) = &*st {
             if !link.serves(r.uid) {

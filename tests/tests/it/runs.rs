@@ -2,10 +2,13 @@
 //! messages to one remote actor travel as one envelope. Order, credit and
 //! every bound hold as they do for single envelopes; a node that does not
 //! announce runs never gets one; a run a peer gets wrong is a counted dead
-//! letter that costs the connection nothing else.
+//! letter that costs the connection nothing else. And what an actor's
+//! handlers send during one poll of its task is staged and handed to the
+//! link at once (`remote::stage`): nothing it sends afterwards overtakes
+//! what was staged, and a full link is still reported as full.
 
 use actors::{
-    Actor, ActorRef, ActorResult, ActorSystem, Bincode, Ctx, RemoteMessage, Serializer,
+    Actor, ActorRef, ActorResult, ActorSystem, Bincode, Ctx, RemoteMessage, SendError, Serializer,
     SystemConfig, manifest_id,
 };
 use bytes::BytesMut;
@@ -296,5 +299,123 @@ async fn a_node_that_did_not_announce_runs_refuses_one_as_malformed() {
     })
     .await;
     assert_eq!(b.dead_letters() - dead_before, 1);
+    b.shutdown().await;
+}
+
+/// Sends from inside its handler: bursts to `x` (with `tell`, never
+/// waiting), and every 97 messages to `y` an ask of `y`'s report in the
+/// middle of it, whose answer must count every message sent to `y` before
+/// the ask. Reports (messages sent to y, asks whose count was short).
+struct Blaster {
+    x: ActorRef<Seq>,
+    y: ActorRef<Seq>,
+    done: tokio::sync::mpsc::UnboundedSender<(u64, u64)>,
+}
+
+impl Actor for Blaster {
+    type Msg = u64;
+
+    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) -> ActorResult {
+        let (mut to_y, mut short) = (0, 0);
+        for i in 0..n {
+            self.x.send(Seq::N(i)).await?;
+            if i % 97 == 0 {
+                self.y.tell(Seq::N(to_y))?;
+                to_y += 1;
+            }
+            if i % 1000 == 999 {
+                let (seen, wrong) = self.y.ask(Seq::Report, integration_tests::TIMEOUT).await?;
+                short += u64::from(seen != to_y || wrong != 0);
+            }
+        }
+        let _ = self.done.send((to_y, short));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_handler_sent_is_not_overtaken_by_what_it_sends_after() {
+    let (a, b, [x, y]) = pair(true, true).await;
+    let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
+    let blaster = a.spawn(Blaster {
+        x: x.clone(),
+        y: y.clone(),
+        done,
+    });
+    const N: u64 = 30_000;
+    blaster.tell(N).expect("room");
+    let (to_y, short) = within("the blaster", finished.recv())
+        .await
+        .expect("reports");
+    assert_eq!(short, 0, "an ask overtook messages sent before it");
+    assert_eq!(report(&x).await, (N, 0));
+    assert_eq!(report(&y).await, (to_y, 0));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Tells without ever waiting until the link reports itself full, then
+/// says how many it got in.
+struct Flooder {
+    to: ActorRef<Seq>,
+    done: tokio::sync::mpsc::UnboundedSender<Option<u64>>,
+}
+
+impl Actor for Flooder {
+    type Msg = u64;
+
+    async fn handle(&mut self, most: u64, _: &mut Ctx<Self>) -> ActorResult {
+        for i in 0..most {
+            match self.to.tell(Seq::N(i)) {
+                Ok(()) => {}
+                Err(SendError::LinkFull(_)) => {
+                    let _ = self.done.send(Some(i));
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let _ = self.done.send(None);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_handler_that_never_waits_still_finds_the_link_full() {
+    // One thread: the link's writer cannot run while the handler loops,
+    // so the queue fills. Staged messages must not hide that: the queue
+    // may exceed its 64 KiB by one stage (64 KiB), no more.
+    let mut config = runs(true);
+    config.transport_mut().set_queue_capacity(64 * 1024);
+    config.set_recipient_window(1 << 30);
+    config.set_mailbox_capacity(1 << 20);
+    let b = actor_system_with("b", config.clone()).await;
+    b.spawn_named("x", SeqCheck::default()).expect("free");
+    let a = actor_system_with("a", config).await;
+    let x = a.resolve::<Seq>(&actor_path(&b, "x")).await.expect("x");
+    let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
+    let flooder = a.spawn(Flooder {
+        to: x.clone(),
+        done,
+    });
+    flooder.tell(1_000_000).expect("room");
+    let accepted = within("the flooder", finished.recv())
+        .await
+        .expect("reports")
+        .expect("the link was reported full");
+    // About 14 bytes a message: 64 KiB of queue and one 64 KiB stage hold
+    // under 10,000 of them.
+    assert!(
+        accepted < 10_000,
+        "{accepted} accepted before the link was full"
+    );
+    // Every accepted message arrives, in order.
+    within("all accepted arrive", async {
+        while report(&x).await != (accepted, 0) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    a.shutdown().await;
     b.shutdown().await;
 }
