@@ -39,7 +39,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::sync::Notify;
 
 use crate::{
@@ -478,10 +478,11 @@ impl OutQueue {
         result.map(|()| yield_now)
     }
 
-    /// Appends `frames`, whole `Message` and `System` frames a producer
-    /// encoded on its own (see `Sender::push_frames`), under one lock, and
-    /// leaves `frames` empty (swapped with the queue's buffer when the
-    /// queue is empty, so no byte is copied).
+    /// Appends `frames[room..]`, whole `Message` and `System` frames a
+    /// producer encoded on its own (see `Sender::push_frames`), under one
+    /// lock, and leaves `frames` empty. When the queue holds at most
+    /// `room` bytes, they are copied into `frames[..room]` just before the
+    /// batch and the buffers are swapped, so the batch is not copied.
     /// Admitted while the queue is open or closing (the writer has not
     /// sent our Close yet, so they go out before it), whatever the
     /// capacity: the caller bounds its batches. Returns whether the caller
@@ -492,20 +493,34 @@ impl OutQueue {
     /// `Closed` once our Close is taken; `TooLarge` (nothing queued) if
     /// `frames` is not a sequence of whole application frames within the
     /// maximum frame size.
-    pub(crate) fn push_frames(&self, frames: &mut BytesMut) -> Result<(bool, bool), Refused<()>> {
-        let n = frame::count_app_frames(frames, self.max_frame_size).map_err(Refused::TooLarge)?;
+    pub(crate) fn push_frames(
+        &self,
+        frames: &mut BytesMut,
+        room: usize,
+    ) -> Result<(bool, bool), Refused<()>> {
+        let Some(batch) = frames.get(room..) else {
+            return Err(Refused::TooLarge(FrameError::Truncated {
+                have: frames.len(),
+                need: room as u64,
+            }));
+        };
+        let n = frame::count_app_frames(batch, self.max_frame_size).map_err(Refused::TooLarge)?;
         let mut q = self.lock();
         if q.state == OutState::Closed {
             return Err(Refused::Closed(()));
         }
-        if q.buf.is_empty() {
-            // The writer took everything: the batch becomes the queue, and
-            // the caller gets the queue's empty buffer. No copy.
+        let held = q.buf.len();
+        if held <= room {
+            // What the queue holds fits the room before the batch: it moves
+            // there, and the batch becomes the queue, the caller getting
+            // the queue's buffer. Only those few bytes are copied.
+            frames[room - held..room].copy_from_slice(&q.buf);
+            frames.advance(room - held);
             mem::swap(&mut q.buf, frames);
         } else {
-            q.buf.extend_from_slice(frames);
-            frames.clear();
+            q.buf.extend_from_slice(batch);
         }
+        frames.clear();
         q.frames += n;
         q.run_key = 0;
         let yield_now = self.queued(&mut q);
@@ -855,17 +870,17 @@ mod tests {
     fn frames_pushed_whole_go_out_in_place_until_the_close_is_taken() {
         // Over the capacity: admitted, and said to be full.
         let small = queue(8);
-        let pushed = small.push_frames(&mut frames_of(&[b"bb", b"cc"]));
+        let pushed = small.push_frames(&mut frames_of(&[b"bb", b"cc"]), 0);
         assert_eq!(pushed.map_err(|_| ()), Ok((false, true)));
         let q = queue(1 << 20);
         push_byte(&q, 7, 100, b'a', b'+').unwrap();
-        let pushed = q.push_frames(&mut frames_of(&[b"bb", b"cc"]));
+        let pushed = q.push_frames(&mut frames_of(&[b"bb", b"cc"]), 0);
         assert_eq!(pushed.map_err(|_| ()), Ok((false, false)));
         // They ended the run: the next push starts a frame.
         push_byte(&q, 7, 100, b'a', b'+').unwrap();
         q.begin_close("bye".into());
         // Closing, but the Close is not taken yet: they still go before it.
-        assert!(q.push_frames(&mut frames_of(&[b"dd"])).is_ok());
+        assert!(q.push_frames(&mut frames_of(&[b"dd"]), 0).is_ok());
         let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
         assert!(matches!(
             q.take(&mut spare, &mut control),
@@ -882,8 +897,41 @@ mod tests {
             Taken::Write { close: true, .. }
         ));
         assert!(matches!(
-            q.push_frames(&mut frames_of(&[b"ee"])),
+            q.push_frames(&mut frames_of(&[b"ee"]), 0),
             Err(Refused::Closed(()))
+        ));
+    }
+
+    #[test]
+    fn frames_pushed_whole_take_what_the_queue_holds_into_their_room() {
+        let q = queue(1 << 20);
+        push_byte(&q, 7, 100, b'a', b'+').unwrap();
+        // Room for 6 bytes (the queued frame) before the batch: the queue
+        // takes the batch's buffer, with the frame moved in front.
+        let mut batch = BytesMut::from(&[0xee; 6][..]);
+        batch.extend_from_slice(&frames_of(&[b"bb"]));
+        let ptr = batch[6..].as_ptr();
+        assert!(q.push_frames(&mut batch, 6).is_ok());
+        assert!(batch.is_empty());
+        let (mut spare, mut control) = (BytesMut::new(), BytesMut::new());
+        assert!(matches!(
+            q.take(&mut spare, &mut control),
+            Taken::Write { frames: 2, .. }
+        ));
+        assert_eq!(spare[6..].as_ptr(), ptr, "the batch was not copied");
+        let bodies: Vec<Vec<u8>> = decode_all(spare).into_iter().map(|(_, b)| b).collect();
+        assert_eq!(bodies, [&b"a"[..], b"bb"].map(<[u8]>::to_vec));
+        // More than the room: the batch is appended after it.
+        push_byte(&q, 7, 100, b'c', b'+').unwrap();
+        push_byte(&q, 8, 100, b'd', b'+').unwrap();
+        let mut batch = BytesMut::from(&[0xee; 6][..]);
+        batch.extend_from_slice(&frames_of(&[b"ee"]));
+        assert!(q.push_frames(&mut batch, 6).is_ok());
+        assert_eq!(take_all(&q), [&b"c"[..], b"d", b"ee"].map(<[u8]>::to_vec));
+        // A room longer than the buffer is refused.
+        assert!(matches!(
+            q.push_frames(&mut BytesMut::new(), 1),
+            Err(Refused::TooLarge(_))
         ));
     }
 
@@ -905,7 +953,7 @@ mod tests {
         ] {
             let mut bad = BytesMut::from(bad);
             assert!(
-                matches!(q.push_frames(&mut bad), Err(Refused::TooLarge(_))),
+                matches!(q.push_frames(&mut bad, 0), Err(Refused::TooLarge(_))),
                 "{bad:?}"
             );
         }

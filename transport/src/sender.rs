@@ -312,13 +312,17 @@ impl Sender {
         }
     }
 
-    /// Queues `frames`: whole [`FrameKind::Message`] and
+    /// Queues `frames[room..]`: whole [`FrameKind::Message`] and
     /// [`FrameKind::System`] frames the caller encoded itself (headers
     /// included), in one append under one lock, and leaves `frames` empty
-    /// for the next batch. When the queue is empty (the writer took all of
-    /// it) the two buffers are swapped instead of copied, so `frames` may
-    /// come back as another allocation. For a producer that gathers a
-    /// batch of frames without the queue's lock and hands it over at once.
+    /// for the next batch. For a producer that gathers a batch of frames
+    /// without the queue's lock and hands it over at once.
+    ///
+    /// `frames[..room]` is scratch space the caller leaves in front of the
+    /// batch: when the queue holds at most `room` bytes (the writer took
+    /// the rest), they are copied there and the two buffers are swapped,
+    /// so the batch itself is not copied, and `frames` comes back as
+    /// another allocation. Otherwise the batch is appended.
     ///
     /// Admitted whatever the queue's capacity (the caller bounds its
     /// batches and reads [`PushedFrames::full`] to stop gathering), and
@@ -329,10 +333,14 @@ impl Sender {
     /// # Errors
     /// [`PushFramesError::Closed`] once the Close is sent (the frames are
     /// not queued: count them as lost), [`PushFramesError::Malformed`]
-    /// (nothing queued, `frames` untouched) if `frames` is not a sequence
-    /// of whole application frames within the maximum frame size.
-    pub fn push_frames(&self, frames: &mut BytesMut) -> Result<PushedFrames, PushFramesError> {
-        match self.shared.out.push_frames(frames) {
+    /// (nothing queued, `frames` untouched) if `frames[room..]` is not a
+    /// sequence of whole application frames within the maximum frame size.
+    pub fn push_frames(
+        &self,
+        frames: &mut BytesMut,
+        room: usize,
+    ) -> Result<PushedFrames, PushFramesError> {
+        match self.shared.out.push_frames(frames, room) {
             Ok((yield_now, full)) => Ok(PushedFrames { yield_now, full }),
             Err(Refused::TooLarge(e)) => Err(PushFramesError::Malformed(e)),
             Err(_) => Err(PushFramesError::Closed),

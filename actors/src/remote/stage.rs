@@ -22,7 +22,10 @@
 //!   dead letters, as frames left in a lost link's queue are (a link that
 //!   is closing still takes it, before its Close);
 //! - memory: one buffer per thread that ever staged, at most
-//!   [`STAGE_BYTES`] plus one message (below the large-message threshold).
+//!   [`STAGE_BYTES`] plus one message (below the large-message threshold)
+//!   and [`ROOM`]; it is handed to the queue whole when the queue holds
+//!   little (a buffer swap, not a copy), and the thread takes the queue's
+//!   empty one in exchange.
 //!
 //! A lone message in a poll (request-response) takes the direct path
 //! unchanged: the stage opens at the second message to the same node.
@@ -61,7 +64,8 @@ struct Stage {
     /// The association this poll sent one message to by the direct path
     /// (by address, for identity only): a second one opens the stage.
     seen: usize,
-    /// Whole frames, ready for `Sender::push_frames`.
+    /// [`ROOM`] bytes of scratch, then whole frames, ready for
+    /// `Sender::push_frames` (empty until the stage first opens).
     buf: BytesMut,
     /// The last frame is a run envelope that a message with this key
     /// (recipient id and manifest) extends (0: none); its header starts at
@@ -70,17 +74,37 @@ struct Stage {
     run_start: usize,
 }
 
+/// Scratch in front of the staged frames: what the link's queue holds when
+/// the stage is handed over (usually the poll's first message, sent
+/// directly) moves there if it fits, and the stage's buffer becomes the
+/// queue's without being copied (`Sender::push_frames`).
+const ROOM: usize = 1024;
+
 impl Stage {
+    /// Whether frames are staged.
+    #[inline(always)]
+    fn holds_frames(&self) -> bool {
+        self.buf.len() > ROOM
+    }
+
+    /// Empties the stage, leaving its scratch room.
+    #[inline]
+    fn reset(&mut self) {
+        self.buf.clear();
+        self.buf.put_bytes(0, ROOM);
+        self.run_key = 0;
+    }
+
     /// Hands the staged frames to their link. Returns whether the caller
     /// should yield to the link's writer.
     fn hand_over(&mut self) -> bool {
-        self.run_key = 0;
-        if self.buf.is_empty() {
+        if !self.holds_frames() {
             return false;
         }
         let mut yield_now = false;
         if let Some((assoc, link)) = &self.to {
-            match link.sender.push_frames(&mut self.buf) {
+            let buf = &mut self.buf;
+            match link.sender.push_frames(buf, ROOM) {
                 Ok(p) => {
                     yield_now = p.yield_now;
                     if p.full {
@@ -91,12 +115,12 @@ impl Stage {
                 }
                 Err(e) => {
                     let why = format!("link closed before a batch was queued: {e}");
-                    assoc.staged_lost(lost_messages(&self.buf), &why);
+                    assoc.staged_lost(lost_messages(&buf[ROOM..]), &why);
                     self.to = None;
                 }
             }
         }
-        self.buf.clear();
+        self.reset();
         yield_now
     }
 
@@ -126,7 +150,7 @@ fn lost_messages(mut buf: &[u8]) -> u64 {
 pub(super) fn flush() {
     STAGE.with(|s| {
         if let Ok(mut s) = s.try_borrow_mut()
-            && !s.buf.is_empty()
+            && s.holds_frames()
         {
             s.hand_over();
         }
@@ -177,73 +201,80 @@ pub(super) fn tell<T: StageOwner + 'static>(
     room: usize,
     encode: &impl Encode,
 ) -> Option<Result<bool, TellError>> {
-    STAGE.with(|cell| {
-        let mut st = cell.try_borrow_mut().ok()?;
-        let st = &mut *st;
-        let me = addr(owner);
-        if st.to.as_ref().is_none_or(|(a, _)| addr(a) != me) {
-            if st.seen != me {
-                // The first message to this node in this poll.
-                st.seen = me;
-                crate::poll_scope::at_end(end_of_poll);
-                return None;
+    STAGE.with(
+        #[inline(always)]
+        |cell| {
+            let mut st = cell.try_borrow_mut().ok()?;
+            let st = &mut *st;
+            let me = addr(owner);
+            if st.to.as_ref().is_none_or(|(a, _)| addr(a) != me) {
+                if st.seen != me {
+                    // The first message to this node in this poll.
+                    st.seen = me;
+                    crate::poll_scope::at_end(end_of_poll);
+                    return None;
+                }
+                open_for(st, owner.clone(), open)?;
             }
-            open_for(st, owner.clone(), open)?;
-        }
-        let (_, link) = st.to.as_ref().expect("opened above");
-        if !link.serves(r.uid) {
-            return Some(Err(TellError::Gone));
-        }
-        let id = link.ids.lookup(&r.id)?;
-        let flow = &*r.flow;
-        if !flow.has_credit() {
-            return Some(Err(TellError::NoCredit));
-        }
-        let run_limit = link.run_limit;
-        // Ids are never 0 (`compression`).
-        let key = u64::from(id) << 32 | u64::from(manifest);
-        let more = st.run_key == key;
-        let start = st.buf.len();
-        let frame_at = if more { st.run_start } else { start };
-        let mut guard = Truncate {
-            buf: &mut st.buf,
-            to: start,
-        };
-        // The envelope bytes start after the frame header: credit counts
-        // envelope bytes, as the receiver returns them.
-        let env = if more {
-            guard.buf.put_bytes(0, 4);
-            start
-        } else {
-            frame::encode_header(FrameKind::Message, 0, guard.buf);
-            let env = guard.buf.len();
-            envelope::put_run_header(guard.buf, id, manifest);
-            env
-        };
-        let head = guard.buf.len() - 4;
-        let mut failed = None;
-        if !encode_direct(guard.buf, env, encode, room, flow, &mut failed) {
-            // Dropping the guard removes what was written.
-            return failed.map(|e| Err(TellError::Serialization(e)));
-        }
-        // Below `RECORD_EXT`: at most the large threshold.
-        let len = (guard.buf.len() - head - 4) as u32;
-        guard.buf[head..head + 4].copy_from_slice(&len.to_le_bytes());
-        let body = guard.buf.len() - frame_at - frame::HEADER_LEN;
-        frame::set_body_len(&mut guard.buf[frame_at..], body);
-        guard.to = usize::MAX;
-        drop(guard);
-        if !more {
-            (st.run_key, st.run_start) = (key, frame_at);
-        }
-        if body >= run_limit {
-            st.run_key = 0;
-        }
-        if st.buf.len() >= STAGE_BYTES {
-            return Some(Ok(st.hand_over()));
-        }
-        Some(Ok(false))
-    })
+            let (_, link) = st.to.as_ref().expect("opened above");
+            if !link.serves(r.uid) {
+                return Some(Err(TellError::Gone));
+            }
+            let id = link.ids.lookup(&r.id)?;
+            let flow = &*r.flow;
+            if !flow.has_credit() {
+                return Some(Err(TellError::NoCredit));
+            }
+            let run_limit = link.run_limit;
+            // Ids are never 0 (`compression`).
+            let key = u64::from(id) << 32 | u64::from(manifest);
+            let Stage {
+                buf,
+                run_key,
+                run_start,
+                ..
+            } = st;
+            let more = *run_key == key;
+            let start = buf.len();
+            let frame_at = if more { *run_start } else { start };
+            let mut guard = Truncate { buf, to: start };
+            // The envelope bytes start after the frame header: credit counts
+            // envelope bytes, as the receiver returns them.
+            let env = if more {
+                guard.buf.put_bytes(0, 4);
+                start
+            } else {
+                frame::encode_header(FrameKind::Message, 0, guard.buf);
+                let env = guard.buf.len();
+                envelope::put_run_header(guard.buf, id, manifest);
+                env
+            };
+            let head = guard.buf.len() - 4;
+            let mut failed = None;
+            if !encode_direct(guard.buf, env, encode, room, flow, &mut failed) {
+                // Dropping the guard removes what was written.
+                return failed.map(|e| Err(TellError::Serialization(e)));
+            }
+            // Below `RECORD_EXT`: at most the large threshold.
+            let len = (guard.buf.len() - head - 4) as u32;
+            guard.buf[head..head + 4].copy_from_slice(&len.to_le_bytes());
+            let body = guard.buf.len() - frame_at - frame::HEADER_LEN;
+            frame::set_body_len(&mut guard.buf[frame_at..], body);
+            guard.to = usize::MAX;
+            let staged = guard.buf.len();
+            drop(guard);
+            if !more {
+                (*run_key, *run_start) = (key, frame_at);
+            }
+            if body >= run_limit {
+                *run_key = 0;
+            }
+            if staged >= STAGE_BYTES {
+                return Some(Ok(st.hand_over()));
+            }
+            Some(Ok(false))
+        },
+    )
 }
 
 /// Opens the stage for `owner`, handing over what it held for another.
@@ -257,6 +288,9 @@ fn open_for(
     st.end();
     st.seen = addr(&owner);
     let link = open()?;
+    if st.buf.len() < ROOM {
+        st.reset();
+    }
     st.to = Some((owner, link));
     crate::poll_scope::at_end(end_of_poll);
     Some(())
