@@ -420,3 +420,65 @@ async fn a_handler_that_never_waits_still_finds_the_link_full() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Counts what arrives in order, and reports (count, out of order) when
+/// it stops.
+struct LastWords {
+    next: u64,
+    wrong: u64,
+    report: tokio::sync::mpsc::UnboundedSender<(u64, u64)>,
+}
+
+impl Actor for LastWords {
+    type Msg = Seq;
+
+    async fn handle(&mut self, msg: Seq, _: &mut Ctx<Self>) -> ActorResult {
+        if let Seq::N(n) = msg {
+            self.wrong += u64::from(n != self.next);
+            self.next = n + 1;
+        }
+        Ok(())
+    }
+
+    async fn stopped(&mut self, _: &actors::StopReason) {
+        let _ = self.report.send((self.next, self.wrong));
+    }
+}
+
+/// Sends `n` messages and then a graceful stop, from one handler call.
+struct SendThenStop(ActorRef<Seq>);
+
+impl Actor for SendThenStop {
+    type Msg = u64;
+
+    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) -> ActorResult {
+        for i in 0..n {
+            self.0.tell(Seq::N(i))?;
+        }
+        self.0.stop_after_queued()?;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_sent_after_staged_messages_comes_after_them() {
+    let (report, mut words) = tokio::sync::mpsc::unbounded_channel();
+    let b = actor_system_with("b", runs(true)).await;
+    b.spawn_named(
+        "x",
+        LastWords {
+            next: 0,
+            wrong: 0,
+            report,
+        },
+    )
+    .expect("free");
+    let a = actor_system_with("a", runs(true)).await;
+    let x = a.resolve::<Seq>(&actor_path(&b, "x")).await.expect("x");
+    const N: u64 = 2_000;
+    a.spawn(SendThenStop(x)).tell(N).expect("room");
+    let last = within("x's last words", words.recv()).await.expect("stops");
+    assert_eq!(last, (N, 0), "every message before the stop, in order");
+    a.shutdown().await;
+    b.shutdown().await;
+}
