@@ -482,3 +482,39 @@ async fn a_graceful_stop_sent_after_staged_messages_comes_after_them() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Sends `n` numbered messages with `send().await` from one handler call,
+/// then says so.
+struct Sender(ActorRef<Seq>, tokio::sync::mpsc::UnboundedSender<()>);
+
+impl Actor for Sender {
+    type Msg = u64;
+
+    async fn handle(&mut self, n: u64, _: &mut Ctx<Self>) -> ActorResult {
+        for i in 0..n {
+            self.0.send(Seq::N(i)).await?;
+        }
+        let _ = self.1.send(());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_waiting_for_credit_hands_over_what_it_staged() {
+    // A 1 KiB window: the handler's `send` waits for credit every few
+    // dozen messages, and the credit comes back only for messages that
+    // left, so the stage must go to the link when the handler waits.
+    let mut config = runs(true);
+    config.set_recipient_window(1024);
+    let b = actor_system_with("b", config.clone()).await;
+    b.spawn_named("x", SeqCheck::default()).expect("free");
+    let a = actor_system_with("a", config).await;
+    let x = a.resolve::<Seq>(&actor_path(&b, "x")).await.expect("x");
+    let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
+    const N: u64 = 50_000;
+    a.spawn(Sender(x.clone(), done)).tell(N).expect("room");
+    within("all sends", finished.recv()).await.expect("done");
+    assert_eq!(report(&x).await, (N, 0));
+    a.shutdown().await;
+    b.shutdown().await;
+}
