@@ -40,6 +40,21 @@ struct CeilingLink {
     out: BytesMut,
     inb: BytesMut,
     payload: Vec<u8>,
+    /// With `--echo-all`: each payload carries its send time, and each
+    /// echo's round trip is recorded here, as the actors' sender does
+    /// (`ToReceiver::Timed`, `ToSender::TimedEcho`), so both sides do the
+    /// same work per message.
+    per_message: Option<Report>,
+}
+
+/// A payload stamped with its send time (`--echo-all`), as the actors'
+/// `Timed` messages are.
+fn put_timed_payload(out: &mut BytesMut, payload: &[u8]) {
+    out.put_u32(1 + 8 + payload.len() as u32);
+    out.put_u8(FrameKind::Message as u8);
+    out.put_u8(TAG_PAYLOAD);
+    out.put_u64(now_ns());
+    out.put_slice(payload);
 }
 
 fn put_payload(out: &mut BytesMut, payload: &[u8]) {
@@ -59,7 +74,11 @@ impl Link for CeilingLink {
     async fn send_burst(&mut self, n: u64, marker: Marker) -> Result<()> {
         self.out.clear();
         for _ in 0..n {
-            put_payload(&mut self.out, &self.payload);
+            if self.per_message.is_some() {
+                put_timed_payload(&mut self.out, &self.payload);
+            } else {
+                put_payload(&mut self.out, &self.payload);
+            }
         }
         put_marker(&mut self.out, &marker);
         self.wr.write_all(&self.out).await?;
@@ -74,8 +93,16 @@ impl Link for CeilingLink {
                     break;
                 }
                 let body = &self.inb[HEADER_LEN..HEADER_LEN + len];
-                // In echo-all mode payload echoes come first: skip them.
+                // In echo-all mode payload echoes come first: their round
+                // trips are recorded.
                 let marker = (body.first() == Some(&TAG_MARKER)).then(|| Marker::decode(body));
+                if marker.is_none()
+                    && let Some(r) = &mut self.per_message
+                    && let Some(sent) = body.get(1..9)
+                {
+                    let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
+                    r.record_rtt(Duration::from_nanos(now_ns().saturating_sub(sent)));
+                }
                 self.inb.advance(HEADER_LEN + len);
                 if let Some(m) = marker {
                     return m;
@@ -159,12 +186,15 @@ pub async fn run(
         out: BytesMut::with_capacity(shape.burst as usize * (HEADER_LEN + 1 + shape.payload) + 64),
         inb: BytesMut::with_capacity(READ_BUF),
         payload: vec![7u8; shape.payload],
+        per_message: echo_all.then(|| Report::new(shape)),
     };
     // The sender runs in its own task, as the transport's does.
     let outcome = tokio::spawn(async move {
         let r = drive(&mut link, shape, verbose).await;
-        drop(link);
-        r
+        r.map(|mut o| {
+            o.per_message = link.per_message.take();
+            o
+        })
     })
     .await??;
     server.await??;

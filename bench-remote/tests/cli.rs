@@ -809,3 +809,32 @@ fn compare_draws_no_progress_bar_when_piped() {
     assert!(pass.is_match(lines[0]) && pass.is_match(lines[1]), "{out}");
     assert!(lines[3].starts_with("median of 2: actors "), "{out}");
 }
+
+/// With `--echo-all`, the ceiling times every message's round trip as the
+/// actors' run does (a stamp at send, a histogram entry per echo), so the
+/// ratio compares the same work.
+#[test]
+fn the_echo_ceiling_times_every_message_as_the_actors_do() {
+    let (ok, out, err) = run(&[
+        "--echo-all",
+        "--raw-ceiling",
+        "--messages",
+        "20000",
+        "--burst",
+        "1000",
+    ]);
+    assert!(ok, "stderr: {err}");
+    let samples = |prefix: &str| -> u64 {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{out}"));
+        let re = Regex::new(r"\((\d+) samples\)$").unwrap();
+        re.captures(line).unwrap_or_else(|| panic!("{line}"))[1]
+            .parse()
+            .unwrap()
+    };
+    // Every timed message, warm-up included, on both sides.
+    assert!(samples("Per-message round-trip") >= 20_000, "{out}");
+    assert!(samples("Ceiling per-message round-trip") >= 20_000, "{out}");
+}

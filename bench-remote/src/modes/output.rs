@@ -114,6 +114,9 @@ pub async fn finish(recv: &Handle, opts: &RunOpts, run: Run) -> Result<()> {
         // The same marker round-trips, hand-written: with `--burst 1` this
         // is a lone ping-pong, the latency floor of this layout.
         println!("{}", c.report.percentiles_line("Ceiling marker"));
+        if let Some(pm) = &c.per_message {
+            println!("{}", pm.percentiles_line("Ceiling per-message"));
+        }
         let (p50, p99) = latency_ratios(&run.outcome.report, &c.report);
         println!(
             "Marker round-trip {} / ceiling: p50 {p50:.2}, p99 {p99:.2}",
