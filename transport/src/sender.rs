@@ -332,7 +332,7 @@ impl Sender {
     ///
     /// # Errors
     /// [`PushFramesError::Closed`] once the Close is sent (the frames are
-    /// not queued: count them as lost), [`PushFramesError::Malformed`]
+    /// not queued; it says how many messages they carry), [`PushFramesError::Malformed`]
     /// (nothing queued, `frames` untouched) if `frames[room..]` is not a
     /// sequence of whole application frames within the maximum frame size.
     pub fn push_frames(
@@ -340,11 +340,17 @@ impl Sender {
         frames: &mut BytesMut,
         room: usize,
     ) -> Result<PushedFrames, PushFramesError> {
-        match self.shared.out.push_frames(frames, room) {
-            Ok((yield_now, full)) => Ok(PushedFrames { yield_now, full }),
-            Err(Refused::TooLarge(e)) => Err(PushFramesError::Malformed(e)),
-            Err(_) => Err(PushFramesError::Closed),
-        }
+        let out = &self.shared.out;
+        let refused = match out.push_frames(frames, room) {
+            Ok((yield_now, full)) => return Ok(PushedFrames { yield_now, full }),
+            Err(refused) => refused,
+        };
+        let batch = frames.get(room..).unwrap_or_default();
+        let lost = frame::unwritten_messages(batch, 0, out.message_count);
+        Err(match refused {
+            Refused::TooLarge(error) => PushFramesError::Malformed { error, lost },
+            _ => PushFramesError::Closed { lost },
+        })
     }
 
     /// Queues a [`FrameKind::Heartbeat`] with `body` on the control lane:
@@ -424,12 +430,33 @@ pub struct PushedFrames {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PushFramesError {
-    /// The connection has sent its Close, or is gone.
-    #[error("connection closed")]
-    Closed,
+    /// The connection has sent its Close, or is gone: `lost` messages
+    /// were not queued, counted as
+    /// [`TransportConfig::set_message_count`](crate::TransportConfig::set_message_count)
+    /// says.
+    #[error("connection closed ({lost} messages not queued)")]
+    Closed {
+        /// The messages in the frames, by the configured count.
+        lost: u64,
+    },
     /// The bytes are not whole application frames within the maximum size.
-    #[error("not a sequence of whole application frames: {0}")]
-    Malformed(FrameError),
+    #[error("not a sequence of whole application frames: {error}")]
+    Malformed {
+        /// What is wrong with them.
+        error: FrameError,
+        /// The messages in the frames (one cut short included), by the
+        /// configured count.
+        lost: u64,
+    },
+}
+
+impl PushFramesError {
+    /// The messages that were not queued.
+    pub fn lost(&self) -> u64 {
+        match self {
+            Self::Closed { lost } | Self::Malformed { lost, .. } => *lost,
+        }
+    }
 }
 
 /// A refused [`try_send`](Sender::try_send); the frame comes back.

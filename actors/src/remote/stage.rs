@@ -35,10 +35,7 @@ use std::{cell::RefCell, sync::Arc};
 use bytes::{BufMut, BytesMut};
 use transport::{FrameKind, frame};
 
-use super::{
-    envelope,
-    link::{Encode, Link, Recipient, TellError, encode_direct},
-};
+use super::link::{Encode, Link, Recipient, TellError, encode_run_record};
 
 /// Whom a stage belongs to (an association): told of what a stage lost
 /// because its link closed before the hand-over.
@@ -115,7 +112,7 @@ impl Stage {
                 }
                 Err(e) => {
                     let why = format!("link closed before a batch was queued: {e}");
-                    assoc.staged_lost(lost_messages(&buf[ROOM..]), &why);
+                    assoc.staged_lost(e.lost(), &why);
                     self.to = None;
                 }
             }
@@ -131,17 +128,6 @@ impl Stage {
         self.to = None;
         self.seen = 0;
     }
-}
-
-/// The messages of the frames in `buf` (all whole, built here).
-fn lost_messages(mut buf: &[u8]) -> u64 {
-    let mut n = 0;
-    while let Some((_, len)) = frame::peek_header(buf) {
-        let end = (frame::HEADER_LEN + len).min(buf.len());
-        n += envelope::messages_in(&buf[frame::HEADER_LEN..end]);
-        buf = &buf[end..];
-    }
-    n
 }
 
 /// Hands this thread's stage to its link now: before anything else this
@@ -238,26 +224,25 @@ pub(super) fn tell<T: StageOwner + 'static>(
             let start = buf.len();
             let frame_at = if more { *run_start } else { start };
             let mut guard = Truncate { buf, to: start };
-            // The envelope bytes start after the frame header: credit counts
-            // envelope bytes, as the receiver returns them.
-            let env = if more {
-                guard.buf.put_bytes(0, 4);
-                start
-            } else {
+            // Credit counts envelope bytes, as the receiver returns them: a
+            // new frame's header comes before them.
+            if !more {
                 frame::encode_header(FrameKind::Message, 0, guard.buf);
-                let env = guard.buf.len();
-                envelope::put_run_header(guard.buf, id, manifest);
-                env
-            };
-            let head = guard.buf.len() - 4;
+            }
             let mut failed = None;
-            if !encode_direct(guard.buf, env, encode, room, flow, &mut failed) {
+            if !encode_run_record(
+                guard.buf,
+                more,
+                id,
+                manifest,
+                encode,
+                room,
+                flow,
+                &mut failed,
+            ) {
                 // Dropping the guard removes what was written.
                 return failed.map(|e| Err(TellError::Serialization(e)));
             }
-            // Below `RECORD_EXT`: at most the large threshold.
-            let len = (guard.buf.len() - head - 4) as u32;
-            guard.buf[head..head + 4].copy_from_slice(&len.to_le_bytes());
             let body = guard.buf.len() - frame_at - frame::HEADER_LEN;
             frame::set_body_len(&mut guard.buf[frame_at..], body);
             guard.to = usize::MAX;

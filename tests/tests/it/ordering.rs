@@ -233,6 +233,39 @@ async fn a_burst_on_a_closed_connection_says_how_many_were_queued() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_pushed_on_a_closed_connection_say_how_many_messages_they_carry() {
+    let (a, b) = pair().await;
+    let (conn, _c_in, _s, _inbound) = connect(&a, &b).await;
+    let sender = conn.sender();
+    conn.close("done").await;
+    // Three frames after 4 bytes of room; the default count is a message
+    // per Message frame, none per System frame.
+    let mut frames = bytes::BytesMut::from(&[0u8; 4][..]);
+    for (kind, body) in [
+        (FrameKind::Message, &b"a"[..]),
+        (FrameKind::System, b"s"),
+        (FrameKind::Message, b"bc"),
+    ] {
+        transport::frame::encode_header(kind, body.len(), &mut frames);
+        frames.put_slice(body);
+    }
+    let err = sender.push_frames(&mut frames, 4).expect_err("closed");
+    assert!(
+        matches!(err, transport::PushFramesError::Closed { lost: 2 }),
+        "{err}"
+    );
+    assert_eq!(err.lost(), 2);
+    // A cut batch is refused as malformed; the cut frame counts too.
+    let mut cut = frames.clone();
+    cut.truncate(cut.len() - 1);
+    let err = sender.push_frames(&mut cut, 4).expect_err("malformed");
+    assert!(
+        matches!(err, transport::PushFramesError::Malformed { lost: 2, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_frame_in_a_burst_stops_it_after_the_frames_before_it() {
     let (a, b) = pair().await;
     let (conn, _c_in, _s, mut inbound) = connect(&a, &b).await;
