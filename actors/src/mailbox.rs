@@ -86,7 +86,7 @@ pub(crate) fn stop_in_batch<M>(user: &mut VecDeque<Queued<M>>, batch: &Bytes, at
 }
 
 /// Records in a batch buffer, stop markers included.
-fn count_records(batch: &[u8]) -> usize {
+pub(crate) fn count_records(batch: &[u8]) -> usize {
     let mut pos = 0;
     let mut n = 0;
     loop {

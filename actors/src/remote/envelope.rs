@@ -328,15 +328,9 @@ pub(crate) fn messages_in(body: &[u8]) -> u64 {
     if body.first() != Some(&ENV_RUN) {
         return 1;
     }
-    let mut b = body.get(ENV_HEADER..).unwrap_or_default();
-    let mut n = 0;
-    while let Some((head, rest)) = b.split_first_chunk::<4>() {
-        n += 1;
-        b = rest
-            .get(u32::from_le_bytes(*head) as usize..)
-            .unwrap_or_default();
-    }
-    n.max(1)
+    // The records are in the mailbox's form.
+    let records = body.get(ENV_HEADER..).unwrap_or_default();
+    crate::mailbox::count_records(records).max(1) as u64
 }
 
 /// As [`put_compact_header`], for a message that begins with an

@@ -82,7 +82,7 @@ const INLINE_ID: u32 = u32::MAX;
 /// and the last ending where the envelope does: then they are appended as
 /// they are.
 #[inline]
-pub(super) fn count_records(mut b: &[u8]) -> Result<usize, &'static str> {
+pub(super) fn run_records(mut b: &[u8]) -> Result<usize, &'static str> {
     if b.is_empty() {
         return Err("a run envelope without records");
     }
@@ -287,7 +287,7 @@ impl Runs {
 
     /// Appends `n` records for `id`'s `target` at once: the records of a
     /// run envelope (`envelope::ENV_RUN`) of `credit` bytes, checked by
-    /// [`count_records`], which are in the form the run keeps.
+    /// [`run_records`], which are in the form the run keeps.
     #[inline]
     fn push_records(
         &mut self,
@@ -534,7 +534,7 @@ impl Dispatch {
         }
         let run = match env.kind {
             Kind::Message => None,
-            Kind::Run => match count_records(b) {
+            Kind::Run => match run_records(b) {
                 Ok(_) if !self.takes_runs => {
                     return self.malformed("a run envelope, which this node did not announce");
                 }

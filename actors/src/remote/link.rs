@@ -9,7 +9,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use transport::{Frame, Sender, TrySendFrameError};
 
 use super::{
@@ -371,4 +371,38 @@ pub(super) fn encode_direct(
         flow.spend(b.len() - env);
     }
     ok
+}
+
+/// A record of a run envelope (`envelope::ENV_RUN`) to recipient `id`,
+/// appended to `b`: the run's header first unless `more` (the record
+/// extends the run `b` ends with), then the record's length and the
+/// message, as [`encode_direct`] encodes and spends it from where `b` ends
+/// now. The length is written once known; each branch appends a constant
+/// size (a variable one compiled to a memcpy call per message).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn encode_run_record(
+    b: &mut BytesMut,
+    more: bool,
+    id: u32,
+    manifest: u32,
+    encode: &impl Encode,
+    room: usize,
+    flow: &SendFlow,
+    failed: &mut Option<SerializationError>,
+) -> bool {
+    let env = b.len();
+    if more {
+        b.put_bytes(0, 4);
+    } else {
+        envelope::put_run_header(b, id, manifest);
+    }
+    let head = b.len() - 4;
+    if !encode_direct(b, env, encode, room, flow, failed) {
+        return false;
+    }
+    // Below `RECORD_EXT`: at most the large threshold.
+    let len = (b.len() - head - 4) as u32;
+    b[head..head + 4].copy_from_slice(&len.to_le_bytes());
+    true
 }

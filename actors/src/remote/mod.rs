@@ -539,7 +539,7 @@ pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
     if let Ok(env) = envelope::parse(bytes) {
         ok += 1;
         if env.kind == envelope::Kind::Run
-            && let Ok(n) = inbound::count_records(env.payload)
+            && let Ok(n) = inbound::run_records(env.payload)
         {
             // What the mailbox then reads, record by record.
             let (mut pos, mut seen) = (0, 0);

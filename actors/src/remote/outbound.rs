@@ -25,7 +25,7 @@ use std::{
     sync::{Arc, MutexGuard},
 };
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use transport::{FrameKind, Pushed, TrySendFrameError};
 
 use super::{
@@ -33,8 +33,8 @@ use super::{
     envelope::{self, Tag},
     large::LargeLane,
     link::{
-        Encode, Link, LinkState, Pending, Recipient, TellError, encode_direct, in_encoder,
-        run_encoder, write_envelope, write_stop,
+        Encode, Link, LinkState, Pending, Recipient, TellError, encode_direct, encode_run_record,
+        in_encoder, run_encoder, write_envelope, write_stop,
     },
     stage,
 };
@@ -322,22 +322,7 @@ impl Association {
                         no_credit.set(true);
                         return false;
                     }
-                    let env = b.len();
-                    // The record's length is written once it is known;
-                    // each branch one append of a constant size.
-                    if more {
-                        b.put_bytes(0, 4);
-                    } else {
-                        envelope::put_run_header(b, id, manifest);
-                    }
-                    let head = b.len() - 4;
-                    if !encode_direct(b, env, encode, room, flow, &mut failed) {
-                        return false;
-                    }
-                    // Below `RECORD_EXT`: at most the large threshold.
-                    let len = (b.len() - head - 4) as u32;
-                    b[head..head + 4].copy_from_slice(&len.to_le_bytes());
-                    true
+                    encode_run_record(b, more, id, manifest, encode, room, flow, &mut failed)
                 },
             );
             unit_err(pushed)

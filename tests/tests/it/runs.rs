@@ -16,7 +16,7 @@ use integration_tests::{
     actor_path, actor_system_with, envelope, frame_bytes, raw_actor_peer, within,
 };
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
+use tokio::{io::AsyncWriteExt, net::TcpStream};
 use transport::FrameKind;
 
 use super::actors_common::{Count, Counter, total};
@@ -33,11 +33,13 @@ impl RemoteMessage for Seq {
     const MANIFEST: &'static str = "it.runs.Seq";
 }
 
-/// Checks that numbers arrive 0, 1, 2, ... with none missing.
+/// Checks that numbers arrive 0, 1, 2, ... with none missing; reports
+/// (count, out of order) on `stopped` when it stops, if set.
 #[derive(Default)]
 struct SeqCheck {
     next: u64,
     wrong: u64,
+    stopped: Option<tokio::sync::mpsc::UnboundedSender<(u64, u64)>>,
 }
 
 impl Actor for SeqCheck {
@@ -54,6 +56,12 @@ impl Actor for SeqCheck {
             }
         }
         Ok(())
+    }
+
+    async fn stopped(&mut self, _: &actors::StopReason) {
+        if let Some(tx) = &self.stopped {
+            let _ = tx.send((self.next, self.wrong));
+        }
     }
 }
 
@@ -198,19 +206,48 @@ fn records(msgs: &[Count]) -> Vec<u8> {
     b
 }
 
+/// Node `b` (taking runs if `b_runs`) with a counter, and a raw peer on
+/// which an ordinary envelope defined id 1 as the counter (adding 1).
+async fn counter_and_raw_peer(b_runs: bool) -> (ActorSystem, ActorRef<Count>, TcpStream) {
+    let b = actor_system_with("b", runs(b_runs)).await;
+    let counter = b.spawn_named("counter", Counter::default()).expect("free");
+    let (mut raw, _) = raw_actor_peer(&b).await;
+    let define = envelope(
+        1,
+        Some("/user/counter"),
+        count_manifest(),
+        &encoded(&Count::Add(1)),
+    );
+    send_body(&mut raw, &define).await;
+    (b, counter, raw)
+}
+
+/// The manifest id of `Count`.
+fn count_manifest() -> u32 {
+    manifest_id("it.Count")
+}
+
+/// `body` as one `Message` frame on `raw`.
+async fn send_body(raw: &mut TcpStream, body: &[u8]) {
+    raw.write_all(&frame_bytes(FrameKind::Message, body))
+        .await
+        .expect("write");
+}
+
+/// Waits until `counter` has summed `n`.
+async fn until_total(counter: &ActorRef<Count>, n: u64) {
+    within("the counter's total", async {
+        while total(counter).await != n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_a_peer_gets_wrong_is_a_dead_letter_and_the_connection_goes_on() {
-    let b = actor_system_with("b", runs(true)).await;
-    let counter = b.spawn_named("counter", Counter::default()).expect("free");
-    let count = manifest_id("it.Count");
-    let (mut raw, _) = raw_actor_peer(&b).await;
-    // Id 1 is defined by an ordinary envelope (adding 1).
-    raw.write_all(&frame_bytes(
-        FrameKind::Message,
-        &envelope(1, Some("/user/counter"), count, &encoded(&Count::Add(1))),
-    ))
-    .await
-    .expect("write");
+    let (b, counter, mut raw) = counter_and_raw_peer(true).await;
+    let count = count_manifest();
     let good = records(&[Count::Add(10), Count::Add(100), Count::Add(1000)]);
     let one = records(&[Count::Add(5)]);
     let mut huge = one.clone();
@@ -232,33 +269,16 @@ async fn a_run_a_peer_gets_wrong_is_a_dead_letter_and_the_connection_goes_on() {
         ("an undefined id", run_envelope(9, count, &good)),
     ];
     let dead_before = b.dead_letters();
-    for (what, body) in &bad {
-        raw.write_all(&frame_bytes(FrameKind::Message, body))
-            .await
-            .expect(what);
+    for (_, body) in &bad {
+        send_body(&mut raw, body).await;
     }
     // A good run on the same connection is delivered whole, after them.
-    raw.write_all(&frame_bytes(
-        FrameKind::Message,
-        &run_envelope(1, count, &good),
-    ))
-    .await
-    .expect("write");
-    within("the good messages", async {
-        while total(&counter).await != 1111 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    send_body(&mut raw, &run_envelope(1, count, &good)).await;
+    until_total(&counter, 1111).await;
     assert_eq!(b.dead_letters() - dead_before, bad.len() as u64);
     // A run of a type the actor does not take: each message a dead letter.
     let other = manifest_id("it.runs.Seq");
-    raw.write_all(&frame_bytes(
-        FrameKind::Message,
-        &run_envelope(1, other, &good),
-    ))
-    .await
-    .expect("write");
+    send_body(&mut raw, &run_envelope(1, other, &good)).await;
     integration_tests::eventually("three more dead letters", || {
         b.dead_letters() - dead_before == bad.len() as u64 + 3
     })
@@ -269,35 +289,20 @@ async fn a_run_a_peer_gets_wrong_is_a_dead_letter_and_the_connection_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_did_not_announce_runs_refuses_one_as_malformed() {
-    let b = actor_system_with("b", runs(false)).await;
-    let counter = b.spawn_named("counter", Counter::default()).expect("free");
-    let count = manifest_id("it.Count");
-    let (mut raw, _) = raw_actor_peer(&b).await;
-    raw.write_all(&frame_bytes(
-        FrameKind::Message,
-        &envelope(1, Some("/user/counter"), count, &encoded(&Count::Add(1))),
-    ))
-    .await
-    .expect("write");
+    let (b, counter, mut raw) = counter_and_raw_peer(false).await;
+    let count = count_manifest();
     let dead_before = b.dead_letters();
-    raw.write_all(&frame_bytes(
-        FrameKind::Message,
+    send_body(
+        &mut raw,
         &run_envelope(1, count, &records(&[Count::Add(10)])),
-    ))
-    .await
-    .expect("write");
-    raw.write_all(&frame_bytes(
-        FrameKind::Message,
-        &envelope(1, None, count, &encoded(&Count::Add(100))),
-    ))
-    .await
-    .expect("write");
-    within("the single envelopes", async {
-        while total(&counter).await != 101 {
-            tokio::task::yield_now().await;
-        }
-    })
+    )
     .await;
+    send_body(
+        &mut raw,
+        &envelope(1, None, count, &encoded(&Count::Add(100))),
+    )
+    .await;
+    until_total(&counter, 101).await;
     assert_eq!(b.dead_letters() - dead_before, 1);
     b.shutdown().await;
 }
@@ -421,30 +426,6 @@ async fn a_handler_that_never_waits_still_finds_the_link_full() {
     b.shutdown().await;
 }
 
-/// Counts what arrives in order, and reports (count, out of order) when
-/// it stops.
-struct LastWords {
-    next: u64,
-    wrong: u64,
-    report: tokio::sync::mpsc::UnboundedSender<(u64, u64)>,
-}
-
-impl Actor for LastWords {
-    type Msg = Seq;
-
-    async fn handle(&mut self, msg: Seq, _: &mut Ctx<Self>) -> ActorResult {
-        if let Seq::N(n) = msg {
-            self.wrong += u64::from(n != self.next);
-            self.next = n + 1;
-        }
-        Ok(())
-    }
-
-    async fn stopped(&mut self, _: &actors::StopReason) {
-        let _ = self.report.send((self.next, self.wrong));
-    }
-}
-
 /// Sends `n` messages and then a graceful stop, from one handler call.
 struct SendThenStop(ActorRef<Seq>);
 
@@ -464,15 +445,11 @@ impl Actor for SendThenStop {
 async fn a_graceful_stop_sent_after_staged_messages_comes_after_them() {
     let (report, mut words) = tokio::sync::mpsc::unbounded_channel();
     let b = actor_system_with("b", runs(true)).await;
-    b.spawn_named(
-        "x",
-        LastWords {
-            next: 0,
-            wrong: 0,
-            report,
-        },
-    )
-    .expect("free");
+    let x = SeqCheck {
+        stopped: Some(report),
+        ..SeqCheck::default()
+    };
+    b.spawn_named("x", x).expect("free");
     let a = actor_system_with("a", runs(true)).await;
     let x = a.resolve::<Seq>(&actor_path(&b, "x")).await.expect("x");
     const N: u64 = 2_000;
