@@ -570,9 +570,10 @@ impl Dispatch {
                     ),
                 };
                 let to = self.registry.path(&entry.path);
+                // One per message of a run; the log is sampled there.
+                let label = manifests::label(manifest);
                 for _ in 0..run.unwrap_or(1) {
-                    self.registry
-                        .dead_letter(&manifests::label(manifest), &to, &why);
+                    self.registry.dead_letter(&label, &to, &why);
                 }
                 // Given up on: its credit goes back, and an asker hears why.
                 let win = entry.win.clone();
