@@ -55,6 +55,7 @@
 //!   [`ClusterConfig::max_packet_size`] bytes; independent of cluster
 //!   size except for the piggybacked updates.
 
+mod downing;
 mod groups;
 mod suspicion;
 mod wire;
@@ -91,6 +92,7 @@ use crate::{
     serialization::{RemoteMessage, manifest_id},
     system::ActorSystem,
 };
+pub use downing::{DEFAULT_ACQUIRE_DELAY_FOR_MINORITY, DowningStrategy, FileLease, Lease};
 use suspicion::Swim;
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
 
