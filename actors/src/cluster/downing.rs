@@ -1057,6 +1057,24 @@ mod tests {
     }
 
     #[test]
+    fn a_late_poll_of_a_stable_view_gets_the_strategy_decision() {
+        // Both deadlines passed (t0 + 12 s for instability, t1 + 10 s for
+        // stability): the view is stable now, so the strategy decides.
+        let t0 = Instant::now();
+        let mut r = Resolver::new(
+            DowningStrategy::KeepMajority,
+            STABLE,
+            Some(Duration::from_secs(2)),
+            addr(0),
+        );
+        r.on_view(t0, &view(5, &[4]));
+        let t1 = t0 + Duration::from_secs(9);
+        r.on_view(t1, &view(5, &[3, 4]));
+        assert_eq!(r.next_deadline(), Some(t0 + Duration::from_secs(12)));
+        assert_eq!(r.poll(t1 + STABLE), Some(down(&[3, 4])));
+    }
+
+    #[test]
     fn instability_is_counted_from_the_first_change_since_all_were_reachable() {
         let t0 = Instant::now();
         let margin = Duration::from_secs(5);
@@ -1075,6 +1093,20 @@ mod tests {
             r.poll(t1 + STABLE + margin),
             Some(Decision::DownAll(DownAllCause::Unstable))
         );
+    }
+
+    #[test]
+    fn instability_is_counted_afresh_after_a_decision() {
+        let t0 = Instant::now();
+        let margin = Duration::from_secs(5);
+        let mut r = Resolver::new(DowningStrategy::KeepMajority, STABLE, Some(margin), addr(0));
+        r.on_view(t0, &view(5, &[4]));
+        assert_eq!(r.poll(t0 + STABLE), Some(down(&[4])));
+        // n4 is gone; n3 is unreachable just before t0's limit would end.
+        let t1 = t0 + STABLE + margin - Duration::from_millis(1);
+        r.on_view(t1, &view(4, &[3]));
+        assert_eq!(r.poll(t0 + STABLE + margin), None);
+        assert_eq!(r.next_deadline(), Some(t1 + STABLE));
     }
 
     #[test]
