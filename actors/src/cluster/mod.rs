@@ -946,7 +946,7 @@ impl Task {
             _ => suspicion::handle(
                 &mut self.foca,
                 &mut self.rt,
-                &self.suspects,
+                &mut self.suspects,
                 &shared.me,
                 kind,
                 payload,
@@ -1024,7 +1024,7 @@ impl Task {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|d| d.at <= now) {
             if let Some(d) = self.timers.pop() {
-                let _ = self.foca.handle_timer(d.timer, &mut self.rt);
+                let _ = suspicion::handle_timer(&mut self.foca, &mut self.rt, d.timer);
             }
         }
     }
@@ -1135,7 +1135,15 @@ impl Task {
                 timer,
             });
         }
-        while self.rt.to_notify().is_some() {}
+        while let Some(n) = self.rt.to_notify() {
+            // Defunct but not leaving: its identity cannot be renewed, so
+            // it neither probes nor answers probes again; a restart rejoins.
+            if matches!(n, foca::OwnedNotification::Defunct)
+                && lock(&self.shared.view).me != MemberState::Leaving
+            {
+                tracing::warn!(node = %transport::PeerText(&self.shared.me.node), "a member declared this node down: membership is defunct until restart");
+            }
+        }
         self.publish();
     }
 
