@@ -644,16 +644,62 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_suspicion_that_stands_at_its_timeout_is_still_declared_down() {
-        // The other side of dropping stale down timers: one that finds
-        // its suspicion standing declares the member down.
+    /// Node 2 is cut off for good, on the default configuration.
+    fn cut_off_until_down() -> Net {
         let mut net = Net::with_config(3, true, super::super::ClusterConfig::new().foca());
         net.run(Duration::from_secs(5));
         net.cut = |a, b| (a == 2) != (b == 2);
         net.run(Duration::from_secs(30));
+        net
+    }
+
+    #[test]
+    fn a_suspicion_that_stands_at_its_timeout_is_still_declared_down() {
+        // The other side of dropping stale down timers: one that finds
+        // its suspicion standing declares the member down.
+        let net = cut_off_until_down();
         assert_eq!(net.state(0, 2), State::Down);
         assert_eq!(net.state(1, 2), State::Down);
+    }
+
+    /// Log lines, collected.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn probe_failures_suspicions_refutations_and_downs_are_logged_at_debug() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            pause_then_resume(true);
+            cut_off_until_down();
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        for want in [
+            "probe unanswered in time: indirect probe started member=n2@127.0.0.1:7002 incarnation=0",
+            "member suspected member=n2@127.0.0.1:7002 incarnation=0",
+            "own incarnation bumped member=n2@127.0.0.1:7002 incarnation=1 previous=0",
+            "member refuted its suspicion member=n2@127.0.0.1:7002 incarnation=1",
+            "member declared down: suspicion not refuted within the suspect timeout member=n2@127.0.0.1:7002 incarnation=0",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
     }
 
     #[test]
