@@ -948,7 +948,7 @@ impl Task {
             _ => suspicion::handle(
                 &mut self.foca,
                 &mut self.rt,
-                &self.suspects,
+                &mut self.suspects,
                 &shared.me,
                 kind,
                 payload,
@@ -1026,7 +1026,7 @@ impl Task {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|d| d.at <= now) {
             if let Some(d) = self.timers.pop() {
-                let _ = self.foca.handle_timer(d.timer, &mut self.rt);
+                let _ = suspicion::handle_timer(&mut self.foca, &mut self.rt, d.timer);
             }
         }
     }
@@ -1137,7 +1137,15 @@ impl Task {
                 timer,
             });
         }
-        while self.rt.to_notify().is_some() {}
+        while let Some(n) = self.rt.to_notify() {
+            // Defunct but not leaving: its identity cannot be renewed, so
+            // it neither probes nor answers probes again; a restart rejoins.
+            if matches!(n, foca::OwnedNotification::Defunct)
+                && lock(&self.shared.view).me != MemberState::Leaving
+            {
+                tracing::warn!(node = %transport::PeerText(&self.shared.me.node), "a member declared this node down: membership is defunct until restart");
+            }
+        }
         self.publish();
     }
 
@@ -1416,6 +1424,55 @@ mod tests {
         task.drain();
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
         assert_eq!(refused(&task), 1);
+    }
+
+    #[tokio::test]
+    async fn a_node_told_it_is_down_warns_but_not_when_it_leaves() {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                lock(&self.0).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let warned = |task: &mut Task, down: bool| {
+            let out = Captured::default();
+            let writer = out.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::with_default(subscriber, || {
+                let b = id("b", 9002, 7, 10);
+                let _ = task.foca.apply_many(
+                    std::iter::once(foca::Member::alive(b)),
+                    false,
+                    &mut task.rt,
+                );
+                if down {
+                    // What a member's TurnUndead makes foca do.
+                    let me = task.shared.me.clone();
+                    let _ = task.foca.apply_many(
+                        std::iter::once(foca::Member::new(me, 0, foca::State::Down)),
+                        false,
+                        &mut task.rt,
+                    );
+                    task.drain();
+                } else {
+                    task.leave();
+                }
+            });
+            let text = String::from_utf8(lock(&out.0).clone()).expect("utf-8");
+            text.contains("membership is defunct until restart")
+        };
+        let mut told = task_for(id("a", 9001, 1, 1)).await;
+        assert!(warned(&mut told, true));
+        let mut leaving = task_for(id("a", 9001, 1, 1)).await;
+        assert!(!warned(&mut leaving, false));
     }
 
     #[test]

@@ -260,6 +260,21 @@ pub(crate) fn peek_header(payload: &[u8]) -> Option<foca::Header<Id>> {
         .map(|(h, _)| h)
 }
 
+/// Where a foca packet from `me` carries its sender's incarnation: right
+/// after the header's first field, `me` itself.
+pub(crate) fn incarnation_offset(me: &Id) -> usize {
+    encode_leave(me).len()
+}
+
+/// The sender's incarnation in foca packet `payload`, found at `at`
+/// ([`incarnation_offset`] of the sender).
+pub(crate) fn incarnation_at(payload: &[u8], at: usize) -> Option<foca::Incarnation> {
+    let rest = payload.get(at..)?;
+    bincode_format::from_slice::<foca::Incarnation>(rest)
+        .ok()
+        .map(|(i, _)| i)
+}
+
 /// foca's codec: its headers and member updates in this crate's bincode
 /// format, whose decoder bounds every length by the bytes that arrived.
 #[derive(Debug, Default)]
@@ -397,6 +412,27 @@ mod tests {
         let mut p = BytesMut::new();
         seal(&KEY, KIND_SUSPECTED, b"x", &mut p);
         assert_eq!(open(&[KEY], &p), Ok((KIND_SUSPECTED, &b"x"[..])));
+    }
+
+    #[test]
+    fn the_incarnation_is_read_in_place_from_a_header() {
+        use foca::Codec as _;
+        for incarnation in [0, 7, 250, 251, 4000, u16::MAX] {
+            let header = foca::Header {
+                src: id(),
+                src_incarnation: incarnation,
+                dst: Id {
+                    node: "b@127.0.0.1:2".into(),
+                    ..id()
+                },
+                message: foca::Message::Ping(3),
+            };
+            let mut buf = BytesMut::new();
+            Codec::default().encode_header(&header, &mut buf).unwrap();
+            let at = incarnation_offset(&id());
+            assert_eq!(incarnation_at(&buf, at), Some(incarnation));
+        }
+        assert_eq!(incarnation_at(&[1, 2], 5), None);
     }
 
     #[test]
