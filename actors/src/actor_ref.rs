@@ -209,6 +209,33 @@ impl<M: Send + 'static> ActorRef<M> {
         })
     }
 
+    /// [`for_path`](Self::for_path) for incarnation `uid` of a remote
+    /// node (a cluster member's, from membership): the ref dials that
+    /// incarnation even while the node's association still knows an
+    /// older one.
+    pub(crate) fn for_path_at(node: &Node, path: ActorPath, uid: u64) -> Result<Self, ResolveError>
+    where
+        M: RemoteMessage,
+    {
+        if path.node() == &**node.registry.node() {
+            return Self::for_path(node, path);
+        }
+        let remoting = node.remoting.as_ref().ok_or(ResolveError::NoRemoting)?;
+        Ok(match remoting.recipient_at(path.clone(), uid) {
+            Some((assoc, recipient)) => Self::remote_unchecked(assoc, recipient),
+            None => Self::dead(path, Arc::downgrade(&node.registry)),
+        })
+    }
+
+    /// The incarnation (uid) of its node that a remote ref is bound to
+    /// (0 if unknown); `None` for a local or dead ref.
+    pub(crate) fn incarnation(&self) -> Option<u64> {
+        match &self.inner {
+            Inner::Remote(r) | Inner::RemoteExt(r) => Some(r.recipient.uid()),
+            _ => None,
+        }
+    }
+
     /// A ref to a remote recipient, assumed to take `M`.
     pub(crate) fn remote_unchecked(assoc: Arc<Association>, recipient: Arc<Recipient>) -> Self
     where

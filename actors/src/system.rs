@@ -46,7 +46,16 @@ pub(crate) struct SystemInner {
     pub(crate) live: Mutex<HashMap<u64, Arc<dyn Stoppable>>>,
     pub(crate) tasks: TaskTracker,
     pub(crate) shutting_down: AtomicBool,
+    /// What a graceful shutdown does first (leave the cluster, say):
+    /// registered by layers above the system, run once.
+    pub(crate) before_graceful: Mutex<Vec<BeforeGraceful>>,
 }
+
+/// A step of [`ActorSystem::shutdown_gracefully`] run before the actors
+/// drain (the cluster's leave).
+pub(crate) type BeforeGraceful = Box<
+    dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send,
+>;
 
 /// An actor system: a named set of actors, optionally reachable from other
 /// nodes over TCP. Cheap to clone.
@@ -87,6 +96,7 @@ impl ActorSystem {
             live: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             shutting_down: AtomicBool::new(false),
+            before_graceful: Mutex::new(Vec::new()),
         });
         Self { inner }
     }
@@ -294,7 +304,22 @@ impl ActorSystem {
     /// once), and a message sent to an actor that has drained is a dead
     /// letter: an actor's last messages to another that finished first are
     /// lost, as in any shutdown without phases.
+    ///
+    /// A node that joined a cluster leaves it first
+    /// ([`Cluster::leave`](crate::cluster::Cluster::leave)): the other
+    /// members see it [`Left`](crate::cluster::MemberState::Left) at once
+    /// and route no new work to it while it drains.
     pub async fn shutdown_gracefully(&self, deadline: std::time::Duration) -> bool {
+        let first = std::mem::take(
+            &mut *self
+                .inner
+                .before_graceful
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for step in first {
+            step().await;
+        }
         let live = self.begin_shutdown();
         for a in live {
             a.stop_after_queued();

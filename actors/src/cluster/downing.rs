@@ -51,16 +51,6 @@
 //! Pure: no IO and no clock; time is passed in. [`FileLease`] (a lock
 //! file) is the one piece that touches the file system.
 
-// Until the membership task calls the resolver, only the tests use its
-// crate API; the expectation fails (and goes) once it does.
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the resolver's crate API is used by its tests only"
-    )
-)]
-
 use std::{
     collections::BTreeMap,
     fmt,
@@ -509,6 +499,11 @@ impl Resolver {
             DowningStrategy::LeaseMajority { lease, .. } => Some(lease),
             _ => None,
         }
+    }
+
+    /// The strategy's name ([`DowningStrategy::name`]), for logs.
+    pub(crate) fn strategy_name(&self) -> &'static str {
+        self.strategy.name()
     }
 
     /// This node's address: the owner to acquire the lease as.

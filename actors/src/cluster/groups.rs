@@ -69,11 +69,24 @@ impl foca::Invalidates for Key {
 #[error("group registry: {0}")]
 pub(crate) struct GroupError(pub(crate) String);
 
+/// Most incarnations whose entries were dropped that a node remembers,
+/// to refuse their items when gossip brings them back (about 100 bytes
+/// each).
+pub(crate) const MAX_RETIRED: usize = 4096;
+
 /// Every member's entries, by (node, uid, group).
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     items: HashMap<(String, u64, String), (u64, Vec<String>)>,
     entries: usize,
+    /// This node's own incarnation: an item that names this node with
+    /// another uid is an earlier incarnation's, still gossiped by others.
+    me: Option<(String, u64)>,
+    /// Incarnations whose entries were dropped (down, left, removed),
+    /// oldest first: their items are stale wherever they come from, and
+    /// would otherwise come back with gossip that was still under way.
+    retired: std::collections::VecDeque<(String, u64)>,
+    retired_set: std::collections::HashSet<(String, u64)>,
     /// Items refused for [`MAX_ENTRIES`].
     pub(crate) refused: u64,
     /// Groups changed since the task last looked.
@@ -81,8 +94,25 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// Stores `item` if it is newer than what is kept; whether it was.
+    /// A table for the node `node` in incarnation `uid`.
+    pub(crate) fn for_node(node: String, uid: u64) -> Self {
+        Self {
+            me: Some((node, uid)),
+            ..Self::default()
+        }
+    }
+
+    /// Stores `item` if it is newer than what is kept, and not of a
+    /// retired incarnation or an earlier one of this node; whether it was.
     pub(crate) fn apply(&mut self, item: Item) -> bool {
+        if self
+            .me
+            .as_ref()
+            .is_some_and(|(n, u)| *n == item.node && *u != item.uid)
+            || self.retired_set.contains(&(item.node.clone(), item.uid))
+        {
+            return false;
+        }
         let key = (item.node, item.uid, item.group);
         let old_len = match self.items.get(&key) {
             Some((v, _)) if *v >= item.version => return false,
@@ -104,8 +134,31 @@ impl Table {
         true
     }
 
-    /// Drops every entry of incarnation `uid` of `node`.
+    /// Marks the groups with entries of incarnation `uid` of `node` as
+    /// changed: the member's state changed, and so do the groups' listings
+    /// (only members that are up are listed).
+    pub(crate) fn touch_member(&mut self, node: &str, uid: u64) {
+        let touched: Vec<String> = self
+            .items
+            .keys()
+            .filter(|(n, u, _)| n == node && *u == uid)
+            .map(|(_, _, g)| g.clone())
+            .collect();
+        self.changed.extend(touched);
+    }
+
+    /// Drops every entry of incarnation `uid` of `node`, and refuses its
+    /// items from now on (it never comes back: a restart is a new uid).
     pub(crate) fn drop_member(&mut self, node: &str, uid: u64) {
+        let id = (node.to_owned(), uid);
+        if self.retired_set.insert(id.clone()) {
+            if self.retired.len() == MAX_RETIRED
+                && let Some(old) = self.retired.pop_front()
+            {
+                self.retired_set.remove(&old);
+            }
+            self.retired.push_back(id);
+        }
         let gone: Vec<_> = self
             .items
             .keys()
@@ -120,15 +173,19 @@ impl Table {
         }
     }
 
-    /// The serialized refs in `group`, over every member.
-    pub(crate) fn refs(&self, group: &str) -> Vec<String> {
-        let mut out: Vec<String> = self
+    /// The serialized refs in `group`, over every member, each with the
+    /// incarnation (uid) of the member that published it: a ref made from
+    /// an entry names that incarnation, so after a restart the new
+    /// incarnation's entries reach the new process, not a dial to the old
+    /// uid that remoting quarantined.
+    pub(crate) fn refs(&self, group: &str) -> Vec<(u64, String)> {
+        let mut out: Vec<(u64, String)> = self
             .items
             .iter()
             .filter(|((_, _, g), _)| g == group)
-            .flat_map(|(_, (_, refs))| refs.iter().cloned())
+            .flat_map(|((_, uid, _), (_, refs))| refs.iter().map(|r| (*uid, r.clone())))
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
         out
     }
 
@@ -180,6 +237,10 @@ mod tests {
     use super::*;
     use foca::Invalidates;
 
+    fn refs(t: &Table, group: &str) -> Vec<String> {
+        t.refs(group).into_iter().map(|(_, r)| r).collect()
+    }
+
     fn item(node: &str, group: &str, version: u64, refs: &[&str]) -> Item {
         Item {
             node: node.into(),
@@ -196,14 +257,14 @@ mod tests {
         assert!(t.apply(item("a", "g", 2, &["x", "y"])));
         assert!(!t.apply(item("a", "g", 1, &["z"])));
         assert!(!t.apply(item("a", "g", 2, &["z"])));
-        assert_eq!(t.refs("g"), ["x", "y"]);
+        assert_eq!(refs(&t, "g"), ["x", "y"]);
         assert!(t.apply(item("a", "g", 3, &["z"])));
         assert!(t.apply(item("b", "g", 1, &["w"])));
-        assert_eq!(t.refs("g"), ["w", "z"]);
+        assert_eq!(refs(&t, "g"), ["w", "z"]);
         assert_eq!(t.entries, 2);
         // An empty list leaves the group.
         assert!(t.apply(item("a", "g", 4, &[])));
-        assert_eq!(t.refs("g"), ["w"]);
+        assert_eq!(refs(&t, "g"), ["w"]);
         assert_eq!(t.groups(), ["g"]);
     }
 
@@ -214,9 +275,28 @@ mod tests {
         t.apply(item("a", "h", 1, &["y"]));
         t.apply(item("b", "g", 1, &["z"]));
         t.drop_member("a", 1);
-        assert_eq!(t.refs("g"), ["z"]);
-        assert!(t.refs("h").is_empty());
+        assert_eq!(refs(&t, "g"), ["z"]);
+        assert!(refs(&t, "h").is_empty());
         assert_eq!(t.entries, 1);
+    }
+
+    #[test]
+    fn items_of_a_retired_or_earlier_incarnation_do_not_come_back() {
+        let mut t = Table::for_node("me".into(), 9);
+        // An earlier incarnation of this node, still gossiped by others.
+        let mut mine = item("me", "g", 1, &["old-me"]);
+        mine.uid = 8;
+        assert!(!t.apply(mine));
+        assert!(t.apply(item("a", "g", 1, &["x"])));
+        t.drop_member("a", 1);
+        // Gossip still under way brings a's item back: refused.
+        assert!(!t.apply(item("a", "g", 2, &["x"])));
+        assert!(refs(&t, "g").is_empty());
+        // A new incarnation of a is welcome.
+        let mut again = item("a", "g", 1, &["y"]);
+        again.uid = 2;
+        assert!(t.apply(again));
+        assert_eq!(refs(&t, "g"), ["y"]);
     }
 
     #[test]

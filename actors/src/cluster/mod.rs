@@ -108,12 +108,15 @@ pub enum MemberState {
     Joining,
     /// Alive: it answers probes.
     Up,
-    /// It missed probes and is suspected; it becomes [`Down`](Self::Down)
-    /// unless it refutes the suspicion within
-    /// [`ClusterConfig::suspect_timeout`]. Akka calls this unreachable.
+    /// Unreachable: it missed probes, or remoting lost its link and its
+    /// address refuses connections. It is up again when it refutes the
+    /// suspicion; the [`DowningStrategy`] decides, once the view has been
+    /// stable for [`ClusterConfig::stable_after`], whether it is down (or
+    /// this node is). Akka calls this unreachable.
     Suspect,
-    /// Judged dead (by the failure detector, or by remoting quarantining
-    /// its incarnation). Its incarnation never comes back.
+    /// Judged dead: by the downing strategy (for this node itself: its
+    /// side lost), or by remoting quarantining its incarnation (it
+    /// restarted or shut down). Its incarnation never comes back.
     Down,
     /// This node, after [`Cluster::leave`].
     Leaving,
@@ -197,9 +200,13 @@ pub struct ClusterStats {
 pub struct ClusterConfig {
     seeds: Vec<String>,
     udp_bind: Option<SocketAddr>,
+    udp_advertise: Option<SocketAddr>,
     probe_period: Duration,
     probe_rtt: Duration,
-    suspect_timeout: Duration,
+    stable_after: Duration,
+    down_all_when_unstable: Option<Option<Duration>>,
+    downing: DowningStrategy,
+    shutdown_when_downed: bool,
     remove_down_after: Duration,
     announce_interval: Duration,
     max_packet_size: usize,
@@ -216,15 +223,19 @@ impl Default for ClusterConfig {
 impl ClusterConfig {
     /// No seeds (the first node of a cluster), UDP on the TCP endpoint's
     /// address, foca's LAN periods: probe every 1.5 s, answer within
-    /// 0.5 s, down 10 s after suspicion (`suspect_timeout`), forgotten
-    /// 15 s after.
+    /// 0.5 s; the keep-majority downing strategy deciding after 10 s of a
+    /// stable view (`stable_after`); down members forgotten 15 s after.
     pub fn new() -> Self {
         Self {
             seeds: Vec::new(),
             udp_bind: None,
+            udp_advertise: None,
             probe_period: Duration::from_millis(1500),
             probe_rtt: Duration::from_millis(500),
-            suspect_timeout: Duration::from_secs(10),
+            stable_after: Duration::from_secs(10),
+            down_all_when_unstable: None,
+            downing: DowningStrategy::KeepMajority,
+            shutdown_when_downed: true,
             remove_down_after: Duration::from_secs(15),
             announce_interval: Duration::from_secs(1),
             max_packet_size: 1400,
@@ -252,9 +263,22 @@ impl ClusterConfig {
     }
 
     /// The UDP address to bind; default: the TCP endpoint's bound address
-    /// (same IP and port number). Needed when that address is a wildcard.
+    /// (same IP and port number). A wildcard (`0.0.0.0:2552`) binds every
+    /// interface; peers then need an address to send to
+    /// ([`udp_advertise`](Self::udp_advertise)).
     pub fn udp_bind(mut self, addr: SocketAddr) -> Self {
         self.udp_bind = Some(addr);
+        self
+    }
+
+    /// The UDP address other members send membership packets to, when it
+    /// is not the bound one: behind NAT, port mapping or a container's
+    /// bridge (as remoting's advertised address is for TCP). Port 0 takes
+    /// the bound port. Default: the bound address when it is not a
+    /// wildcard, else remoting's advertised host (resolved once, at
+    /// [`Cluster::join`]) with the bound port.
+    pub fn udp_advertise(mut self, addr: SocketAddr) -> Self {
+        self.udp_advertise = Some(addr);
         self
     }
 
@@ -271,10 +295,50 @@ impl ClusterConfig {
         self
     }
 
-    /// How long a suspect member has to refute before it is down;
-    /// default 10 s.
-    pub fn suspect_timeout(mut self, d: Duration) -> Self {
-        self.suspect_timeout = d;
+    /// How long the view must stay the same (no member becoming
+    /// unreachable or reachable, joining or going) before the downing
+    /// strategy decides about the unreachable members (Akka's
+    /// `stable-after`); default 10 s. A suspect member that refutes within
+    /// it is never down; a node paused for longer may be downed (or down
+    /// itself). Shorter: quicker failover; longer: fewer downs of slow but
+    /// live nodes.
+    pub fn stable_after(mut self, d: Duration) -> Self {
+        self.stable_after = d;
+        self
+    }
+
+    /// The same setting as [`stable_after`](Self::stable_after): how long
+    /// a suspect member has to refute before the downing strategy decides.
+    pub fn suspect_timeout(self, d: Duration) -> Self {
+        self.stable_after(d)
+    }
+
+    /// Who is down when members are unreachable (the split-brain
+    /// resolver): [`DowningStrategy`]; default keep-majority. Every member
+    /// must use the same strategy.
+    pub fn downing(mut self, strategy: DowningStrategy) -> Self {
+        self.downing = strategy;
+        self
+    }
+
+    /// When reachability keeps changing for `stable_after` plus this long,
+    /// every node downs itself (Akka's `down-all-when-unstable`): a
+    /// cluster that cannot settle is safer stopped than split. `None`
+    /// turns it off. Default: three quarters of `stable_after`, at least
+    /// 4 s.
+    pub fn down_all_when_unstable(mut self, d: Option<Duration>) -> Self {
+        self.down_all_when_unstable = Some(d);
+        self
+    }
+
+    /// Whether a node that the downing strategy puts on the losing side
+    /// shuts its actor system down (`true`, the default: a downed node
+    /// must not go on acting as a member, and its process should be
+    /// restarted); with `false` only membership stops, and the
+    /// application decides, on its own [`ClusterEvent`] (its
+    /// [`Cluster::myself`] is then [`Down`](MemberState::Down)).
+    pub fn shutdown_when_downed(mut self, yes: bool) -> Self {
+        self.shutdown_when_downed = yes;
         self
     }
 
@@ -285,8 +349,12 @@ impl ClusterConfig {
         self
     }
 
-    /// How often a node with no member yet announces itself to its seeds;
-    /// default 1 s.
+    /// How often a node contacts the seeds that are not live members (and,
+    /// while it knows no live member, the members it knew last); default
+    /// 1 s. This is what heals a cluster after its seed restarted (the
+    /// others contact the new incarnation) and what merges two islands
+    /// that share a seed address. Seed names are re-resolved through DNS
+    /// at most once per this interval while a seed is missing.
     pub fn announce_interval(mut self, d: Duration) -> Self {
         self.announce_interval = d.max(Duration::from_millis(1));
         self
@@ -322,7 +390,9 @@ impl ClusterConfig {
             .probe_rtt
             .min(self.probe_period / 2)
             .max(Duration::from_millis(1));
-        c.suspect_to_down_after = self.suspect_timeout;
+        // The downing strategy decides who is down, not a timer per
+        // suspect: foca's own verdict is put out of reach.
+        c.suspect_to_down_after = SUSPECT_TO_DOWN_NEVER;
         c.remove_down_after = self.remove_down_after;
         c.max_packet_size =
             NonZeroUsize::new(self.max_packet_size - wire::HEADER_LEN).expect("at least 512");
@@ -349,9 +419,29 @@ pub enum ClusterError {
     /// authenticated.
     #[error("membership needs a shared secret (SystemConfig transport shared secret or cookie)")]
     NoSecret,
-    /// The UDP address is a wildcard and none was configured to advertise.
-    #[error("bound to a wildcard address ({0}): set ClusterConfig::udp_bind")]
+    /// Membership is bound to a wildcard address and there is no address
+    /// to advertise: remoting's advertised host is a wildcard too, or
+    /// does not resolve. Set [`ClusterConfig::udp_advertise`] (or give
+    /// remoting an advertised address).
+    #[error(
+        "membership is bound to the wildcard address {0} and has no address to advertise to peers: \
+         set ClusterConfig::udp_advertise (or an advertised address for remoting)"
+    )]
     Wildcard(SocketAddr),
+    /// No seed answered within the time [`Cluster::joined`] was given:
+    /// the seeds are down or unreachable, or they do not share this
+    /// node's secret (their refusals are logged on their side with this
+    /// node's address).
+    #[error(
+        "no seed answered within {waited:?} (seeds {seeds:?}): are they up, reachable over UDP, \
+         and do they share this node's secret?"
+    )]
+    NoSeedAnswered {
+        /// The seeds this node contacts.
+        seeds: Vec<String>,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// A seed address does not resolve.
     #[error("seed {0:?} does not resolve: {1}")]
     Seed(String, std::io::Error),
@@ -404,6 +494,11 @@ struct Shared {
     view: Mutex<View>,
     events: broadcast::Sender<ClusterEvent>,
     stats: Stats,
+    /// The seed names in force (`ClusterConfig::seeds`, `Cluster::rejoin`).
+    seed_names: Arc<Mutex<Vec<String>>>,
+    /// Whether any seed but this node is known: a node without one is the
+    /// first of its cluster, joined at once.
+    seeds_configured: bool,
 }
 
 /// The member table as subscribers see it, and this node's own state.
@@ -425,6 +520,8 @@ struct Stats {
 
 enum Cmd {
     Leave(oneshot::Sender<()>),
+    /// A new seed list (`Cluster::rejoin`).
+    Rejoin(Vec<String>),
     /// `entry` (a serialized ref) joins (`true`) or leaves `group`.
     Group {
         group: String,
@@ -435,15 +532,32 @@ enum Cmd {
 }
 
 impl Shared {
-    /// [`Cluster::group`].
+    /// [`Cluster::group`]: the entries of this node and of the members
+    /// that are up, each at the incarnation this node holds up.
     fn group<M: RemoteMessage>(&self, group: &str) -> Vec<ActorRef<M>> {
         let suffix = format!("#{:08x}", manifest_id(M::MANIFEST));
-        lock(&self.groups)
-            .refs(group)
+        let entries = lock(&self.groups).refs(group);
+        let view = lock(&self.view);
+        let live = |node: &str, uid: u64| {
+            (node == self.me.node && uid == self.me.uid)
+                || view
+                    .members
+                    .get(node)
+                    .is_some_and(|m| m.uid == uid && m.state == MemberState::Up)
+        };
+        let entries: Vec<(u64, String)> = entries
+            .into_iter()
+            .filter(|(uid, e)| {
+                ActorPath::parse(e.rsplit_once('#').map_or(e.as_str(), |(p, _)| p))
+                    .is_ok_and(|p| live(p.node(), *uid))
+            })
+            .collect();
+        drop(view);
+        entries
             .iter()
-            .filter_map(|e| e.strip_suffix(&suffix))
-            .filter_map(|p| ActorPath::parse(p).ok())
-            .filter_map(|p| ActorRef::for_path(&self.node, p).ok())
+            .filter_map(|(uid, e)| Some((*uid, e.strip_suffix(&suffix)?)))
+            .filter_map(|(uid, p)| Some((uid, ActorPath::parse(p).ok()?)))
+            .filter_map(|(uid, p)| ActorRef::for_path_at(&self.node, p, uid).ok())
             .collect()
     }
 }
@@ -453,17 +567,21 @@ impl<M: RemoteMessage> RouterBuilder<M> {
     /// refs that take `M`): it starts with the group's refs, adds those
     /// that join, and removes those that leave, stop, or whose member
     /// goes down or leaves the cluster, as `cluster` learns of it
-    /// ([`Cluster::subscribe_groups`]). A background task follows the
-    /// group until the router stops; it does not keep membership running
-    /// (when membership stops, the routees stay as they were). Routees
-    /// added or removed by hand are put back in line with the group at
-    /// its next change.
+    /// ([`Cluster::subscribe_groups`] and [`Cluster::subscribe`]). A
+    /// routee names its member's incarnation: when a member restarts, the
+    /// old incarnation's routees are replaced by the new one's as soon as
+    /// the new one's entries arrive. A background task follows the group
+    /// until the router stops; it does not keep membership running (when
+    /// membership stops, the routees stay as they were). Routees added or
+    /// removed by hand are put back in line with the group at its next
+    /// change.
     ///
     /// # Panics
     /// If called outside a tokio runtime.
     pub fn cluster_group(self, system: &ActorSystem, cluster: &Cluster, group: &str) -> Router<M> {
         // Subscribed before the first listing: no change falls between.
         let mut events = cluster.shared.group_events.subscribe();
+        let mut members = cluster.shared.events.subscribe();
         let shared = Arc::downgrade(&cluster.shared);
         let router = self.group(system, cluster.shared.group::<M>(group));
         let stopped = router.actor_ref().watch();
@@ -476,6 +594,11 @@ impl<M: RemoteMessage> RouterBuilder<M> {
                     _ = &mut stopped => return,
                     ev = events.recv() => match ev {
                         Ok(e) if e.group != group => continue,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    // A member's change (a restart, say) re-syncs too.
+                    ev = members.recv() => match ev {
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                         Err(broadcast::error::RecvError::Closed) => return,
                     },
@@ -495,23 +618,120 @@ impl<M: RemoteMessage> RouterBuilder<M> {
     }
 }
 
-/// Makes `router`'s routees `want`: adds the missing, removes the rest.
+/// Makes `router`'s routees `want`: removes those not wanted, then adds
+/// the missing. A routee is the same only at the same path *and*
+/// incarnation: a restarted member's ref replaces the old one (removed
+/// first, since the router keeps one routee per path).
 async fn follow<M: RemoteMessage>(
     router: &Router<M>,
     want: Vec<ActorRef<M>>,
 ) -> Result<(), crate::error::AskError> {
+    let same = |a: &ActorRef<M>, b: &ActorRef<M>| {
+        a.path() == b.path() && a.incarnation() == b.incarnation()
+    };
     let have = router.routees();
-    for r in &want {
-        if !have.iter().any(|h| h.path() == r.path()) {
-            router.add_routee(r.clone()).await?;
-        }
-    }
     for h in &have {
-        if !want.iter().any(|r| r.path() == h.path()) {
+        if !want.iter().any(|r| same(r, h)) {
             router.remove_routee(h.path()).await?;
         }
     }
+    let have = router.routees();
+    for r in &want {
+        if !have.iter().any(|h| same(h, r)) {
+            router.add_routee(r.clone()).await?;
+        }
+    }
     Ok(())
+}
+
+/// The address peers send this node's membership packets to: the
+/// configured one (port 0: the bound port), else the bound address, else,
+/// when that is a wildcard, remoting's advertised host (`name@host:port`)
+/// with the bound port.
+async fn advertise(
+    configured: Option<SocketAddr>,
+    bound: SocketAddr,
+    node: &str,
+) -> Result<SocketAddr, ClusterError> {
+    let with_port = |mut a: SocketAddr| {
+        if a.port() == 0 {
+            a.set_port(bound.port());
+        }
+        a
+    };
+    if let Some(a) = configured {
+        return match with_port(a) {
+            a if a.ip().is_unspecified() => Err(ClusterError::Wildcard(a)),
+            a => Ok(a),
+        };
+    }
+    if !bound.ip().is_unspecified() {
+        return Ok(bound);
+    }
+    let host = node
+        .rsplit_once('@')
+        .map_or(node, |(_, hp)| hp)
+        .rsplit_once(':')
+        .map_or(node, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let found = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => Some(SocketAddr::new(ip, bound.port())),
+        Err(_) => tokio::net::lookup_host((host, bound.port()))
+            .await
+            .ok()
+            .and_then(|mut a| a.next()),
+    };
+    found
+        .filter(|a| !a.ip().is_unspecified())
+        .ok_or(ClusterError::Wildcard(bound))
+}
+
+/// foca's suspect-to-down timer, which the downing strategy replaces: a
+/// day, far past any `stable_after`.
+const SUSPECT_TO_DOWN_NEVER: Duration = Duration::from_secs(24 * 3600);
+
+/// How many departed members' addresses a node remembers to contact when
+/// it finds itself alone ([`Task::last_known`]): a few dozen packets a
+/// second at most, about 30 bytes each of memory.
+const LAST_KNOWN: usize = 32;
+/// How long a node with seeds may be alone before it warns.
+const ALONE_WARNING_AFTER: Duration = Duration::from_secs(10);
+/// How often it warns again while still alone.
+const ALONE_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// Resolves the seed names whenever the membership task asks, at most once
+/// per `every` (a seed that is an IP address costs no lookup), and sends
+/// the addresses back. Ends with the task.
+async fn resolve_seeds(
+    names: Arc<Mutex<Vec<String>>>,
+    mut asks: mpsc::Receiver<()>,
+    out: mpsc::Sender<Vec<SocketAddr>>,
+    every: Duration,
+) {
+    let mut last: Option<Instant> = None;
+    while asks.recv().await.is_some() {
+        if let Some(t) = last {
+            tokio::time::sleep_until(t + every).await;
+        }
+        last = Some(Instant::now());
+        let names = lock(&names).clone();
+        let mut addrs = Vec::new();
+        for n in &names {
+            if let Ok(a) = n.parse::<SocketAddr>() {
+                addrs.push(a);
+                continue;
+            }
+            match tokio::net::lookup_host(n.as_str()).await {
+                Ok(found) => addrs.extend(found),
+                Err(e) => {
+                    tracing::debug!(seed = %transport::PeerText(n), error = %e, "seed does not resolve");
+                }
+            }
+        }
+        if out.send(addrs).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The last start stamp a membership of this process took.
@@ -553,9 +773,6 @@ impl Cluster {
             .derived_keys(wire::KEY_LABEL)
             .ok_or(ClusterError::NoSecret)?;
         let bind = config.udp_bind.unwrap_or_else(|| remoting.local_addr());
-        if bind.ip().is_unspecified() {
-            return Err(ClusterError::Wildcard(bind));
-        }
         let mut seeds = Vec::new();
         for s in &config.seeds {
             let addrs = tokio::net::lookup_host(s.as_str())
@@ -566,10 +783,11 @@ impl Cluster {
         let socket = UdpSocket::bind(bind)
             .await
             .map_err(|e| ClusterError::Bind(bind, e))?;
-        let udp = socket
+        let bound = socket
             .local_addr()
             .map_err(|e| ClusterError::Bind(bind, e))?;
-        seeds.retain(|s| *s != udp);
+        let udp = advertise(config.udp_advertise, bound, remoting.node_addr()).await?;
+        seeds.retain(|s| *s != udp && *s != bound);
         let started_ms = start_stamp(
             &LAST_START,
             SystemTime::now()
@@ -584,7 +802,7 @@ impl Cluster {
         };
         let (events, _) = broadcast::channel(config.event_capacity);
         let (group_events, _) = broadcast::channel(config.event_capacity);
-        let table = Arc::new(Mutex::new(groups::Table::default()));
+        let table = Arc::new(Mutex::new(groups::Table::for_node(me.node.clone(), me.uid)));
         let shared = Arc::new(Shared {
             me: me.clone(),
             node: system.inner.node.clone(),
@@ -596,6 +814,8 @@ impl Cluster {
             }),
             events,
             stats: Stats::default(),
+            seed_names: Arc::new(Mutex::new(config.seeds.clone())),
+            seeds_configured: !seeds.is_empty(),
         });
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed)
@@ -609,12 +829,27 @@ impl Cluster {
             groups::Handler(table),
         );
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let seed_names = shared.seed_names.clone();
+        let (resolve_tx, resolve_rx) = mpsc::channel(1);
+        let (resolved_tx, resolved_rx) = mpsc::channel(1);
+        tokio::spawn(resolve_seeds(
+            seed_names.clone(),
+            resolve_rx,
+            resolved_tx,
+            config.announce_interval,
+        ));
         let task = Task {
             foca,
             rt: AccumulatingRuntime::new(),
             socket,
             keys,
             seeds,
+            seed_names,
+            resolve: resolve_tx,
+            last_known: std::collections::VecDeque::new(),
+            started: Instant::now(),
+            next_alone_warning: Instant::now() + ALONE_WARNING_AFTER,
+            bound,
             timers: BinaryHeap::new(),
             seq: 0,
             shared: shared.clone(),
@@ -628,15 +863,122 @@ impl Cluster {
             admission,
             suspects: suspicion::Suspects::default(),
             meters: crate::telemetry::ClusterMeters::new(remoting.node_addr()),
+            resolver: downing::Resolver::new(
+                config.downing.clone(),
+                config.stable_after,
+                config
+                    .down_all_when_unstable
+                    .unwrap_or_else(|| Some(downing::default_down_all_when_unstable(config.stable_after))),
+                remoting.node_addr().to_owned(),
+            ),
+            view_changed: true,
+            lease: mpsc::channel(1),
+            downed: false,
+            shutdown_when_downed: config.shutdown_when_downed,
+            system: Arc::downgrade(&system.inner),
         };
+        // A graceful shutdown of the system leaves the cluster first.
+        let leaver = cmds.downgrade();
+        system
+            .inner
+            .before_graceful
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(move || {
+                Box::pin(async move {
+                    if let Some(cmds) = leaver.upgrade() {
+                        let (tx, rx) = oneshot::channel();
+                        if cmds.send(Cmd::Leave(tx)).is_ok() {
+                            let _ = rx.await;
+                        }
+                    }
+                })
+            }));
         tokio::spawn(task.run(
             config.announce_interval,
             config.probe_period,
+            resolved_rx,
             cmd_rx,
             system.subscribe_remote_events(),
             remoting.cancel_token(),
         ));
         Ok(Self { shared, cmds })
+    }
+
+    /// Contacts `seeds` (replacing the configured list) at once and from
+    /// then on, as [`ClusterConfig::seeds`]: for an application that
+    /// discovers its seeds elsewhere (a service registry, say), or that
+    /// wants a node that has been alone to find its cluster again. Names
+    /// are resolved in the background; names that do not resolve are
+    /// retried at each contact.
+    ///
+    /// # Errors
+    /// [`ClusterError::Stopped`] if membership has stopped.
+    pub fn rejoin<S: Into<String>>(
+        &self,
+        seeds: impl IntoIterator<Item = S>,
+    ) -> Result<(), ClusterError> {
+        self.cmds
+            .send(Cmd::Rejoin(seeds.into_iter().map(Into::into).collect()))
+            .map_err(|_| ClusterError::Stopped)
+    }
+
+    /// Waits until this node has joined (some member answered it), for at
+    /// most `within`. A node that is the first of its cluster (no seed
+    /// but itself) has joined at once.
+    ///
+    /// # Errors
+    /// [`ClusterError::NoSeedAnswered`] when no seed answered in time
+    /// (they are down, or do not share this node's secret: a wrong secret
+    /// is refused silently on the wire, and logged by the seed with this
+    /// node's address); [`ClusterError::Stopped`] if membership stopped.
+    pub async fn joined(&self, within: Duration) -> Result<(), ClusterError> {
+        let mut events = self.subscribe();
+        let deadline = Instant::now() + within;
+        loop {
+            match lock(&self.shared.view).me {
+                MemberState::Joining if !self.shared.seeds_configured => return Ok(()),
+                MemberState::Joining => {}
+                MemberState::Up | MemberState::Suspect => return Ok(()),
+                _ => return Err(ClusterError::Stopped),
+            }
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Err(_) => {
+                    return Err(ClusterError::NoSeedAnswered {
+                        seeds: lock(&self.shared.seed_names).clone(),
+                        waited: within,
+                    });
+                }
+                Ok(Err(broadcast::error::RecvError::Closed)) => return Err(ClusterError::Stopped),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Waits until at least `n` members are [`Up`](MemberState::Up),
+    /// this node included (Akka's `registerOnMemberUp` with
+    /// `min-nr-of-members`): run a service's start once its cluster has
+    /// the size it needs. Never returns if that many never come up; put a
+    /// timeout around it.
+    pub async fn when_members_up(&self, n: usize) {
+        let mut events = self.subscribe();
+        loop {
+            let up = {
+                let view = lock(&self.shared.view);
+                let me = usize::from(matches!(view.me, MemberState::Up | MemberState::Joining));
+                me + view
+                    .members
+                    .values()
+                    .filter(|m| m.state == MemberState::Up)
+                    .count()
+            };
+            if up >= n {
+                return;
+            }
+            if let Err(broadcast::error::RecvError::Closed) = events.recv().await {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// This node as a member.
@@ -854,7 +1196,23 @@ struct Task {
     rt: AccumulatingRuntime<Id>,
     socket: UdpSocket,
     keys: Vec<[u8; 32]>,
+    /// The seeds' addresses, as last resolved (without this node's).
     seeds: Vec<SocketAddr>,
+    /// The seed names, shared with the resolver task.
+    seed_names: Arc<Mutex<Vec<String>>>,
+    /// Asks the resolver task for a fresh resolution (it paces itself).
+    resolve: mpsc::Sender<()>,
+    /// Membership addresses of the last members that went away, newest
+    /// last (at most [`LAST_KNOWN`]): contacted while this node knows no
+    /// live member, so a node whose cluster restarted around it, or that
+    /// was cut off, finds it again without its seeds.
+    last_known: std::collections::VecDeque<SocketAddr>,
+    /// When membership started.
+    started: Instant,
+    /// When a node still alone next warns that no seed answered.
+    next_alone_warning: Instant,
+    /// The socket's bound address (this node's own, besides `me.udp`).
+    bound: SocketAddr,
     timers: BinaryHeap<Due>,
     seq: u64,
     shared: Arc<Shared>,
@@ -877,6 +1235,18 @@ struct Task {
     suspects: suspicion::Suspects,
     /// Metric handles, if a recorder was installed at join.
     meters: Option<crate::telemetry::ClusterMeters>,
+    /// The split-brain resolver, fed the view when it changes.
+    resolver: downing::Resolver,
+    /// The membership view changed since the resolver last saw it.
+    view_changed: bool,
+    /// A lease's answer (`DowningStrategy::LeaseMajority`).
+    lease: (mpsc::Sender<bool>, mpsc::Receiver<bool>),
+    /// The downing strategy put this node on the losing side: the task
+    /// ends.
+    downed: bool,
+    shutdown_when_downed: bool,
+    /// The system, to shut down when downed.
+    system: std::sync::Weak<crate::system::SystemInner>,
 }
 
 impl Task {
@@ -884,6 +1254,7 @@ impl Task {
         mut self,
         announce_every: Duration,
         publish_every: Duration,
+        mut resolved: mpsc::Receiver<Vec<SocketAddr>>,
         mut cmds: mpsc::UnboundedReceiver<Cmd>,
         mut remote: broadcast::Receiver<RemoteEvent>,
         cancel: CancellationToken,
@@ -896,12 +1267,20 @@ impl Task {
         publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = self.timers.peek().map(|d| d.at);
+            let decide_at = self.resolver.next_deadline().map(Instant::from_std);
             tokio::select! {
-                r = self.socket.recv_from(&mut buf) => {
-                    if let Ok((n, _from)) = r {
-                        self.on_packet(&buf[..n]);
+                () = sleep_until(decide_at), if decide_at.is_some() => {}
+                Some(held) = self.lease.1.recv() => {
+                    if let Some(d) = self.resolver.lease_result(held) {
+                        self.act(d);
                     }
                 }
+                r = self.socket.recv_from(&mut buf) => {
+                    if let Ok((n, from)) = r {
+                        self.on_packet(&buf[..n], from);
+                    }
+                }
+                Some(addrs) = resolved.recv() => self.set_seeds(addrs),
                 () = sleep_until(next), if next.is_some() => self.on_timers(),
                 _ = announce.tick() => self.announce(),
                 _ = publish.tick(), if self.meters.is_some() => self.publish_metrics(),
@@ -912,6 +1291,9 @@ impl Task {
                         drop(self);
                         let _ = done.send(());
                         return;
+                    }
+                    Some(Cmd::Rejoin(names)) => {
+                        self.rejoin(names);
                     }
                     Some(Cmd::Group { group, entry, join, done }) => {
                         let r = self.group(group, entry, join);
@@ -924,16 +1306,127 @@ impl Task {
                 },
                 ev = remote.recv() => match ev {
                     Ok(RemoteEvent::Quarantined { node, uid, .. }) => self.quarantined(&node, uid),
+                    Ok(RemoteEvent::Unreachable { node, uid }) => self.unreachable(&node, uid),
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 () = cancel.cancelled() => return,
             }
             self.drain();
+            if self.resolve() {
+                self.drain();
+            }
+            if self.downed {
+                return;
+            }
         }
     }
 
-    fn on_packet(&mut self, packet: &[u8]) {
+    /// Shows the resolver the view if it changed, and carries out its
+    /// decision if one is due; whether it acted.
+    fn resolve(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if std::mem::take(&mut self.view_changed) {
+            let me = &self.shared.me;
+            let mut view = vec![downing::MemberInfo {
+                node: me.node.clone(),
+                started_ms: me.started_ms,
+                reachable: true,
+            }];
+            view.extend(self.foca.iter_membership_state().filter_map(|m| {
+                let id = m.id();
+                let reachable = match m.state() {
+                    _ if id.is_seed() => return None,
+                    foca::State::Alive => true,
+                    foca::State::Suspect => false,
+                    foca::State::Down => return None,
+                };
+                Some(downing::MemberInfo {
+                    node: id.node.clone(),
+                    started_ms: id.started_ms,
+                    reachable,
+                })
+            }));
+            self.resolver.on_view(now, &view);
+        }
+        match self.resolver.poll(now) {
+            Some(d) => {
+                self.act(d);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Carries out a downing decision.
+    fn act(&mut self, decision: downing::Decision) {
+        use downing::Decision;
+        let strategy = self.resolver.strategy_name();
+        match decision {
+            Decision::DownUnreachable(nodes) => {
+                tracing::info!(strategy, ?nodes, "downing strategy: this side stays; downing the unreachable members");
+                let ids: Vec<Id> = self
+                    .foca
+                    .iter_membership_state()
+                    .filter(|m| m.state() != foca::State::Down && nodes.contains(&m.id().node))
+                    .map(|m| m.id().clone())
+                    .collect();
+                let _ = self.foca.apply_many(
+                    ids.into_iter().map(|id| foca::Member::new(id, 0, foca::State::Down)),
+                    true,
+                    &mut self.rt,
+                );
+            }
+            Decision::DownSelf => self.down_self(strategy, "this side lost"),
+            Decision::DownAll(cause) => self.down_self(strategy, cause.label()),
+            Decision::TryLease => {
+                let Some(lease) = self.resolver.lease().cloned() else {
+                    return;
+                };
+                let me = self.resolver.me().to_owned();
+                let answer = self.lease.0.clone();
+                tokio::task::spawn_blocking(move || {
+                    let held = lease.try_acquire(&me);
+                    let _ = answer.try_send(held);
+                });
+            }
+        }
+    }
+
+    /// The downing strategy put this node on the losing side: it is down,
+    /// its membership stops, and (by default) its system shuts down.
+    fn down_self(&mut self, strategy: &str, why: &str) {
+        let unreachable: Vec<String> = self
+            .foca
+            .iter_membership_state()
+            .filter(|m| m.state() == foca::State::Suspect)
+            .map(|m| m.id().node.clone())
+            .collect();
+        tracing::warn!(strategy, reason = why, ?unreachable, shutdown = self.shutdown_when_downed, "downing strategy: this node downs itself");
+        let me = &self.shared.me;
+        let from = {
+            let mut view = lock(&self.shared.view);
+            std::mem::replace(&mut view.me, MemberState::Down)
+        };
+        let _ = self.shared.events.send(ClusterEvent {
+            member: Member {
+                node: me.node.clone(),
+                uid: me.uid,
+                udp: me.udp,
+                state: MemberState::Down,
+            },
+            from: Some(from),
+        });
+        self.downed = true;
+        if self.shutdown_when_downed
+            && let Some(inner) = self.system.upgrade()
+        {
+            let system = ActorSystem { inner };
+            tokio::spawn(async move { system.shutdown().await });
+        }
+    }
+
+    fn on_packet(&mut self, packet: &[u8], from: SocketAddr) {
         let shared = self.shared.clone();
         let stats = &shared.stats;
         stats
@@ -941,7 +1434,7 @@ impl Task {
             .fetch_add(packet.len() as u64, Ordering::Relaxed);
         let (kind, payload) = match wire::open(&self.keys, packet) {
             Ok(p) => p,
-            Err(e) => return self.refused(&e),
+            Err(e) => return self.refused(&e, from),
         };
         let result = match kind {
             KIND_LEAVE => wire::decode_leave(payload).and_then(|id| self.on_leave(id)),
@@ -963,12 +1456,14 @@ impl Task {
             Ok(()) => {
                 stats.packets_in.fetch_add(1, Ordering::Relaxed);
             }
-            Err(e) => self.refused(&e),
+            Err(e) => self.refused(&e, from),
         }
     }
 
+    /// Counts a refused packet and logs it, sampled, with the sender's
+    /// address (where a wrong secret is looked for).
     #[cold]
-    fn refused(&self, e: &WireError) {
+    fn refused(&self, e: &WireError, from: SocketAddr) {
         let stats = &self.shared.stats;
         let n = match e {
             WireError::Unauthenticated => stats.unauthenticated.fetch_add(1, Ordering::Relaxed),
@@ -977,7 +1472,12 @@ impl Task {
         } + 1;
         // Sampled: a flood of bad packets logs a few lines.
         if n.is_power_of_two() {
-            tracing::warn!(node = %transport::PeerText(&self.shared.me.node), error = %e, refused = n, "membership packet refused");
+            let hint = if matches!(e, WireError::Unauthenticated) {
+                "the sender does not share this node's secret (or the packet was altered)"
+            } else {
+                "not a membership packet of this version"
+            };
+            tracing::warn!(%from, error = %e, refused = n, hint, "membership packet refused");
         }
     }
 
@@ -1086,13 +1586,99 @@ impl Task {
         }
     }
 
-    /// Announces this node to its seeds while it knows no member.
+    /// Contacts every seed that is not a live member, and, while this node
+    /// knows no live member, the members it knew last: a restarted seed
+    /// is found by the others (it knows nobody), and two islands that
+    /// share a seed merge. An announce to a live member would only cost a
+    /// packet; one to an address where nothing runs is lost.
     fn announce(&mut self) {
-        if self.foca.num_members() > 0 {
-            return;
+        let live: HashSet<SocketAddr> = self.foca.iter_members().map(|m| m.id().udp).collect();
+        let alone = live.is_empty();
+        let mut targets: Vec<SocketAddr> = self
+            .seeds
+            .iter()
+            .copied()
+            .filter(|s| !live.contains(s))
+            .collect();
+        let missing_seed = !targets.is_empty() || self.seeds.len() < lock(&self.seed_names).len();
+        if alone {
+            for a in &self.last_known {
+                if !targets.contains(a) {
+                    targets.push(*a);
+                }
+            }
         }
-        for s in self.seeds.clone() {
-            let _ = self.foca.announce(Id::seed(s), &mut self.rt);
+        if missing_seed {
+            // Paced by the resolver; a full channel means one is pending.
+            let _ = self.resolve.try_send(());
+        }
+        for t in targets {
+            tracing::trace!(to = %t, "announcing to a seed or last-known member");
+            let _ = self.foca.announce(Id::seed(t), &mut self.rt);
+        }
+        let now = Instant::now();
+        if alone && !self.seeds.is_empty() && now >= self.next_alone_warning {
+            tracing::warn!(
+                seeds = ?self.seeds,
+                waited = ?now.duration_since(self.started),
+                "no seed has answered: are they up and reachable over UDP, and do they share this node's secret?"
+            );
+            // Every minute at most once the first warning is out.
+            self.next_alone_warning = now + ALONE_WARNING_EVERY;
+        }
+    }
+
+    /// The resolver's latest addresses for the seed names.
+    fn set_seeds(&mut self, mut addrs: Vec<SocketAddr>) {
+        addrs.retain(|a| *a != self.shared.me.udp && *a != self.bound);
+        addrs.sort();
+        addrs.dedup();
+        if addrs != self.seeds {
+            tracing::debug!(seeds = ?addrs, "seed addresses resolved");
+        }
+        self.seeds = addrs;
+    }
+
+    /// `Cluster::rejoin`: new seed names, contacted at once where they are
+    /// addresses, and resolved in the background otherwise.
+    fn rejoin(&mut self, names: Vec<String>) {
+        let literal: Vec<SocketAddr> = names.iter().filter_map(|n| n.parse().ok()).collect();
+        *lock(&self.seed_names) = names;
+        self.set_seeds(literal);
+        let _ = self.resolve.try_send(());
+        self.next_alone_warning = Instant::now() + ALONE_WARNING_AFTER;
+        self.announce();
+    }
+
+    /// Remembers a member's address that went away (bounded).
+    fn remember(&mut self, udp: SocketAddr) {
+        self.last_known.retain(|a| *a != udp);
+        if self.last_known.len() == LAST_KNOWN {
+            self.last_known.pop_front();
+        }
+        self.last_known.push_back(udp);
+    }
+
+    /// Remoting judged incarnation `uid` of `node` unreachable (its link
+    /// was lost and its address refuses connections, or its heartbeats
+    /// stopped): membership suspects it at once instead of a probe round
+    /// later, and gossips the suspicion. A live member refutes it as any
+    /// suspicion; only the downing strategy turns it into down.
+    fn unreachable(&mut self, node: &str, uid: u64) {
+        let found = self
+            .foca
+            .iter_membership_state()
+            .find(|m| {
+                m.id().node == node && (uid == 0 || m.id().uid == uid) && m.state() == foca::State::Alive
+            })
+            .map(|m| (m.id().clone(), m.incarnation()));
+        if let Some((id, incarnation)) = found {
+            tracing::debug!(node = %transport::PeerText(&id.node), uid = id.uid, incarnation, "remoting judged the member unreachable: suspecting it");
+            let _ = self.foca.apply_many(
+                std::iter::once(foca::Member::new(id, incarnation, foca::State::Suspect)),
+                true,
+                &mut self.rt,
+            );
         }
     }
 
@@ -1204,6 +1790,7 @@ impl Task {
             self.group_events();
             return;
         }
+        self.view_changed = true;
         let remoting = self.remoting.upgrade();
         let mut rebroadcast = false;
         let shared = self.shared.clone();
@@ -1231,16 +1818,19 @@ impl Task {
             // A member that left is not quarantined: it is still
             // delivering what it had queued, and says goodbye on its
             // links when it shuts down.
-            if state == MemberState::Down
-                && let Some(r) = &remoting
-            {
-                r.quarantine_incarnation(&id.node, id.uid, "member down");
+            if state == MemberState::Down {
+                self.remember(id.udp);
+                if let Some(r) = &remoting {
+                    r.quarantine_incarnation(&id.node, id.uid, "member down");
+                }
             }
             if matches!(
                 state,
                 MemberState::Down | MemberState::Left | MemberState::Removed
             ) {
                 lock(&self.shared.groups).drop_member(&id.node, id.uid);
+            } else {
+                lock(&self.shared.groups).touch_member(&id.node, id.uid);
             }
             if state == MemberState::Up && from.is_none() {
                 rebroadcast = true;
@@ -1343,6 +1933,8 @@ mod tests {
             }),
             events: broadcast::channel(16).0,
             stats: Stats::default(),
+            seed_names: Arc::default(),
+            seeds_configured: false,
         });
         let admission = Arc::new(wire::Admission::new(16, me.udp));
         Task {
@@ -1357,6 +1949,12 @@ mod tests {
             socket,
             keys: vec![KEY],
             seeds: Vec::new(),
+            seed_names: Arc::default(),
+            resolve: mpsc::channel(1).0,
+            last_known: std::collections::VecDeque::new(),
+            started: Instant::now(),
+            next_alone_warning: Instant::now() + ALONE_WARNING_AFTER,
+            bound: SocketAddr::from(([127, 0, 0, 1], 0)),
             timers: BinaryHeap::new(),
             seq: 0,
             shared,
@@ -1370,6 +1968,17 @@ mod tests {
             admission,
             suspects: suspicion::Suspects::default(),
             meters: None,
+            resolver: downing::Resolver::new(
+                DowningStrategy::KeepMajority,
+                Duration::from_secs(10),
+                None,
+                me.node.clone(),
+            ),
+            view_changed: true,
+            lease: mpsc::channel(1),
+            downed: false,
+            shutdown_when_downed: false,
+            system: std::sync::Weak::new(),
         }
     }
 
@@ -1408,19 +2017,19 @@ mod tests {
         let refused = |task: &Task| task.shared.stats.malformed.load(Ordering::Relaxed);
         alive(&mut task, &b1);
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
-        task.on_packet(&leave(&b1));
+        task.on_packet(&leave(&b1), b1.udp);
         task.drain();
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
         alive(&mut task, &b2);
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
         // The first membership's notice again (replayed, or a late copy):
         // refused and counted; b stays up.
-        task.on_packet(&leave(&b1));
+        task.on_packet(&leave(&b1), b1.udp);
         task.drain();
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));
         assert_eq!(refused(&task), 1);
         // The new membership's own notice is taken.
-        task.on_packet(&leave(&b2));
+        task.on_packet(&leave(&b2), b2.udp);
         task.drain();
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Left)));
         assert_eq!(refused(&task), 1);

@@ -43,6 +43,11 @@ pub(crate) struct Recipient {
 }
 
 impl Recipient {
+    /// The incarnation of its node this ref was made for; 0 if unknown.
+    pub(crate) fn uid(&self) -> u64 {
+        self.uid
+    }
+
     pub(super) fn new(path: ActorPath, uid: u64) -> Self {
         let inline = path.elements().starts_with("/temp/");
         Self {

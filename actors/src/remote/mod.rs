@@ -437,15 +437,38 @@ impl Remoting {
     pub(crate) fn recipient(&self, path: ActorPath) -> Option<(Arc<Association>, Arc<Recipient>)> {
         let assoc = self.association(path.node())?;
         let uid = assoc.peer_uid();
+        Some(self.recipient_in(assoc, path, uid))
+    }
+
+    /// [`recipient`](Self::recipient) of incarnation `uid` of its node,
+    /// whatever the association knows of the node now: cluster membership
+    /// knows a restarted member's new uid before any link to it is up, and
+    /// a ref of that uid dials it (one of the old, quarantined uid would
+    /// fail at once).
+    pub(crate) fn recipient_at(
+        &self,
+        path: ActorPath,
+        uid: u64,
+    ) -> Option<(Arc<Association>, Arc<Recipient>)> {
+        let assoc = self.association(path.node())?;
+        Some(self.recipient_in(assoc, path, uid))
+    }
+
+    fn recipient_in(
+        &self,
+        assoc: Arc<Association>,
+        path: ActorPath,
+        uid: u64,
+    ) -> (Arc<Association>, Arc<Recipient>) {
         let key = format!("{path}#{uid:x}");
         let mut refs = lock(&self.refs);
         if let Some(r) = refs.get(&key).and_then(Weak::upgrade) {
-            return Some((assoc, r));
+            return (assoc, r);
         }
         let r = Arc::new(Recipient::new(path, uid));
         refs.retain(|_, w| w.strong_count() > 0);
         refs.insert(key, Arc::downgrade(&r));
-        Some((assoc, r))
+        (assoc, r)
     }
 
     /// Asks `path`'s node whether an actor lives there: its manifest id

@@ -267,11 +267,42 @@ async fn a_local_system_or_a_wildcard_address_cannot_join() {
     let s = actor_system("w").await;
     let err = Cluster::join(
         &s,
-        ClusterConfig::new().udp_bind("0.0.0.0:0".parse().unwrap()),
+        ClusterConfig::new()
+            .udp_bind("0.0.0.0:0".parse().unwrap())
+            .udp_advertise("0.0.0.0:0".parse().unwrap()),
     )
     .await
     .expect_err("a wildcard cannot be a member's address");
     assert!(err.to_string().contains("wildcard"), "{err}");
+    assert!(err.to_string().contains("udp_advertise"), "{err}");
+}
+
+/// Bound to every interface, membership advertises remoting's host with
+/// the bound port (peers need an address to send to); an explicit
+/// advertised address wins, as behind NAT or port mapping.
+#[tokio::test]
+async fn a_wildcard_bind_advertises_the_remoting_host_or_the_configured_address() {
+    let s = actor_system("w").await;
+    let c = Cluster::join(
+        &s,
+        ClusterConfig::new().udp_bind("0.0.0.0:0".parse().unwrap()),
+    )
+    .await
+    .expect("joins");
+    let udp = c.myself().udp;
+    assert_eq!(udp.ip().to_string(), "127.0.0.1");
+    assert_ne!(udp.port(), 0);
+    let s2 = actor_system("w2").await;
+    let mapped: SocketAddr = "127.0.0.1:40999".parse().unwrap();
+    let c2 = Cluster::join(
+        &s2,
+        ClusterConfig::new()
+            .udp_bind("127.0.0.1:0".parse().unwrap())
+            .udp_advertise(mapped),
+    )
+    .await
+    .expect("joins");
+    assert_eq!(c2.myself().udp, mapped);
 }
 
 /// A group member's message.
@@ -602,4 +633,105 @@ async fn a_system_that_left_joins_again_as_a_new_membership() {
             })
     })
     .await;
+}
+
+/// A member that restarts on the same address (here: its system shuts
+/// down without leaving, so the others quarantine the old incarnation,
+/// as after a kill) gets traffic again through the refs `group` hands out
+/// and through a cluster-group router, with nothing resolved by hand: a
+/// group entry names the incarnation that published it.
+#[tokio::test]
+async fn a_restarted_member_gets_traffic_through_groups_and_routers() {
+    use actors::{Router, RoutingLogic};
+
+    let config = fast(Duration::from_secs(5));
+    let mut nodes = cluster_of(3, &config).await;
+    converged(&nodes, 2).await;
+    let seed = nodes[0].1.myself().udp.to_string();
+    let (tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let w = nodes[2].0.spawn(Worker {
+        name: "old",
+        done: tx.clone(),
+    });
+    nodes[2].1.join_group("g", &w).await.expect("joins");
+    let router =
+        Router::builder(RoutingLogic::round_robin()).cluster_group(&nodes[0].0, &nodes[0].1, "g");
+    within("the worker is a routee", router.wait_routees(|r| r.len() == 1)).await;
+    router.tell(Work(1)).expect("room");
+    assert_eq!(names_of(&mut done, 1).await, ["old"]);
+
+    let (old_system, old) = nodes.pop().expect("three");
+    let addr = old_system.local_addr().expect("remote");
+    let old_uid = old.myself().uid;
+    drop(old);
+    old_system.shutdown().await;
+    let mut restarted = None;
+    for _ in 0..200 {
+        match ActorSystem::with_config(
+            "n2",
+            Some(addr),
+            integration_tests::secured_system(SystemConfig::default()),
+        )
+        .await
+        {
+            Ok(s) => {
+                restarted = Some(s);
+                break;
+            }
+            Err(_) => tokio::task::yield_now().await,
+        }
+    }
+    let system = restarted.expect("the port is free again");
+    let again = within("join", async {
+        loop {
+            if let Ok(c) = Cluster::join(&system, config.clone().seeds([seed.clone()])).await {
+                return c;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_ne!(again.myself().uid, old_uid);
+    let w = system.spawn(Worker {
+        name: "new",
+        done: tx.clone(),
+    });
+    again.join_group("g", &w).await.expect("joins");
+    // The group's ref reaches the new incarnation.
+    let start = std::time::Instant::now();
+    within("the group lists the new worker and it is reached", async {
+        loop {
+            if let [r] = nodes[0].1.group::<Work>("g").as_slice()
+                && r.tell(Work(2)).is_ok()
+                && let Ok(Some(got)) =
+                    tokio::time::timeout(Duration::from_millis(200), done.recv()).await
+            {
+                assert_eq!(got.0, "new");
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // So does the router: its routee was replaced, not kept at the old
+    // incarnation or dropped for good.
+    within("the router routes to the new worker", async {
+        loop {
+            if router.tell(Work(3)).is_ok()
+                && let Ok(Some(got)) =
+                    tokio::time::timeout(Duration::from_millis(200), done.recv()).await
+            {
+                assert_eq!(got.0, "new");
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "traffic resumed {:?} after the new worker joined its group",
+        start.elapsed()
+    );
+    router.stop();
 }
