@@ -5,7 +5,7 @@
 #
 # Each pass sends 5,000,000 messages (about a second of actors) unless
 # the options give --messages: the default 500,000 last 50-200 ms, so one
-# scheduler hiccup can decide a pass (README, "Benchmark").
+# scheduler hiccup can decide a pass (docs/PERFORMANCE.md, "Getting a figure worth quoting").
 #
 #   cp target/release/bench-remote /tmp/br-old   # before the change
 #   cargo build --release -p bench-remote         # after it

@@ -16,7 +16,7 @@
 //! `--serve` the example scrapes its own endpoint once, prints the
 //! library's lines and exits (non-zero if a per-peer metric is missing);
 //! with it, the nodes keep talking until Ctrl-C. The metric names are in
-//! the README's "Metrics" table.
+//! the "Metrics" table of docs/OPERATIONS.md.
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 

@@ -58,36 +58,55 @@
 //!   and logged.
 //! - Metrics go through the [`metrics`](https://docs.rs/metrics) facade:
 //!   install a recorder before building a system, or none (then nothing is
-//!   measured). Names, units and labels are in the README's "Metrics"
-//!   table; `examples/metrics_prometheus.rs` serves them for Prometheus.
+//!   measured). Names, units and labels are in the "Metrics" table of
+//!   `docs/OPERATIONS.md`; `examples/metrics_prometheus.rs` serves them
+//!   for Prometheus.
 //!
 //! Paths look like `tcp://system@host:port/user/name` (see [`ActorPath`]).
+//!
+//! # Guides
+//! The repository's `docs/` folder has a guide per topic: `ACTORS.md`
+//! (actors, supervision, routers), `REMOTING.md` (remote messages,
+//! serializers, rolling upgrades), `FAILURE_SEMANTICS.md`, `CLUSTER.md`,
+//! `CONFIGURATION.md`, `SECURITY.md`, `OPERATIONS.md` (logs, metrics,
+//! shutdown, limits), `PERFORMANCE.md`, and the wire format in
+//! `PROTOCOL.md`.
+//!
+//! # Public modules
+//! - [`cluster`]: membership over authenticated UDP, cluster-wide groups.
+//! - [`router`]: routers in front of groups and pools of routees. Its
+//!   types are also at the crate root.
 //!
 //! # Layout
 //! Bottom-up: a module imports only modules listed above it, never one
 //! that imports it back (`docs/ARCHITECTURE.md` draws the layers, says
-//! where the hot path runs and gives the lock order; a test checks the
-//! order).
+//! where the hot path runs and gives the lock order; a test checks this
+//! order against the imports).
 //! - `error`: the error types. `path`: [`ActorPath`]. `lifecycle`:
 //!   [`StopReason`], [`Terminated`].
 //! - `bincode_format`: bincode 2's message format, our serializer and
-//!   deserializer (bounded). `serialization`: [`Serializer`], [`Bincode`],
-//!   [`RemoteMessage`], [`SerializerId`], [`MsgPack`], [`SharedBytes`],
-//!   the decode scope, the extension block of a message. `msgpack`:
-//!   MessagePack's format, bounded (the serializer for messages that
-//!   evolve). `trace`: [`TraceContext`], W3C trace context propagation.
+//!   deserializer (bounded). `msgpack`: MessagePack's format, bounded
+//!   (the serializer for messages that evolve). `trace`:
+//!   [`TraceContext`], W3C trace context propagation. `serialization`:
+//!   [`Serializer`], [`Bincode`], [`RemoteMessage`], [`SerializerId`],
+//!   [`MsgPack`], [`SharedBytes`], the decode scope, the extension block
+//!   of a message.
 //! - `telemetry`: the metrics this crate emits through the `metrics`
-//!   facade (names in the README's "Metrics" table), and their handles.
+//!   facade (names in the "Metrics" table of `docs/OPERATIONS.md`), and
+//!   their handles.
 //! - `config`: [`SystemConfig`] and its defaults.
 //! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
 //!   `ACTORS_*` variables; every key is in `actors/reference.toml`
 //!   ([`REFERENCE_CONFIG`]).
 //! - `supervision`: [`SupervisorStrategy`], [`Directive`], the restart
 //!   window and backoff (pure), what children tell their parent.
+//! - `timer`: an actor's timers ([`TimerKey`]), one schedule per actor.
 //! - `mailbox`: bounded batch-swapping mailbox with a system queue.
 //! - `watch`: death-watch plumbing, [`Watch`].
 //! - `registry`: local targets by path, the `Target` trait the remote
 //!   reader delivers into, dead letters.
+//! - `poll_scope`: one poll of an actor's task as a scope, so that what
+//!   it sends to a node can be handed to the link once (staged sends).
 //! - `remote`: associations and everything on the wire, in units:
 //!   `envelope`, `compression`, `system_msg`, `reliable`, `liveness`,
 //!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound`, `net`,
@@ -98,13 +117,16 @@
 //! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`].
 //! - `system`: [`ActorSystem`]: building, resolve, shutdown.
 //! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
-//! - `router`: [`Router`] (groups and pools of routees behind one handle)
-//!   and its [`RoutingLogic`]s; a library layer over the public actor API.
+//! - [`router`]: [`Router`] (groups and pools of routees behind one
+//!   handle) and its [`RoutingLogic`]s; a library layer over the public
+//!   actor API.
 //! - `adapter`: message adapters ([`ActorSystem::adapter`],
 //!   [`Ctx::adapter`]): a ref of another message type in front of an
 //!   actor.
 //! - `named`: [`NamedRef`], a ref by name that follows restarts
 //!   ([`ActorSystem::named`]).
+//! - [`cluster`]: [`Cluster`](cluster::Cluster) membership and groups,
+//!   and routers that follow a group.
 //!
 //! # Crate feature flags
 //! - `derive` (default): `#[derive(RemoteMessage)]`, from the
@@ -142,7 +164,7 @@ mod path;
 mod poll_scope;
 mod registry;
 mod remote;
-mod router;
+pub mod router;
 mod serialization;
 mod supervision;
 mod system;
@@ -204,6 +226,24 @@ pub use watch::Watch;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 mod readme {}
+
+// The guides' Rust blocks are doc tests too (most are `ignore`d
+// fragments; the whole ones must compile and run).
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../../docs/ACTORS.md")]
+    mod actors_guide {}
+    #[doc = include_str!("../../docs/REMOTING.md")]
+    mod remoting {}
+    #[doc = include_str!("../../docs/CLUSTER.md")]
+    mod cluster {}
+    #[doc = include_str!("../../docs/CONFIGURATION.md")]
+    mod configuration {}
+    #[doc = include_str!("../../docs/SECURITY.md")]
+    mod security {}
+    #[doc = include_str!("../../docs/OPERATIONS.md")]
+    mod operations {}
+}
 
 /// Internals exposed for this crate's fuzz targets only; not an API.
 #[doc(hidden)]

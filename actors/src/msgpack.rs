@@ -7,8 +7,8 @@
 //! (with `#[serde(default)]`) reads messages of a node that lacks it, a
 //! node that lacks it skips the field it does not know, and a variant
 //! inserted before others is not mistaken for one of them: the changes
-//! that break bincode's positional format (see the README, "Rolling
-//! upgrades").
+//! that break bincode's positional format (see docs/REMOTING.md,
+//! "Rolling upgrades").
 //!
 //! # Bounded decoding
 //! rmp-serde reading a slice borrows strings and byte strings from it and

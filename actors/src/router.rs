@@ -258,8 +258,8 @@ impl Default for RestartLimit {
 #[serde(bound(serialize = "M: Serialize", deserialize = "M: DeserializeOwned"))]
 #[non_exhaustive]
 pub enum RouterMsg<M> {
-    /// Route this message (one more hop than [`Router::tell`]; see the
-    /// module docs).
+    /// Route this message (one more hop than [`Router::tell`]; see
+    /// [where routing runs](crate::router#where-routing-runs-in-the-caller-with-no-extra-hop)).
     Route(M),
     /// Add a routee (a group member: watched, never replaced or stopped by
     /// the router). Adding one that is already a routee changes nothing.
@@ -352,9 +352,11 @@ impl<M: Send + 'static> Router<M> {
     }
 
     /// Sends `msg` to the routee the logic picks, on this thread (no hop
-    /// through the router actor). A routee that refuses makes the router
-    /// try the next one (see the module docs); broadcast tells every
-    /// routee.
+    /// through the router actor, see
+    /// [where routing runs](crate::router#where-routing-runs-in-the-caller-with-no-extra-hop)).
+    /// A routee that refuses makes the router try the next one (see
+    /// [no silent loss](crate::router#no-silent-loss)); broadcast tells
+    /// every routee.
     ///
     /// # Errors
     /// - [`SendError::MailboxFull`] / [`SendError::LinkFull`]: every

@@ -28,7 +28,7 @@
 //!   period through handles registered once, at join ([`ClusterMeters`]).
 //!
 //! Every metric name, kind, unit and label is in [`METRICS`], which the
-//! README's table mirrors (a test compares them).
+//! table in `docs/OPERATIONS.md` mirrors (a test compares them).
 
 use std::{
     collections::HashMap,
@@ -748,9 +748,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_readme_table_lists_every_metric_as_the_code_emits_it() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-            .expect("the README");
+    fn the_operations_guide_lists_every_metric_as_the_code_emits_it() {
+        let readme = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/OPERATIONS.md"
+        ))
+        .expect("the operations guide");
         let rows: Vec<Vec<String>> = readme
             .lines()
             .filter(|l| l.starts_with("| `remoting_") || l.starts_with("| `actors_"))

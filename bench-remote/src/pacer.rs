@@ -41,7 +41,7 @@ use crate::{pattern::now_ns, report::Report};
 /// wake-up) and 0.5–0.7 µs with 20, 50, 100 or 300 µs; 50 leaves a margin
 /// and still lets the worker sleep half of each 100 µs interval. Its p99
 /// is the machine's: when other processes run, the kernel takes the core
-/// for milliseconds whatever the stretch (the README's "Latency").
+/// for milliseconds whatever the stretch (docs/PERFORMANCE.md, "Latency").
 #[cfg(target_os = "linux")]
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 

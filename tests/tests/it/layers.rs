@@ -207,3 +207,103 @@ fn transport_modules_import_one_way() {
     assert!(g["conn"].contains("writer"), "{g:#?}");
     assert_eq!(find_cycle(&g), None, "{g:#?}");
 }
+
+/// The modules a crate's `# Layout` section lists, in its order: each
+/// entry starts with the module's name in backticks (or as a link) and a
+/// colon (`` `error`: ``, `` [`router`]: ``, `` `tls` (feature `tls`): ``).
+fn layout_order(crate_dir: &str) -> Vec<String> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(crate_dir)
+        .join("src/lib.rs");
+    let text = fs::read_to_string(lib).expect("readable lib.rs");
+    let docs: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(str::trim)
+        .collect();
+    let start = docs
+        .iter()
+        .position(|l| *l == "# Layout")
+        .expect("a # Layout section");
+    let section = docs[start + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with('#'))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut order = Vec::new();
+    for (at, _) in section.match_indices('`') {
+        let rest = &section[at + 1..];
+        let Some(end) = rest.find('`') else { break };
+        let name = &rest[..end];
+        let mut after = rest[end + 1..].trim_start_matches(']');
+        // `tls` (feature `tls`): a feature-gated module.
+        if let Some(gated) = after.strip_prefix(" (feature ") {
+            after = gated.split_once(')').map_or("", |(_, a)| a);
+        }
+        if after.starts_with(':')
+            && !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !order.iter().any(|n| n == name)
+        {
+            order.push(name.to_owned());
+        }
+    }
+    order
+}
+
+/// Checks the Layout list against the imports: every module is listed,
+/// and each imports only modules listed before it.
+fn check_layout(crate_dir: &str, test_only: &[&str]) -> Result<(), String> {
+    let g = graph(crate_dir);
+    let order = layout_order(crate_dir);
+    // A top-level module with its submodules is one entry of the list.
+    let mut top: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (m, deps) in &g {
+        let head = m.split("::").next().unwrap_or(m);
+        if test_only.contains(&head) {
+            continue;
+        }
+        let entry = top.entry(head).or_default();
+        for d in deps {
+            let d = d.split("::").next().unwrap_or(d);
+            if d != head {
+                entry.insert(d);
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for m in top.keys() {
+        if !order.iter().any(|o| o == m) {
+            problems.push(format!("`{m}` is not in the Layout list"));
+        }
+    }
+    for (i, m) in order.iter().enumerate() {
+        let Some(deps) = top.get(m.as_str()) else {
+            problems.push(format!("the Layout list names `{m}`, which is no module"));
+            continue;
+        };
+        for d in deps {
+            if !order[..i].iter().any(|o| o == d) {
+                problems.push(format!("`{m}` imports `{d}`, listed after it"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{crate_dir}: {}; order {order:?}",
+            problems.join("; ")
+        ))
+    }
+}
+
+#[test]
+fn the_crate_docs_list_the_modules_in_import_order() {
+    check_layout("actors", &["differential"]).unwrap();
+    check_layout("transport", &[]).unwrap();
+}
