@@ -1919,6 +1919,7 @@ mod tests {
 
     /// A membership task for `me`, driven by hand: nothing runs it.
     async fn task_for(me: Id) -> Task {
+        let node = me.node.clone();
         let system = ActorSystem::local("t").expect("a valid name");
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("binds");
         let table = Arc::new(Mutex::new(groups::Table::default()));
@@ -1972,7 +1973,7 @@ mod tests {
                 DowningStrategy::KeepMajority,
                 Duration::from_secs(10),
                 None,
-                me.node.clone(),
+                node,
             ),
             view_changed: true,
             lease: mpsc::channel(1),
