@@ -2085,6 +2085,71 @@ mod tests {
         assert!(!warned(&mut leaving, false));
     }
 
+    fn alive(task: &mut Task, id: &Id) {
+        task.foca
+            .apply_many(
+                std::iter::once(foca::Member::alive(id.clone())),
+                true,
+                &mut task.rt,
+            )
+            .expect("applies");
+        task.drain();
+    }
+
+    #[tokio::test]
+    async fn remotings_unreachable_verdict_makes_the_member_suspect_at_once() {
+        let mut task = task_for(id("a", 9001, 1, 1)).await;
+        let b = id("b", 9002, 7, 10);
+        alive(&mut task, &b);
+        // A verdict about another incarnation changes nothing.
+        task.unreachable(&b.node, 8);
+        task.drain();
+        assert_eq!(state_of(&task, &b.node), Some((7, MemberState::Up)));
+        task.unreachable(&b.node, 7);
+        task.drain();
+        assert_eq!(state_of(&task, &b.node), Some((7, MemberState::Suspect)));
+    }
+
+    #[tokio::test]
+    async fn seeds_that_are_not_live_members_are_contacted_and_when_alone_the_last_known() {
+        let mut task = task_for(id("a", 9001, 1, 1)).await;
+        let sent = |task: &mut Task| -> Vec<SocketAddr> {
+            let mut to = Vec::new();
+            while let Some((id, _)) = task.rt.to_send() {
+                to.push(id.udp);
+            }
+            to.sort();
+            to
+        };
+        let b = id("b", 9002, 7, 10);
+        let c = id("c", 9003, 8, 10);
+        task.seeds = vec![b.udp, c.udp];
+        // Alone: every seed.
+        task.announce();
+        assert_eq!(sent(&mut task), [b.udp, c.udp]);
+        // b is a live member: only c, the seed that is not.
+        alive(&mut task, &b);
+        let _ = sent(&mut task);
+        task.announce();
+        assert_eq!(sent(&mut task), [c.udp]);
+        // b goes down: it is contacted again (its restart is found), and
+        // remembered.
+        task.foca
+            .apply_many(
+                std::iter::once(foca::Member::new(b.clone(), 0, foca::State::Down)),
+                true,
+                &mut task.rt,
+            )
+            .expect("applies");
+        task.drain();
+        let _ = sent(&mut task);
+        assert_eq!(task.last_known.iter().copied().collect::<Vec<_>>(), [b.udp]);
+        // Without seeds and alone, the last known members are contacted.
+        task.seeds.clear();
+        task.announce();
+        assert_eq!(sent(&mut task), [b.udp]);
+    }
+
     #[test]
     fn start_stamps_grow_though_the_clock_stands_still_or_goes_back() {
         let last = AtomicU64::new(0);

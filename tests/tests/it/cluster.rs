@@ -258,6 +258,20 @@ async fn a_node_without_the_secret_cannot_join() {
     for (_, n) in &nodes {
         assert!(n.members().iter().all(|m| m.node != intruder.node()));
     }
+    // The joining side is told, not left waiting in silence.
+    let err = c
+        .joined(Duration::from_millis(300))
+        .await
+        .expect_err("no seed answers a wrong secret");
+    assert!(
+        matches!(err, actors::cluster::ClusterError::NoSeedAnswered { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("secret"), "{err}");
+    // A node with the secret has joined.
+    within("joined", nodes[1].1.joined(Duration::from_secs(5)))
+        .await
+        .expect("joined");
 }
 
 #[tokio::test]
@@ -734,4 +748,152 @@ async fn a_restarted_member_gets_traffic_through_groups_and_routers() {
         start.elapsed()
     );
     router.stop();
+}
+
+/// Restarts `system` (whose address was `addr`) as node `name` on the
+/// same TCP and UDP port, retrying while the port is still taken, and
+/// joins it through `seeds`.
+async fn restart_on(
+    name: &str,
+    addr: SocketAddr,
+    config: &ClusterConfig,
+) -> (ActorSystem, Cluster) {
+    within("restart on the same address", async {
+        loop {
+            if let Ok(s) = ActorSystem::with_config(
+                name,
+                Some(addr),
+                integration_tests::secured_system(SystemConfig::default()),
+            )
+            .await
+            {
+                if let Ok(c) = Cluster::join(&s, config.clone()).await {
+                    return (s, c);
+                }
+                s.shutdown().await;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+}
+
+/// The only seed restarts (a new incarnation on the same address, which
+/// knows nobody): the others keep contacting their seed while it is not a
+/// live member, so the cluster is whole again without an operator.
+#[tokio::test]
+async fn a_restarted_seed_finds_its_cluster_again() {
+    let config = fast(Duration::from_secs(5));
+    let mut nodes = cluster_of(4, &config).await;
+    converged(&nodes, 3).await;
+    let (seed_system, seed) = nodes.remove(0);
+    let addr = seed_system.local_addr().expect("remote");
+    let old_uid = seed.myself().uid;
+    // As after a crash: no leave.
+    drop(seed);
+    seed_system.shutdown().await;
+    // Its seed list names only itself.
+    let (system, again) = restart_on("n0", addr, &config.clone().seeds([addr.to_string()])).await;
+    assert_ne!(again.myself().uid, old_uid);
+    nodes.insert(0, (system, again));
+    converged(&nodes, 3).await;
+}
+
+/// A node cut off from the others is on the minority side: once the view
+/// has been stable for `stable_after`, it downs itself and, by default,
+/// shuts its system down (the majority downing a silent member is
+/// `a_silent_node_is_seen_down_by_all_and_quarantined`).
+#[tokio::test]
+async fn a_node_cut_off_from_the_majority_downs_itself() {
+    let mut nodes = cluster_of(3, &fast(Duration::from_millis(300))).await;
+    converged(&nodes, 2).await;
+    let (system, lonely) = nodes.pop().expect("three");
+    let mut own = lonely.subscribe();
+    let me = lonely.myself().node.clone();
+    let addr = system.local_addr().expect("remote");
+    // Nodes 0 and 1 stop answering node 2 (their membership stops without
+    // a word, their systems stay): to node 2 it is a partition, 1 of 3.
+    let mut others = Vec::new();
+    for (s, c) in nodes {
+        drop(c);
+        others.push(s);
+    }
+    let e = within("node 2 downs itself", async {
+        loop {
+            if let Ok(e) = own.recv().await
+                && e.member.node == me
+            {
+                return e;
+            }
+        }
+    })
+    .await;
+    assert_eq!(e.member.state, MemberState::Down);
+    assert_eq!(lonely.myself().state, MemberState::Down);
+    // And its system shut down: nothing listens on its address.
+    eventually("node 2's system is shut down", || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err()
+    })
+    .await;
+}
+
+/// With `shutdown_when_downed(false)` only membership stops: the
+/// application decides, on its own event.
+#[tokio::test]
+async fn a_downed_node_can_be_left_running_for_the_application_to_decide() {
+    let config = fast(Duration::from_millis(300)).shutdown_when_downed(false);
+    let mut nodes = cluster_of(2, &config).await;
+    converged(&nodes, 1).await;
+    // Two nodes: an equal split; the side holding the lowest address
+    // stays. Silence the node with the lower address, so that the other
+    // one is on the losing side.
+    nodes.sort_by_key(|(_, c)| c.myself().node);
+    let (low_system, low) = nodes.remove(0);
+    let (system, high) = nodes.remove(0);
+    let mut own = high.subscribe();
+    let me = high.myself().node.clone();
+    drop(low);
+    within("the higher address downs itself", async {
+        loop {
+            if let Ok(e) = own.recv().await
+                && e.member.node == me
+                && e.member.state == MemberState::Down
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    // Its system still runs.
+    let addr = system.local_addr().expect("remote");
+    assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok());
+    assert!(matches!(
+        high.rejoin(["127.0.0.1:1"]),
+        Err(actors::cluster::ClusterError::Stopped)
+    ) || high.myself().state == MemberState::Down);
+    low_system.shutdown().await;
+}
+
+/// `when_members_up` completes once the cluster has the size asked for,
+/// and a graceful shutdown leaves the cluster first: the others see the
+/// node `Left`, not suspect or down.
+#[tokio::test]
+async fn members_up_hook_and_a_graceful_shutdown_leaves() {
+    let config = fast(Duration::from_secs(30));
+    let nodes = cluster_of(3, &config).await;
+    within("three up", nodes[0].1.when_members_up(3)).await;
+    let node = nodes[2].1.myself().node.clone();
+    let mut events = nodes[0].1.subscribe();
+    nodes[2].0.shutdown_gracefully(Duration::from_secs(5)).await;
+    within("node 2 left", async {
+        loop {
+            if let Ok(e) = events.recv().await
+                && e.member.node == node
+            {
+                assert_eq!(e.member.state, MemberState::Left, "{e:?}");
+                return;
+            }
+        }
+    })
+    .await;
 }
