@@ -58,9 +58,18 @@ async fn converged(nodes: &[(ActorSystem, Cluster)], up: usize) {
                 .count()
         })
         .collect();
+    let suspects: Vec<usize> = nodes
+        .iter()
+        .map(|(_, c)| {
+            c.members()
+                .iter()
+                .filter(|m| m.state == MemberState::Suspect)
+                .count()
+        })
+        .collect();
     assert!(
         done.is_ok(),
-        "not every node sees {up} members up: {:?}, down: {downs:?}",
+        "not every node sees {up} members up: {:?}, suspect: {suspects:?}, down: {downs:?}",
         counts()
     );
 }
@@ -885,13 +894,17 @@ async fn members_up_hook_and_a_graceful_shutdown_leaves() {
     let node = nodes[2].1.myself().node.clone();
     let mut events = nodes[0].1.subscribe();
     nodes[2].0.shutdown_gracefully(Duration::from_secs(5)).await;
+    // On a loaded machine a probe may time out and a member be suspected
+    // for a moment; what must not happen is a down before the leave.
     within("node 2 left", async {
         loop {
             if let Ok(e) = events.recv().await
                 && e.member.node == node
             {
-                assert_eq!(e.member.state, MemberState::Left, "{e:?}");
-                return;
+                assert_ne!(e.member.state, MemberState::Down, "{e:?}");
+                if e.member.state == MemberState::Left {
+                    return;
+                }
             }
         }
     })
