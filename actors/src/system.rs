@@ -53,9 +53,8 @@ pub(crate) struct SystemInner {
 
 /// A step of [`ActorSystem::shutdown_gracefully`] run before the actors
 /// drain (the cluster's leave).
-pub(crate) type BeforeGraceful = Box<
-    dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send,
->;
+pub(crate) type BeforeGraceful =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
 /// An actor system: a named set of actors, optionally reachable from other
 /// nodes over TCP. Cheap to clone.

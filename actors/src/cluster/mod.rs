@@ -866,9 +866,9 @@ impl Cluster {
             resolver: downing::Resolver::new(
                 config.downing.clone(),
                 config.stable_after,
-                config
-                    .down_all_when_unstable
-                    .unwrap_or_else(|| Some(downing::default_down_all_when_unstable(config.stable_after))),
+                config.down_all_when_unstable.unwrap_or_else(|| {
+                    Some(downing::default_down_all_when_unstable(config.stable_after))
+                }),
                 remoting.node_addr().to_owned(),
             ),
             view_changed: true,
@@ -1364,7 +1364,11 @@ impl Task {
         let strategy = self.resolver.strategy_name();
         match decision {
             Decision::DownUnreachable(nodes) => {
-                tracing::info!(strategy, ?nodes, "downing strategy: this side stays; downing the unreachable members");
+                tracing::info!(
+                    strategy,
+                    ?nodes,
+                    "downing strategy: this side stays; downing the unreachable members"
+                );
                 let ids: Vec<Id> = self
                     .foca
                     .iter_membership_state()
@@ -1372,7 +1376,8 @@ impl Task {
                     .map(|m| m.id().clone())
                     .collect();
                 let _ = self.foca.apply_many(
-                    ids.into_iter().map(|id| foca::Member::new(id, 0, foca::State::Down)),
+                    ids.into_iter()
+                        .map(|id| foca::Member::new(id, 0, foca::State::Down)),
                     true,
                     &mut self.rt,
                 );
@@ -1402,7 +1407,13 @@ impl Task {
             .filter(|m| m.state() == foca::State::Suspect)
             .map(|m| m.id().node.clone())
             .collect();
-        tracing::warn!(strategy, reason = why, ?unreachable, shutdown = self.shutdown_when_downed, "downing strategy: this node downs itself");
+        tracing::warn!(
+            strategy,
+            reason = why,
+            ?unreachable,
+            shutdown = self.shutdown_when_downed,
+            "downing strategy: this node downs itself"
+        );
         let me = &self.shared.me;
         let from = {
             let mut view = lock(&self.shared.view);
@@ -1669,7 +1680,9 @@ impl Task {
             .foca
             .iter_membership_state()
             .find(|m| {
-                m.id().node == node && (uid == 0 || m.id().uid == uid) && m.state() == foca::State::Alive
+                m.id().node == node
+                    && (uid == 0 || m.id().uid == uid)
+                    && m.state() == foca::State::Alive
             })
             .map(|m| (m.id().clone(), m.incarnation()));
         if let Some((id, incarnation)) = found {

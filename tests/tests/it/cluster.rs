@@ -679,7 +679,11 @@ async fn a_restarted_member_gets_traffic_through_groups_and_routers() {
     nodes[2].1.join_group("g", &w).await.expect("joins");
     let router =
         Router::builder(RoutingLogic::round_robin()).cluster_group(&nodes[0].0, &nodes[0].1, "g");
-    within("the worker is a routee", router.wait_routees(|r| r.len() == 1)).await;
+    within(
+        "the worker is a routee",
+        router.wait_routees(|r| r.len() == 1),
+    )
+    .await;
     router.tell(Work(1)).expect("room");
     assert_eq!(names_of(&mut done, 1).await, ["old"]);
 
@@ -876,10 +880,12 @@ async fn a_downed_node_can_be_left_running_for_the_application_to_decide() {
     // Its system still runs.
     let addr = system.local_addr().expect("remote");
     assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok());
-    assert!(matches!(
-        high.rejoin(["127.0.0.1:1"]),
-        Err(actors::cluster::ClusterError::Stopped)
-    ) || high.myself().state == MemberState::Down);
+    assert!(
+        matches!(
+            high.rejoin(["127.0.0.1:1"]),
+            Err(actors::cluster::ClusterError::Stopped)
+        ) || high.myself().state == MemberState::Down
+    );
     low_system.shutdown().await;
 }
 
