@@ -142,6 +142,7 @@ mod path;
 mod poll_scope;
 mod registry;
 mod remote;
+mod reply;
 mod router;
 mod serialization;
 mod supervision;
