@@ -19,11 +19,12 @@ use crate::{
     actor_ref::ActorRef,
     cell::Cell,
     config::SpawnOptions,
-    error::SpawnError,
+    error::{AskError, SpawnError},
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Queued, SystemMsg, next_record, next_record_ext, stop_in_batch},
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
+    reply::{self, NoReply},
     serialization::{RemoteMessage, decoders, manifests, with_decode_scope},
     supervision::{
         ChildControl, ChildEvent, Panicked, Parent, Restarts, SupervisorStrategy, Verdict,
@@ -81,6 +82,12 @@ pub type ActorResult = Result<(), ActorError>;
 /// `started`, which typically spawns the children again. Watches the
 /// actor placed ([`Ctx::watch`]) and watches on it stay in force: a
 /// restart is not a termination.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an actor",
+    label = "needs `impl Actor for {Self}`",
+    note = "implement `actors::Actor` for it: `type Msg = ...;` and `async fn handle(&mut self, msg: Self::Msg, ctx: &mut Ctx<Self>) -> ActorResult`",
+    note = "an actor must be `Send + 'static`: it runs on its own task"
+)]
 pub trait Actor: Send + Sized + 'static {
     /// The messages this actor takes.
     type Msg: Send + 'static;
@@ -227,6 +234,70 @@ impl<A: Actor> Ctx<A> {
     /// still delivered.
     pub fn unwatch<N: Send + 'static>(&self, other: &ActorRef<N>) {
         other.remove_watcher(&self.sink);
+    }
+
+    /// Asks `target` (as [`ActorRef::ask`]) and delivers the outcome to
+    /// this actor as a message of its own, made by `then` (Akka's
+    /// `pipeTo`, Akka typed's `ctx.ask`): the handler returns at once, and
+    /// the actor goes on with other messages while the ask waits. The
+    /// outcome arrives once, whether a reply, a failure or the timeout;
+    /// it waits for room in this actor's mailbox, and is a dead letter if
+    /// the actor has stopped by then.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use actors::{Actor, ActorRef, ActorResult, ActorSystem, AskError, Ctx};
+    /// struct Doubler;
+    /// impl Actor for Doubler {
+    ///     type Msg = (u64, ActorRef<u64>);
+    ///     async fn handle(&mut self, (n, reply): (u64, ActorRef<u64>), _: &mut Ctx<Self>) -> ActorResult {
+    ///         let _ = reply.tell(n * 2);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// enum Msg { Start(ActorRef<(u64, ActorRef<u64>)>), Doubled(Result<u64, AskError>) }
+    /// struct Client(tokio::sync::mpsc::UnboundedSender<u64>);
+    /// impl Actor for Client {
+    ///     type Msg = Msg;
+    ///     async fn handle(&mut self, msg: Msg, ctx: &mut Ctx<Self>) -> ActorResult {
+    ///         match msg {
+    ///             Msg::Start(doubler) => {
+    ///                 ctx.ask_then(&doubler, |r| (21, r), Duration::from_secs(1), Msg::Doubled)
+    ///             }
+    ///             Msg::Doubled(n) => { let _ = self.0.send(n?); }
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::local("doc").unwrap();
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// let client = system.spawn(Client(tx));
+    /// client.tell(Msg::Start(system.spawn(Doubler))).unwrap();
+    /// assert_eq!(rx.recv().await, Some(42));
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub fn ask_then<N, R>(
+        &self,
+        target: &ActorRef<N>,
+        make: impl FnOnce(ActorRef<R>) -> N + Send + 'static,
+        timeout: Duration,
+        then: impl FnOnce(Result<R, AskError>) -> A::Msg + Send + 'static,
+    ) where
+        N: Send + 'static,
+        R: Send + 'static,
+    {
+        let target = target.clone();
+        let me = self.myself.clone();
+        // A task of the runtime's own, so the handler need not hold the
+        // ask; it ends with the ask.
+        tokio::spawn(async move {
+            let outcome = target.ask(make, timeout).await;
+            let _ = me.send(then(outcome)).await;
+        });
     }
 
     /// Spawns a child at `{this actor's path}/{name}`, supervised by this
@@ -609,6 +680,28 @@ impl ActorSystem {
         })
     }
 
+    /// Spawns an anonymous actor (`/user/$N`) that `strategy` restarts in
+    /// place from `factory` after a failure, its restarts counted in the
+    /// window `group` shares with others (a pool's routees).
+    pub(crate) fn spawn_restarting<A: Actor>(
+        &self,
+        factory: Factory<A>,
+        strategy: SupervisorStrategy,
+        group: Arc<Mutex<Restarts>>,
+    ) -> ActorRef<A::Msg> {
+        let id = self.registry().next_id();
+        let cell = self.make_cell::<A::Msg>(&format!("/user/${id}"), &SpawnOptions::default());
+        let first = factory();
+        let sup = Supervision {
+            factory: Some(factory),
+            strategy,
+            parent: None,
+            group: Some(group),
+        };
+        self.start(id, cell.clone(), first, sup);
+        ActorRef::local(cell)
+    }
+
     fn spawn_at<A: Actor>(
         &self,
         id: u64,
@@ -648,7 +741,10 @@ impl ActorSystem {
                 }
                 Err(_) => (StopReason::SystemShutdown, false),
             };
-            let left = cell.mailbox.close() as u64;
+            // Asks still queued fail at once: the actor is gone.
+            let mut held = reply::Deferred::new();
+            let left = reply::collect(&mut held, || cell.mailbox.close()) as u64;
+            reply::resolve(&mut held, &NoReply::stopped(&reason));
             registry.dead_letters_n(
                 left,
                 std::any::type_name::<A::Msg>(),
@@ -688,13 +784,18 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
 /// panic is a failure supervision sees rather than the end of the task.
 /// A panic leaves the actor's state unknown: the instance is dropped
 /// without `stopped` (see `run_actor`).
-async fn guarded<F: Future>(fut: F) -> Result<F::Output, String> {
+///
+/// Reply refs dropped unanswered in its polls are held in `held` (see
+/// `reply`): the actor's task fails those asks with why, once it knows.
+async fn guarded<F: Future>(fut: F, held: &mut reply::Deferred) -> Result<F::Output, String> {
     let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(move |cx| {
         // A poll is a scope in which remote sends may be gathered
         // (`poll_scope`); the catch keeps a panic inside it.
         let polled = crate::poll_scope::poll(|| {
-            std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+            reply::collect(held, || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)))
+            })
         });
         match polled {
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
@@ -811,6 +912,7 @@ fn after_traced<A: Actor>(
         handler_failed(registry, &cell.path, std::any::type_name::<A::Msg>());
         return Some(failure(Ok(e)));
     }
+    reply::resolve_open(&NoReply::Dropped);
     if ctx.stop {
         return Some(Outcome::Stop(StopReason::Stopped));
     }
@@ -900,6 +1002,9 @@ impl<A: Actor> Runner<A> {
             // What a failed instance left unhandled goes first (and
             // `recv_all` swaps into an empty `user` only).
             if user.is_empty() && decoded.is_empty() && traced.is_empty() && sys.is_empty() {
+                // Before waiting: reply refs dropped outside a handler
+                // (a hook, a timer) fail now, not at the next message.
+                reply::resolve_open(&NoReply::Dropped);
                 // Without timers waiting, the actor waits on its mailbox alone.
                 let received = match ctx.timers.next_deadline() {
                     None => cell.mailbox.recv_all(user, sys).await,
@@ -1030,6 +1135,8 @@ impl<A: Actor> Runner<A> {
                     handler_failed(registry, &cell.path, std::any::type_name::<A::Msg>());
                     return failure(Ok(e));
                 }
+                // Reply refs the handler dropped unanswered.
+                reply::resolve_open(&NoReply::Dropped);
                 if ctx.stop {
                     return Outcome::Stop(StopReason::Stopped);
                 }
@@ -1177,13 +1284,14 @@ async fn run_actor<A: Actor>(
     };
     let path = run.cell.path.clone();
     let mut restarts = Restarts::default();
+    let mut held = reply::Deferred::new();
     let mut actor = first;
     let (reason, escalate, last) = loop {
         run.ctx.strategy = actor.supervisor_strategy();
         // A new instance is a new supervisor: its children's window
         // starts empty (the old instance's children stopped with it).
         run.ctx.group_restarts = Arc::default();
-        let outcome = match guarded(run.instance(&mut actor)).await {
+        let outcome = match guarded(run.instance(&mut actor), &mut held).await {
             Ok(outcome) => outcome,
             Err(p) => {
                 if std::mem::take(&mut run.handling) {
@@ -1196,6 +1304,19 @@ async fn run_actor<A: Actor>(
                 failure(Err(p))
             }
         };
+        // Asks whose reply refs the instance dropped on its way out: the
+        // message it failed on, or what a stop dropped.
+        if !held.is_empty() {
+            let why = match &outcome {
+                Outcome::Fail { reason, .. } => NoReply::HandlerFailed(reason.to_string()),
+                Outcome::Stop(reason) if sys_inner.shutting_down.load(Ordering::Acquire) => {
+                    NoReply::stopped(&StopReason::SystemShutdown)
+                }
+                Outcome::Stop(reason) => NoReply::stopped(reason),
+                Outcome::SiblingFailed => NoReply::Dropped,
+            };
+            reply::resolve(&mut held, &why);
+        }
         let (failed, panicked, own) = match outcome {
             Outcome::Stop(reason) => break (reason, false, Some(actor)),
             Outcome::Fail {
@@ -1210,7 +1331,13 @@ async fn run_actor<A: Actor>(
             ),
         };
         // A panicked instance's state is unknown: dropped, no `stopped`.
-        let old = (!panicked).then_some(actor);
+        // Reply refs it kept fail their asks, as the handler failed.
+        let old = if panicked {
+            reply::dropping(actor, &NoReply::HandlerFailed(failed.to_string()));
+            None
+        } else {
+            Some(actor)
+        };
         let verdict = match (&sup.factory, &own) {
             (None, _) => Verdict::Stop,
             (Some(_), None) => Verdict::Restart(Duration::ZERO),
@@ -1251,11 +1378,14 @@ async fn run_actor<A: Actor>(
         };
         tracing::warn!(actor = %path, reason = %failed, ?delay, "actor failed; restarting");
         let mut stop = run.stop_children().await;
-        if let Some(mut old) = old
-            && let Err(p) = guarded(old.stopped(&failed)).await
-        {
-            tracing::error!(actor = %path, panic = %p, "`stopped` panicked");
+        if let Some(mut old) = old {
+            if let Err(p) = guarded(old.stopped(&failed), &mut held).await {
+                tracing::error!(actor = %path, panic = %p, "`stopped` panicked");
+            }
+            // Reply refs the failed instance kept fail their asks.
+            reply::collect(&mut held, || drop(old));
         }
+        reply::resolve(&mut held, &NoReply::HandlerFailed(failed.to_string()));
         if !run.ctx.keep_timers {
             run.ctx.timers.clear();
         }
@@ -1286,28 +1416,35 @@ async fn run_actor<A: Actor>(
     };
     // Children stop (and their `stopped` runs) before this actor's own.
     run.stop_children().await;
+    let shutting_down = sys_inner.shutting_down.load(Ordering::Acquire);
     let mut left = run.decoded.len() as u64;
     left += run.traced.len() as u64;
-    run.decoded.clear();
-    run.traced.clear();
-    for env in run.user.drain(..) {
-        left += env.count() as u64;
-    }
+    // The asks among them fail now, as the actor is gone.
+    reply::collect(&mut held, || {
+        run.decoded.clear();
+        run.traced.clear();
+        for env in run.user.drain(..) {
+            left += env.count() as u64;
+        }
+    });
     run.registry.dead_letters_n(
         left,
         std::any::type_name::<A::Msg>(),
         &path,
         "left in mailbox at stop",
     );
-    let reason = if sys_inner.shutting_down.load(Ordering::Acquire) {
+    let reason = if shutting_down {
         StopReason::SystemShutdown
     } else {
         reason
     };
-    if let Some(mut last) = last
-        && let Err(p) = guarded(last.stopped(&reason)).await
-    {
-        tracing::error!(actor = %path, panic = %p, "`stopped` panicked");
+    if let Some(mut last) = last {
+        if let Err(p) = guarded(last.stopped(&reason), &mut held).await {
+            tracing::error!(actor = %path, panic = %p, "`stopped` panicked");
+        }
+        // Reply refs the last instance kept fail their asks.
+        reply::collect(&mut held, || drop(last));
     }
+    reply::resolve(&mut held, &NoReply::stopped(&reason));
     (reason, escalate)
 }

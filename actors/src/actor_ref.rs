@@ -9,7 +9,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex, PoisonError, Weak,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -27,6 +27,7 @@ use crate::{
     path::ActorPath,
     registry::{Registry, Target},
     remote::{Association, Recipient, Tag, TellError},
+    reply::{NoReply, Unanswered},
     serialization::{
         Ext, RemoteMessage, SerializerId, decoding_node, encode_with_ext, manifest_id, manifests,
     },
@@ -44,6 +45,90 @@ pub(crate) struct RemoteRef<M> {
     pub(crate) serializer: SerializerId,
     pub(crate) _msg: PhantomData<fn(M)>,
     pub(crate) encode: fn(&M, &mut BytesMut, usize) -> Result<(), SerializationError>,
+    /// Set on a ref to another node's ask reply slot decoded here: when
+    /// its last handle is dropped unanswered, that node hears so at once
+    /// (see `reply`).
+    pub(crate) reply: Option<RemoteReply>,
+}
+
+/// What a decoded ref to a remote ask's reply slot knows of its use.
+pub(crate) struct RemoteReply {
+    /// A reply (or another message) was sent through it.
+    answered: AtomicBool,
+    /// It was serialized again (forwarded): whoever decodes it answers.
+    forwarded: AtomicBool,
+}
+
+impl<M> Drop for RemoteRef<M> {
+    fn drop(&mut self) {
+        if let Some(r) = &self.reply
+            && !r.answered.load(Ordering::Acquire)
+            && !r.forwarded.load(Ordering::Acquire)
+        {
+            crate::reply::unanswered(Arc::new(RemoteNoReply {
+                assoc: self.assoc.clone(),
+                recipient: self.recipient.clone(),
+            }));
+        }
+    }
+}
+
+/// A remote ask's reply slot, told that no reply will come.
+struct RemoteNoReply {
+    assoc: Arc<Association>,
+    recipient: Arc<Recipient>,
+}
+
+impl Unanswered for RemoteNoReply {
+    fn no_reply(&self, why: NoReply) {
+        // The node's shutdown notice, which follows, tells the asker.
+        if why != NoReply::SystemShutdown {
+            self.assoc.send_no_reply(&self.recipient, why);
+        }
+    }
+}
+
+/// A live reply ref to a local ask's slot: the slot counts them, and the
+/// last one dropped unanswered fails the ask (see `reply`).
+struct ReplyHandle<M>(Arc<Promise<M>>);
+
+impl<M> ReplyHandle<M> {
+    fn new(p: Arc<Promise<M>>) -> Self {
+        p.handles.fetch_add(1, Ordering::AcqRel);
+        Self(p)
+    }
+}
+
+impl<M> Clone for ReplyHandle<M> {
+    fn clone(&self) -> Self {
+        Self::new(self.0.clone())
+    }
+}
+
+impl<M> std::ops::Deref for ReplyHandle<M> {
+    type Target = Arc<Promise<M>>;
+    fn deref(&self) -> &Arc<Promise<M>> {
+        &self.0
+    }
+}
+
+impl<M> Drop for ReplyHandle<M> {
+    fn drop(&mut self) {
+        // A slot whose ref left the process is answered (or failed) by
+        // the node that has it.
+        if self.0.handles.fetch_sub(1, Ordering::AcqRel) == 1
+            && !self.0.registered.load(Ordering::Acquire)
+            && self
+                .0
+                .tx
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some()
+            && let Some(slot) = self.0.me.upgrade()
+        {
+            crate::reply::unanswered(slot);
+        }
+    }
 }
 
 impl<M> RemoteRef<M> {
@@ -76,7 +161,7 @@ impl<M> RemoteRef<M> {
 
 enum Inner<M> {
     Local(Arc<Cell<M>>),
-    Promise(Arc<Promise<M>>),
+    Promise(ReplyHandle<M>),
     /// A remote actor whose messages never carry an extension block.
     Remote(Arc<RemoteRef<M>>),
     /// A remote actor whose messages may (another serializer than
@@ -169,15 +254,17 @@ impl<M: Send + 'static> ActorRef<M> {
         registry: Weak<Registry>,
     ) -> (Self, Arc<Promise<M>>, oneshot::Receiver<Answer<M>>) {
         let (tx, rx) = oneshot::channel();
-        let p = Arc::new(Promise {
+        let p = Arc::new_cyclic(|me: &Weak<Promise<M>>| Promise {
             tx: Mutex::new(Some(tx)),
             path,
             registry,
             registered: AtomicBool::new(false),
+            handles: AtomicUsize::new(0),
+            me: me.clone(),
         });
         (
             Self {
-                inner: Inner::Promise(p.clone()),
+                inner: Inner::Promise(ReplyHandle::new(p.clone())),
             },
             p,
             rx,
@@ -262,6 +349,7 @@ impl<M: Send + 'static> ActorRef<M> {
             serializer: M::SERIALIZER,
             _msg: PhantomData,
             encode: M::encode,
+            reply: None,
         });
         Self {
             inner: if plain {
@@ -272,13 +360,36 @@ impl<M: Send + 'static> ActorRef<M> {
         }
     }
 
+    /// This ref, if it is one to another node's ask reply slot (a
+    /// `/temp/` path) just decoded, made to tell that node when it is
+    /// dropped unanswered. Such a ref sends through the extension path,
+    /// where the reply is noted, so a plain remote `tell` pays nothing.
+    fn watching_reply(self) -> Self {
+        match self.inner {
+            Inner::Remote(mut r) | Inner::RemoteExt(mut r)
+                if r.recipient.path.elements().starts_with("/temp/") =>
+            {
+                if let Some(r) = Arc::get_mut(&mut r) {
+                    r.reply = Some(RemoteReply {
+                        answered: AtomicBool::new(false),
+                        forwarded: AtomicBool::new(false),
+                    });
+                }
+                Self {
+                    inner: Inner::RemoteExt(r),
+                }
+            }
+            inner => Self { inner },
+        }
+    }
+
     pub(crate) fn from_any(target: Arc<dyn Any + Send + Sync>) -> Option<Self> {
         let target = match target.downcast::<Cell<M>>() {
             Ok(c) => return Some(Self::local(c)),
             Err(t) => t,
         };
         target.downcast::<Promise<M>>().ok().map(|p| Self {
-            inner: Inner::Promise(p),
+            inner: Inner::Promise(ReplyHandle::new(p)),
         })
     }
 
@@ -332,7 +443,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Promise(p) => p
                 .complete(msg, TraceContext::current())
                 .map(|()| false)
-                .map_err(|m| self.gone(m, "ask already answered or timed out")),
+                .map_err(|m| self.gone(m, crate::remote::LATE_REPLY)),
             // Its own variant, so a plain ref pays no test for it.
             Inner::RemoteExt(r) => self.tell_ext(r, msg),
             Inner::Remote(r) => {
@@ -353,6 +464,9 @@ impl<M: Send + 'static> ActorRef<M> {
     /// (another serializer than bincode, or trace propagation on).
     #[inline(never)]
     fn tell_ext(&self, r: &RemoteRef<M>, msg: M) -> Result<bool, SendError<M>> {
+        if let Some(reply) = &r.reply {
+            reply.answered.store(true, Ordering::Release);
+        }
         let (tag, ext) = r.ext();
         let encode = |b: &mut BytesMut, limit| r.encode(&ext, &msg, b, limit);
         let told = if tag.ext {
@@ -417,6 +531,9 @@ impl<M: Send + 'static> ActorRef<M> {
                 Err(_) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) | Inner::RemoteExt(r) => {
+                if let Some(reply) = &r.reply {
+                    reply.answered.store(true, Ordering::Release);
+                }
                 let assoc = &r.assoc;
                 // Encoded before any await: the future holds bytes, not a
                 // borrow of the message (`M` need not be `Sync`).
@@ -447,6 +564,7 @@ impl<M: Send + 'static> ActorRef<M> {
             TellError::NoCredit => SendError::MailboxFull(msg),
             TellError::Full => SendError::LinkFull(msg),
             TellError::Gone => self.gone(msg, "its node's incarnation is quarantined"),
+            TellError::Unreachable => self.gone(msg, "its node is judged unreachable"),
             TellError::Serialization(e) => SendError::Serialization(e),
         }
     }
@@ -474,21 +592,35 @@ impl<M: Send + 'static> ActorRef<M> {
     /// # }
     /// ```
     ///
+    /// An ask fails as soon as its node knows no reply can come, not at
+    /// the timeout (as Erlang's `gen_server:call`, which monitors its
+    /// callee): `docs/FAILURE_SEMANTICS.md` has the table of what each
+    /// failure returns and when.
+    ///
     /// # Errors
-    /// [`AskError::Timeout`], [`AskError::ActorGone`] (the recipient had
-    /// stopped, failed at once, or it stopped or dropped the reply ref
-    /// while the ask waited), [`AskError::MailboxFull`] and
-    /// [`AskError::LinkFull`] (the request waited for room, as
-    /// [`send`](Self::send) does, for the whole timeout and was not sent),
-    /// [`AskError::Undeliverable`] (the recipient's node turned the request
-    /// into a dead letter and said why; a request buffered while the link
-    /// connects does not carry what that needs, and shows as a timeout),
-    /// [`AskError::Serialization`], [`AskError::NodeUnreachable`] (a
-    /// remote recipient's incarnation is already quarantined), and
-    /// [`AskError::NodeDown`]: a remote recipient's node went down while
-    /// the ask waited (declared unreachable, the recipient's incarnation
-    /// quarantined, or connecting to it failed), failed at once instead of
-    /// at the timeout.
+    /// - [`AskError::Timeout`]: no reply, and nothing known to prevent one.
+    /// - [`AskError::ActorGone`]: the recipient had stopped, or stopped
+    ///   with the request still queued (at once).
+    /// - [`AskError::HandlerFailed`]: the handler that had the request
+    ///   returned an error or panicked, whether the actor then stops or
+    ///   restarts, here or on another node (at once, with the error).
+    /// - [`AskError::ReplyDropped`]: every handle to the reply ref was
+    ///   dropped without a reply, here or on another node (at once).
+    /// - [`AskError::MailboxFull`] and [`AskError::LinkFull`]: the request
+    ///   waited for room, as [`send`](Self::send) does, for the whole
+    ///   timeout and was not sent.
+    /// - [`AskError::Undeliverable`]: the recipient's node turned the
+    ///   request into a dead letter and said why (a request buffered
+    ///   while the link connects does not carry what that needs, and
+    ///   shows as a timeout).
+    /// - [`AskError::Serialization`]: the request or reply did not encode.
+    /// - [`AskError::NodeUnreachable`]: a remote recipient's incarnation is
+    ///   quarantined, or its node is judged unreachable
+    ///   ([`RemoteEvent::Unreachable`](crate::RemoteEvent::Unreachable))
+    ///   and no link has come back since: nothing was sent or dialed.
+    /// - [`AskError::NodeDown`]: a remote recipient's node went down while
+    ///   the ask waited (declared unreachable, the recipient's incarnation
+    ///   quarantined, or connecting to it failed).
     pub async fn ask<R: Send + 'static>(
         &self,
         make: impl FnOnce(ActorRef<R>) -> M,
@@ -584,8 +716,7 @@ impl<M: Send + 'static> ActorRef<M> {
         }
         let reply = async {
             match rx.await {
-                Ok(Ok(answer)) => Ok(answer),
-                Ok(Err(why)) => Err(AskError::Undeliverable(why)),
+                Ok(answer) => answer,
                 Err(_) => Err(AskError::ActorGone),
             }
         };
@@ -695,7 +826,7 @@ impl<M: Send + 'static> ActorRef<M> {
                 .stop_after_queued(&r.recipient, r.manifest)
                 .map_err(|e| match e {
                     TellError::Full | TellError::NoCredit => StopError::LinkFull,
-                    TellError::Gone => {
+                    TellError::Gone | TellError::Unreachable => {
                         StopError::NodeUnreachable(r.recipient.path.node().to_owned())
                     }
                     TellError::Serialization(_) => StopError::Reentrant,
@@ -823,14 +954,23 @@ impl<M: RemoteMessage> Serialize for ActorRef<M> {
         match &self.inner {
             Inner::Local(c) => c.register_remote(),
             Inner::Promise(p) => {
+                let p = &p.0;
                 if !p.registered.swap(true, Ordering::AcqRel)
                     && let Some(registry) = p.registry.upgrade()
                 {
+                    // So that a reply this node no longer waits for is
+                    // named by its type in the dead letters.
+                    let _ = manifests::register::<M>();
                     let target: Arc<dyn Target> = p.clone();
                     registry.register(p.path.elements(), target);
                 }
             }
-            Inner::Remote(_) | Inner::RemoteExt(_) | Inner::Dead(..) => {}
+            Inner::Remote(r) | Inner::RemoteExt(r) => {
+                if let Some(reply) = &r.reply {
+                    reply.forwarded.store(true, Ordering::Release);
+                }
+            }
+            Inner::Dead(..) => {}
         }
         // The path, and the type the ref takes, so a receiver that decodes
         // it as a ref to another type finds out here (`#` is in no path).
@@ -874,7 +1014,9 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
                     .ok_or_else(|| {
                         E::custom("an ActorRef can only be deserialized by an actor system")
                     })?;
-                ActorRef::for_path(&node, path).map_err(E::custom)
+                ActorRef::for_path(&node, path)
+                    .map(ActorRef::watching_reply)
+                    .map_err(E::custom)
             }
         }
         d.deserialize_str(V(PhantomData))

@@ -8,7 +8,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex, OnceLock, PoisonError, Weak,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
@@ -16,10 +16,12 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
+    error::AskError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Refused, SystemMsg, next_record_ext},
     path::ActorPath,
     registry::{Registry, Target},
+    reply::{NoReply, Unanswered},
     serialization::{
         Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,
     },
@@ -119,19 +121,37 @@ impl<M: RemoteMessage> Target for Cell<M> {
 
 /// What an ask's reply slot completes with: the reply and the trace
 /// context it carried, or why none will come.
-pub(crate) type Answer<M> = Result<(M, Option<TraceContext>), String>;
+pub(crate) type Answer<M> = Result<(M, Option<TraceContext>), AskError>;
 
 /// The reply slot of an `ask`: completes a oneshot with the reply (and
 /// the trace context it came with), or with why none will come (the
-/// request was a dead letter on its node).
+/// request was a dead letter on its node, the handler failed, every
+/// reply ref was dropped; see `reply`).
 pub(crate) struct Promise<M> {
     pub(crate) tx: Mutex<Option<oneshot::Sender<Answer<M>>>>,
     pub(crate) path: ActorPath,
     pub(crate) registry: Weak<Registry>,
     pub(crate) registered: AtomicBool,
+    /// Live reply refs to this slot in this process (`ReplyHandle`).
+    pub(crate) handles: AtomicUsize,
+    /// This slot, as what `reply::unanswered` fails: set once at creation
+    /// (a `Weak`, so that the slot does not keep itself alive).
+    pub(crate) me: Weak<dyn Unanswered>,
 }
 
 impl<M: Send + 'static> Promise<M> {
+    /// Fails the ask with `e`, if it still waits.
+    pub(crate) fn fail_with(&self, e: AskError) {
+        if let Some(tx) = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = tx.send(Err(e));
+        }
+    }
+
     /// Completes the ask with `m`, which came in trace context `trace`.
     pub(crate) fn complete(&self, m: M, trace: Option<TraceContext>) -> Result<(), M> {
         match self
@@ -146,6 +166,12 @@ impl<M: Send + 'static> Promise<M> {
             }),
             None => Err(m),
         }
+    }
+}
+
+impl<M: Send + 'static> Unanswered for Promise<M> {
+    fn no_reply(&self, why: NoReply) {
+        self.fail_with(why.into_ask_error());
     }
 }
 
@@ -171,7 +197,7 @@ impl<M: RemoteMessage> Target for Promise<M> {
                 let why = match decode_record::<M>(&batch[range], ext) {
                     Ok((m, trace)) => match self.complete(m, trace) {
                         Ok(()) => continue,
-                        Err(_) => "ask already answered or timed out".to_owned(),
+                        Err(_) => crate::remote::LATE_REPLY.to_owned(),
                     },
                     Err(e) => format!("reply does not decode: {e}"),
                 };
@@ -195,14 +221,11 @@ impl<M: RemoteMessage> Target for Promise<M> {
     }
 
     fn fail(&self, reason: &str) {
-        if let Some(tx) = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            let _ = tx.send(Err(reason.to_owned()));
-        }
+        self.fail_with(AskError::Undeliverable(reason.to_owned()));
+    }
+
+    fn no_reply(&self, why: NoReply) {
+        self.fail_with(why.into_ask_error());
     }
 
     fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches> {

@@ -86,16 +86,33 @@ impl<M> SendError<M> {
     }
 }
 
-/// Why an `ask` got no reply.
+/// Why an `ask` got no reply. Every variant but `Timeout` (and
+/// `MailboxFull`/`LinkFull`, which wait for room) is returned as soon as
+/// the failure is known, not at the timeout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AskError {
     /// No reply within the timeout.
     #[error("no reply within {0:?}")]
     Timeout(Duration),
-    /// The recipient stopped, or dropped the reply ref without answering.
+    /// The recipient had stopped when the request was sent, or stopped
+    /// with the request still queued: failed at once, not at the
+    /// timeout. The request was not handled.
     #[error("actor is gone")]
     ActorGone,
+    /// The handler that had the request failed (returned an error) or
+    /// panicked before it replied: failed at once, with the handler's
+    /// error or panic message, whether the actor then stops or restarts,
+    /// and whether it is local or on another node. The request was
+    /// handled in part; retry only what is safe to repeat.
+    #[error("the handler failed on the request: {0}")]
+    HandlerFailed(String),
+    /// Every handle to the reply ref was dropped without a reply (the
+    /// handler returned `Ok` without answering, or a task it gave the ref
+    /// to ended), locally or on the recipient's node: failed at once, as
+    /// no reply can come any more.
+    #[error("the reply ref was dropped without a reply")]
+    ReplyDropped,
     /// The recipient's mailbox was full (for a remote recipient: it had no
     /// credit on the link) for the whole timeout; the request was not sent.
     #[error("mailbox full")]
@@ -106,7 +123,9 @@ pub enum AskError {
     #[error("link to the recipient's node full")]
     LinkFull,
     /// The recipient's node cannot be reached: its incarnation was
-    /// quarantined before the request was sent; nothing was sent.
+    /// quarantined, or the node is judged unreachable (until a link to it
+    /// comes back; see `docs/FAILURE_SEMANTICS.md`), before the request
+    /// was sent; nothing was sent or dialed.
     #[error("node unreachable: {0}")]
     NodeUnreachable(String),
     /// The recipient's node went down while the ask waited, so no reply

@@ -164,6 +164,7 @@ mod path;
 mod poll_scope;
 mod registry;
 mod remote;
+mod reply;
 pub mod router;
 mod serialization;
 mod supervision;

@@ -412,10 +412,13 @@ impl<M> Mailbox<M> {
         let n = st.queued;
         st.queued = 0;
         st.queued_bytes = 0;
-        st.user.clear();
+        // Dropped after the lock: a dropped ask's reply ref fails its ask
+        // (`reply`), which should not run under the mailbox's lock.
+        let user = std::mem::take(&mut st.user);
         st.system.clear();
         drop(st);
         self.space.notify_waiters();
+        drop(user);
         n
     }
 

@@ -46,6 +46,11 @@ pub(crate) trait Target: Send + Sync + 'static {
     fn fail(&self, reason: &str) {
         let _ = reason;
     }
+    /// An ask's reply slot learns that its request's node will send no
+    /// reply, and why (`reply::NoReply`). Nothing for actors.
+    fn no_reply(&self, why: crate::reply::NoReply) {
+        let _ = why;
+    }
     /// Adds a watcher; a node past its watch limit is refused.
     fn add_watcher(&self, sink: WatchSink) -> Result<(), TooManyWatches>;
     /// Removes `sink`'s watches (see `WatchSink::same`).

@@ -30,10 +30,21 @@
 //!   follow a cluster group as actors join and leave it.
 //! - A **pool** creates its routees ([`RouterBuilder::pool`] from a local
 //!   factory, [`RouterBuilder::pool_with`] from any async deploy function,
-//!   such as one that asks a spawner on another node). It owns them: one
-//!   that fails (a hook's error or a panic) is replaced by a fresh one in
-//!   the same slot, within a [`RestartLimit`]; past the limit the router
-//!   fails and stops its routees. Callers keep their [`Router`] throughout.
+//!   such as one that asks a spawner on another node). It owns them, within
+//!   a [`RestartLimit`]; past the limit the router fails and stops its
+//!   routees. Callers keep their [`Router`] throughout.
+//!   - A local pool's routee that fails (a hook's error or a panic) is
+//!     restarted in place, as a supervised actor is: a new instance from
+//!     the factory behind the same mailbox, so the messages queued behind
+//!     the failed one are kept and handled by it, and the routee keeps its
+//!     ref. The message it failed on is a dead letter ("handler failed"),
+//!     and an ask in it fails at once with [`AskError::HandlerFailed`].
+//!     The restarts of all routees count against the pool's limit.
+//!   - A deployed pool's routee (`pool_with`, possibly on another node)
+//!     cannot be restarted in place: a failed one is replaced by a new
+//!     deploy for its slot. What was queued in the failed routee's mailbox
+//!     is not handed over: each such message is a counted dead letter on
+//!     its node ("left in mailbox at stop"), never silent.
 //!
 //! Routees can be added and removed at run time by message
 //! ([`RouterMsg::Add`], [`RouterMsg::Remove`], or
@@ -105,6 +116,7 @@ use crate::{
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
     registry::Registry,
+    reply::{self, NoReply},
     serialization::RemoteMessage,
     system::ActorSystem,
 };
@@ -116,7 +128,9 @@ use crate::{
 /// changes. Removing a routee moves only the keys its points owned.
 pub const VIRTUAL_NODES: usize = 128;
 // A pool's default restart limit is supervision's: 10 a minute.
-use crate::supervision::{DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW};
+use crate::supervision::{
+    DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Restarts, SupervisorStrategy,
+};
 
 /// Why a router could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -388,7 +402,7 @@ impl<M: Send + 'static> Router<M> {
     ///
     /// # Errors
     /// As [`ActorRef::ask`]; [`AskError::ActorGone`] also when the router
-    /// has no routee to take the request.
+    /// has no routee to take the request, at once (not at the timeout).
     pub async fn ask<R: Send + 'static>(
         &self,
         make: impl FnOnce(ActorRef<R>) -> M,
@@ -509,7 +523,8 @@ impl<M: Send + 'static> RouterBuilder<M> {
     }
 
     /// A pool of `n` local routees made by `factory`; one that fails is
-    /// replaced by a new `factory()` (within the restart limit).
+    /// restarted in place with a new `factory()`, keeping its queue
+    /// (within the restart limit, counted over all routees).
     ///
     /// # Panics
     /// If called outside a tokio runtime.
@@ -556,18 +571,7 @@ impl<M: Send + 'static> RouterBuilder<M> {
         Fut: Future<Output = Result<ActorRef<M>, ActorError>> + Send + 'static,
     {
         let deploy: DeployFn<M> = Arc::new(move |system, slot| Box::pin(deploy(system, slot)));
-        let mut entries: Vec<Routee<M>> = Vec::with_capacity(n);
-        for slot in 0..n {
-            match deploy(system.clone(), slot).await {
-                Ok(actor) => entries.push(Routee::owned(actor, slot)),
-                Err(source) => {
-                    for e in &entries {
-                        e.actor.stop();
-                    }
-                    return Err(RouterError::Deploy { slot, source });
-                }
-            }
-        }
+        let entries = deploy_all(system, n, &deploy).await?;
         let supervisor = PoolSupervisor::new(deploy, self.limit);
         Ok(start(
             system,
@@ -637,6 +641,64 @@ impl<M: RemoteMessage> RouterBuilder<M> {
     }
 }
 
+/// Remote pools reachable by path.
+impl<M: RemoteMessage> RouterBuilder<M> {
+    /// As [`pool_with`](Self::pool_with), with the router actor at
+    /// `/user/{name}`, reachable from other nodes as
+    /// [`group_named`](Self::group_named) describes.
+    ///
+    /// # Errors
+    /// [`RouterError::Deploy`] if a first deploy fails, or
+    /// [`RouterError::Spawn`]; either way the routees already made are
+    /// stopped.
+    ///
+    /// # Panics
+    /// If called outside a tokio runtime.
+    pub async fn pool_with_named<F, Fut>(
+        self,
+        system: &ActorSystem,
+        name: &str,
+        n: usize,
+        deploy: F,
+    ) -> Result<Router<M>, RouterError>
+    where
+        F: Fn(ActorSystem, usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ActorRef<M>, ActorError>> + Send + 'static,
+    {
+        let deploy: DeployFn<M> = Arc::new(move |system, slot| Box::pin(deploy(system, slot)));
+        let entries = deploy_all(system, n, &deploy).await?;
+        let supervisor = PoolSupervisor::new(deploy, self.limit);
+        start(system, self.logic, entries, Some(supervisor), |s, a| {
+            s.spawn_named(name, a)
+        })
+    }
+}
+
+/// A pool's first routees, one per slot from `deploy`.
+///
+/// # Errors
+/// [`RouterError::Deploy`] if one fails (the routees already made are
+/// stopped).
+async fn deploy_all<M: Send + 'static>(
+    system: &ActorSystem,
+    n: usize,
+    deploy: &DeployFn<M>,
+) -> Result<Vec<Routee<M>>, RouterError> {
+    let mut entries: Vec<Routee<M>> = Vec::with_capacity(n);
+    for slot in 0..n {
+        match deploy(system.clone(), slot).await {
+            Ok(actor) => entries.push(Routee::owned(actor, slot)),
+            Err(source) => {
+                for e in &entries {
+                    e.actor.stop();
+                }
+                return Err(RouterError::Deploy { slot, source });
+            }
+        }
+    }
+    Ok(entries)
+}
+
 /// Spawns a router actor with no name (`/user/$N`).
 fn spawn_anonymous<M: Send + 'static>(
     system: &ActorSystem,
@@ -647,8 +709,11 @@ fn spawn_anonymous<M: Send + 'static>(
 
 /// Spawns the router actor over `entries` with `spawn` and returns its
 /// handle; if `spawn` fails, the pool routees among `entries` are stopped.
-/// A local pool's first `n` routees made by `factory`, and the supervisor
-/// that replaces a failed one with a new `factory()` within `limit`.
+/// A local pool's `n` routees made by `factory`, each restarted in place
+/// (a new `factory()` behind the same mailbox, so its queue is kept) when
+/// it fails, the restarts of all of them counted in one window of
+/// `limit`. A routee past the limit stops, and the router fails with it
+/// (see `RouterActor::terminated`). No replacement deploy is needed.
 fn local_pool<M, A>(
     system: &ActorSystem,
     n: usize,
@@ -659,11 +724,17 @@ where
     M: Send + 'static,
     A: Actor<Msg = M>,
 {
+    let factory: crate::actor::Factory<A> = Arc::new(factory);
+    let strategy = SupervisorStrategy::restart().with_limit(limit.max_restarts, limit.within);
+    let window = Arc::new(std::sync::Mutex::new(Restarts::default()));
     let entries = (0..n)
-        .map(|slot| Routee::owned(system.spawn(factory()), slot))
+        .map(|slot| {
+            let routee = system.spawn_restarting(factory.clone(), strategy.clone(), window.clone());
+            Routee::owned(routee, slot)
+        })
         .collect();
     let deploy: DeployFn<M> = Arc::new(move |system: ActorSystem, _slot| {
-        let routee = system.spawn(factory());
+        let routee = system.spawn_restarting(factory.clone(), strategy.clone(), window.clone());
         Box::pin(async move { Ok(routee) })
     });
     (entries, PoolSupervisor::new(deploy, limit))
@@ -1112,14 +1183,22 @@ impl<M: Send + 'static> Actor for RouterActor<M> {
                 // no routee takes is a dead letter (counted there, or by
                 // the routee that stopped), and so is one that does not
                 // encode for a remote routee.
-                if let Err(SendError::Serialization(e)) = self.shared.send(m).await
-                    && let Some(registry) = self.shared.registry.upgrade()
-                {
-                    registry.dead_letter(
-                        std::any::type_name::<M>(),
-                        ctx.myself().path(),
-                        &format!("routed message does not encode: {e}"),
-                    );
+                match self.shared.send(m).await {
+                    Err(SendError::Serialization(e)) => {
+                        if let Some(registry) = self.shared.registry.upgrade() {
+                            registry.dead_letter(
+                                std::any::type_name::<M>(),
+                                ctx.myself().path(),
+                                &format!("routed message does not encode: {e}"),
+                            );
+                        }
+                    }
+                    // An ask in it fails at once with `ActorGone`: no
+                    // routee is there to answer.
+                    Err(SendError::ActorGone(m)) => {
+                        reply::dropping(m, &NoReply::Stopped("router has no routee".to_owned()));
+                    }
+                    _ => {}
                 }
             }
             RouterMsg::Add(actor, ack) => {
@@ -1162,6 +1241,11 @@ impl<M: Send + 'static> Actor for RouterActor<M> {
         let Some((_, slot)) = self.take(&t.path) else {
             return Ok(());
         };
+        if let (Some(_), StopReason::RestartLimitExceeded(why)) = (slot, &t.reason) {
+            // A local pool's routee restarts in place; past the pool's
+            // limit the pool fails, as a supervisor does.
+            return Err(format!("pool routee restart limit reached: {why}").into());
+        }
         let failed = matches!(t.reason, StopReason::Panicked(_) | StopReason::Failed(_));
         let (Some(slot), true, Some(supervisor)) = (slot, failed, self.supervisor.as_mut()) else {
             tracing::info!(router = %ctx.myself().path(), routee = %t.path, reason = %t.reason, "routee left the router");

@@ -382,8 +382,9 @@ impl<'de> Deserialize<'de> for SharedBytes {
 /// parameters are refused at compile time.
 ///
 /// # Built in
-/// - `()`, `bool`, the integers but `u8`, `f32`, `f64`, `char`, `String`,
-///   and `Vec<u8>` (a byte string, "std.bytes"), named `std.<type>`;
+/// - `()`, `bool`, the integers (`u8` included), `f32`, `f64`, `char`,
+///   `String`, and `Vec<u8>` (a byte string, "std.bytes"), named
+///   `std.<type>`;
 /// - built from remote messages, named after them, at compile time:
 ///   `Vec<T>` (`std.Vec<T>`), `Option<T>`, `Result<T, E>`, `Box<T>`,
 ///   `HashMap<K, V>`, `BTreeMap<K, V>`, tuples of two to four (`(A,B)`),
@@ -414,6 +415,12 @@ impl<'de> Deserialize<'de> for SharedBytes {
 ///     Flush(std::sync::Arc<tokio::sync::Notify>),
 /// }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a remote message: it cannot cross nodes",
+    label = "needs `RemoteMessage`",
+    note = "derive it: `#[derive(Serialize, Deserialize, actors::RemoteMessage)]` (serde's derives too), or implement `RemoteMessage` with a `MANIFEST`",
+    note = "a type from another crate needs a newtype around it that derives these"
+)]
 pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     /// The type's stable name on the wire. Never change it once nodes
     /// exchange the type; two types must not share one.
@@ -1184,6 +1191,9 @@ mod tests {
         use std::collections::{BTreeMap, HashMap};
         assert_eq!(<Vec<String>>::MANIFEST, "std.Vec<std.String>");
         assert_eq!(<Vec<u8>>::MANIFEST, "std.bytes", "bytes stay bytes");
+        assert_eq!(<u8>::MANIFEST, "std.u8");
+        assert_eq!(<Option<u8>>::MANIFEST, "std.Option<std.u8>");
+        assert_eq!(<Vec<Vec<u8>>>::MANIFEST, "std.Vec<std.bytes>");
         assert_eq!(<Option<String>>::MANIFEST, "std.Option<std.String>");
         assert_eq!(
             <Result<Vec<u64>, String>>::MANIFEST,
@@ -1386,12 +1396,12 @@ macro_rules! builtin {
     };
 }
 
-// Common reply types, so `ask` can answer with them across nodes. `u8` is
-// left out on purpose: `Vec<u8>` is a byte string ("std.bytes"), not a
-// `Vec` of remote messages.
+// Common reply types, so `ask` can answer with them across nodes.
+// `Vec<u8>` is a byte string ("std.bytes"): see the `Vec` impl below.
 builtin! {
     () => "std.unit",
     bool => "std.bool",
+    u8 => "std.u8",
     u16 => "std.u16",
     u32 => "std.u32",
     u64 => "std.u64",
@@ -1407,7 +1417,38 @@ builtin! {
     f64 => "std.f64",
     char => "std.char",
     String => "std.String",
-    Vec<u8> => "std.bytes",
+}
+
+/// Whether two strings are equal, in a `const` context.
+const fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// A `Vec` of remote messages, named after them (`std.Vec<svc.Item>`),
+/// except `Vec<u8>`: a byte string, "std.bytes" (one impl for both, as
+/// `u8` is a remote message too).
+impl<T: RemoteMessage> RemoteMessage for Vec<T> {
+    const MANIFEST: &'static str = ManifestBuf::concat(&vec_parts(T::MANIFEST)).as_str();
+}
+
+/// The parts of the name of a `Vec` of messages named `inner`.
+const fn vec_parts(inner: &'static str) -> [&'static str; 3] {
+    if same_str(inner, <u8 as RemoteMessage>::MANIFEST) {
+        ["std.bytes", "", ""]
+    } else {
+        ["std.Vec<", inner, ">"]
+    }
 }
 
 /// Composite messages: `$t` with parameters `$p`, named
@@ -1427,7 +1468,6 @@ macro_rules! composite {
 // Replies (and messages) of any shape built from remote messages, without
 // newtypes; their manifests follow the inner ones, so an
 // `ActorRef<Vec<A>>` never takes a `Vec<B>`.
-composite!("std.Vec<" ">", Vec<T>, T);
 composite!("std.Option<" ">", Option<T>, T);
 composite!("std.Result<" ">", Result<T, E>, T, E);
 composite!("std.Box<" ">", Box<T>, T);

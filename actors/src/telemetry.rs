@@ -294,6 +294,10 @@ const DEAD_REASONS: &[(&str, &[&str])] = &[
             "connection closed",
         ],
     ),
+    ("handler_failed", &["handler failed"]),
+    // Before `no_actor` and `actor_stopped`: a late reply, local or
+    // remote, is this whatever else its reason says.
+    ("ask_done", &["ask already answered"]),
     ("no_actor", &["no such actor"]),
     (
         "actor_stopped",
@@ -303,7 +307,6 @@ const DEAD_REASONS: &[(&str, &[&str])] = &[
     ("undecodable", &["does not decode"]),
     ("mailbox_full", &["mailbox full"]),
     ("too_large", &["exceeds the maximum message size"]),
-    ("ask_done", &["ask already answered"]),
     ("restarted", &["incarnation restarted"]),
     ("quarantined", &["quarantined"]),
     ("refused", &["refused"]),
@@ -839,6 +842,21 @@ mod tests {
         );
         assert_eq!(
             dead("(remote message)", "cannot resolve h:1: no"),
+            "unreachable"
+        );
+        assert_eq!(dead("x::Msg", "handler failed"), "handler_failed");
+        // A late reply is one reason, local or remote, early or late
+        // (after its slot was unregistered, its type may be unknown).
+        assert_eq!(dead("u64", crate::remote::LATE_REPLY), "ask_done");
+        assert_eq!(
+            dead(
+                "unknown type (manifest 0x554400f7)",
+                crate::remote::LATE_REPLY
+            ),
+            "ask_done"
+        );
+        assert_eq!(
+            dead("x::Msg", "its node is judged unreachable"),
             "unreachable"
         );
         assert_eq!(dead("x", "something new"), "other");

@@ -314,10 +314,22 @@ impl<S: Security> Endpoint<S> {
         self.inner.dialed(stream, addr).await
     }
 
-    /// Stops accepting; established connections are not affected.
+    /// Stops accepting; established connections are not affected. The
+    /// listening socket is closed shortly after, by the accept task:
+    /// await [`closed`](Self::closed) to know it is.
     pub fn close(&self) {
         self.inner.cancel.cancel();
         self.inner.tasks.close();
+    }
+
+    /// Closes the endpoint (as [`close`](Self::close)) and waits until
+    /// its accept task and every inbound handshake in flight have ended:
+    /// the listening socket and the sockets of unfinished handshakes are
+    /// closed when this returns, so the address can be bound again at
+    /// once.
+    pub async fn closed(&self) {
+        self.close();
+        self.inner.tasks.wait().await;
     }
 }
 

@@ -44,6 +44,7 @@ use crate::{
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
     registry::Registry,
+    reply::NoReply,
     telemetry::{PeerCounters, PeerSample},
     watch::{RemoteWatcher, WatchSink},
 };
@@ -96,7 +97,7 @@ pub(crate) struct Association {
     /// Incarnations that restarted, shut down or overflowed: never talked
     /// to again.
     quarantined: Mutex<HashSet<u64>>,
-    life: Mutex<Liveness>,
+    pub(super) life: Mutex<Liveness>,
     /// A connect attempt is in flight.
     connecting: AtomicBool,
     /// Watches, identifies, the reliable system-message streams.
@@ -250,9 +251,12 @@ impl Association {
         let link = self.link().map(|l| l.sender);
         // An attempt in flight (or waiting for the backoff) reconnects
         // already, and schedules the next one if it fails.
-        let reconnect = self.needs_link() && !self.connecting.load(Ordering::Acquire);
+        let connecting = self.connecting.load(Ordering::Acquire);
+        let reconnect = !connecting && self.needs_link();
         let tick = {
             let mut life = lock(&self.life);
+            // A node judged unreachable is redialed anyway (`liveness`).
+            let reconnect = reconnect || (!connecting && life.redials());
             let tick = life.tick(now, link.is_some(), reconnect);
             if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
                 sender.send_heartbeat(&seq.to_le_bytes());
@@ -296,6 +300,7 @@ impl Association {
     /// it has work).
     fn declare_unreachable(&self, why: &str) {
         let uid = self.peer_uid();
+        lock(&self.life).judged(uid);
         tracing::warn!(node = %self.node, uid, reason = why, "node unreachable");
         self.emit(RemoteEvent::Unreachable {
             node: self.node.to_string(),
@@ -1038,6 +1043,19 @@ impl Association {
         };
         let assoc = self.clone();
         tokio::spawn(async move { send(&assoc, &msg) });
+    }
+
+    /// Tells the asker whose reply slot is `r` that no reply will come
+    /// (`reply`); nothing if its incarnation is quarantined (its asks
+    /// failed already).
+    pub(crate) fn send_no_reply(self: &Arc<Self>, r: &Recipient, why: NoReply) {
+        if self.is_quarantined(r.uid) {
+            return;
+        }
+        self.send_system(&SysWire::NoReply {
+            reply: r.path.elements().to_owned(),
+            why,
+        });
     }
 
     pub(crate) fn send_stop(self: &Arc<Self>, r: &Recipient) {

@@ -28,6 +28,7 @@ use crate::{
     mailbox::{RECORD_EXT, Refused, STOP_RECORD},
     path::MAX_PATH_LEN,
     registry::{Registry, Target},
+    reply::NoReply,
     serialization::manifests,
     watch::{RemoteWatcher, WatchSink},
 };
@@ -563,6 +564,9 @@ impl Dispatch {
             entry.set_target(self.registry.lookup(&entry.path));
             if !entry.takes(manifest) {
                 let why = match &entry.target {
+                    // An ask's reply slot is unregistered when the ask
+                    // ends: a reply after that is late, not misaddressed.
+                    None if entry.path.starts_with("/temp/") => super::LATE_REPLY.to_owned(),
                     None => "no such actor".to_owned(),
                     Some(t) => format!(
                         "actor takes {}, message is another or unregistered type",
@@ -786,6 +790,7 @@ impl Dispatch {
             SysWire::LargeAck { msg, received } => self.peer.on_large_ack(msg, received),
             SysWire::Credit { id, total } => self.peer.on_credit(self.generation, id, total),
             SysWire::Undeliverable { reply, reason } => self.on_undeliverable(&reply, &reason),
+            SysWire::NoReply { reply, why } => self.on_no_reply(&reply, why),
             other => self.on_system_msg(other),
         }
     }
@@ -801,6 +806,25 @@ impl Dispatch {
         }
         if let Some(t) = self.registry().lookup(reply) {
             t.fail(&transport::PeerText(reason).to_string());
+        }
+    }
+
+    /// The peer will send no reply to one of this node's asks (the
+    /// handler failed, or dropped the reply ref): the ask fails at once
+    /// with why (a peer's text shown truncated and escaped).
+    fn on_no_reply(&mut self, reply: &str, why: NoReply) {
+        if !reply.starts_with("/temp/") {
+            return self.malformed("NoReply for a path that is no ask's");
+        }
+        let why = match why {
+            NoReply::HandlerFailed(t) => {
+                NoReply::HandlerFailed(transport::PeerText(&t).to_string())
+            }
+            NoReply::Stopped(t) => NoReply::Stopped(transport::PeerText(&t).to_string()),
+            other => other,
+        };
+        if let Some(t) = self.registry().lookup(reply) {
+            t.no_reply(why);
         }
     }
 
@@ -875,7 +899,8 @@ impl Dispatch {
             | SysWire::Shutdown
             | SysWire::LargeAck { .. }
             | SysWire::Credit { .. }
-            | SysWire::Undeliverable { .. } => {}
+            | SysWire::Undeliverable { .. }
+            | SysWire::NoReply { .. } => {}
         }
     }
 

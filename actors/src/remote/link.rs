@@ -92,6 +92,9 @@ pub(crate) enum TellError {
     /// The recipient's incarnation is quarantined (its node restarted or
     /// shut down): the message is a dead letter.
     Gone,
+    /// The recipient's node is judged unreachable (`liveness`, "Fail
+    /// fast while unreachable"): nothing was sent or dialed.
+    Unreachable,
     Serialization(SerializationError),
 }
 

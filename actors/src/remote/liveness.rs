@@ -36,6 +36,24 @@
 //!  link up / Close from the peer / detector verdict: the evidence is forgotten
 //! ```
 //!
+//! # Fail fast while unreachable
+//! Once the node is judged unreachable (either way above), sends and asks
+//! to the judged incarnation fail at once with "node unreachable" rather
+//! than each paying a dial (a refused connect, or a handshake timeout on a
+//! silent host). One background redial, paced by the backoff (at most one
+//! attempt in flight, at most one per the backoff's largest delay), looks
+//! for the node meanwhile. The verdict lasts until a link comes up (that
+//! redial, or the node dialing in), a heartbeat is answered, or the
+//! incarnation is quarantined. A send to another incarnation of the node
+//! (a restart learned from elsewhere) is not held by it and dials at once.
+//!
+//! ```text
+//!  unreachable(uid) ── send to uid / to no uid ──► fails at once
+//!        │          └─ send to another uid ──────► dials now
+//!        │  tick: redial at the backoff's pace
+//!        └─ link up / heartbeat ack / quarantine ──► verdict over
+//! ```
+//!
 //! # Dialing
 //! The backoff paces the reconnects nobody waits for (the tick's). A
 //! connect someone needs now (a send, a resolve) starts at once, only
@@ -67,6 +85,9 @@ pub(crate) struct Liveness {
     /// When the link ended without a Close frame, if nothing since has
     /// settled it (a link up, the peer's Close, a verdict).
     lost_at: Option<Instant>,
+    /// The incarnation the verdict is about, once the association named
+    /// it (`judged`): sends to it fail at once while the verdict holds.
+    judged: Option<u64>,
 }
 
 /// What one tick asks the association to do.
@@ -106,6 +127,7 @@ impl Liveness {
             last_attempt: None,
             grace,
             lost_at: None,
+            judged: None,
         }
     }
 
@@ -154,6 +176,7 @@ impl Liveness {
             return false;
         }
         self.unreachable = false;
+        self.judged = None;
         self.monitoring = true;
         self.hb.reset(now);
         true
@@ -166,6 +189,32 @@ impl Liveness {
         self.lost_at = None;
     }
 
+    /// The verdict just given is about incarnation `uid` (the one the
+    /// association knew when it declared the node unreachable).
+    pub(crate) fn judged(&mut self, uid: u64) {
+        if self.unreachable {
+            self.judged = Some(uid);
+        }
+    }
+
+    /// Whether a send to incarnation `uid` fails at once with "node
+    /// unreachable" instead of dialing (see "Fail fast while
+    /// unreachable"): the node is judged unreachable, and `uid` is the
+    /// judged incarnation or names none (0). A ref to another
+    /// incarnation (a restart learned from elsewhere) dials at once.
+    pub(crate) fn fails_fast(&self, uid: u64) -> bool {
+        self.unreachable && self.judged.is_none_or(|j| uid == 0 || uid == j)
+    }
+
+    /// Whether the node wants a link even with no work waiting for one:
+    /// a node judged unreachable is redialed in the background, at the
+    /// backoff's pace, so that it is found when it is back ("Fail fast
+    /// while unreachable"). The caller passes it to [`tick`](Self::tick)
+    /// as `needs_link` when no attempt is in flight.
+    pub(crate) fn redials(&self) -> bool {
+        self.unreachable
+    }
+
     /// A link came up: the backoff starts over and the detector watches
     /// it. True if the node was judged unreachable (a healed partition:
     /// the unreachable links were aborted, so this is how it comes back).
@@ -174,6 +223,7 @@ impl Liveness {
         self.monitoring = true;
         self.lost_at = None;
         self.hb.reset(now);
+        self.judged = None;
         std::mem::replace(&mut self.unreachable, false)
     }
 
@@ -187,6 +237,7 @@ impl Liveness {
     pub(crate) fn on_quarantine(&mut self) {
         self.monitoring = false;
         self.unreachable = false;
+        self.judged = None;
         self.lost_at = None;
     }
 
@@ -440,6 +491,68 @@ mod tests {
         let t = t0 + GRACE * 2;
         assert!((1..60).all(|i| l.tick(t + SEC * i, false, false).unreachable.is_none()));
         assert!(l.on_link_up(t), "reachable again on a link");
+    }
+
+    #[test]
+    fn while_unreachable_sends_to_the_judged_incarnation_fail_fast_and_one_redial_looks() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        l.on_link_up(t0);
+        assert!(!l.fails_fast(7), "reachable: dial");
+        l.on_link_closed(t0, true, 0);
+        assert_eq!(l.on_connect_failed(t0 + GRACE, true, 0), Some(GRACE));
+        l.judged(7);
+        assert!(l.fails_fast(7), "the judged incarnation");
+        assert!(l.fails_fast(0), "a ref that names no incarnation");
+        assert!(
+            !l.fails_fast(8),
+            "a restart learned elsewhere dials at once"
+        );
+        // Nothing waits for a link, yet the node is redialed in the
+        // background at the backoff's pace, and the verdict holds
+        // through failed redials.
+        let mut t = t0 + GRACE;
+        let mut redials = 0;
+        for _ in 0..200 {
+            t += ms(100);
+            if l.tick(t, false, l.redials()).reconnect {
+                redials += 1;
+                l.attempt_started(t);
+                l.on_connect_failed(t, true, 0);
+            }
+        }
+        assert!((3..=20).contains(&redials), "{redials} redials in 20 s");
+        assert!(l.fails_fast(7));
+        // Over as soon as a link comes up.
+        assert!(l.on_link_up(t));
+        assert!(!l.fails_fast(7) && !l.fails_fast(0));
+        assert!(!l.redials());
+    }
+
+    #[test]
+    fn a_verdict_ends_on_an_answer_or_a_quarantine() {
+        let t0 = Instant::now();
+        let mut l = live(t0);
+        l.on_link_up(t0);
+        let t = (1..60)
+            .map(|i| t0 + SEC * i)
+            .find(|t| l.tick(*t, true, false).unreachable.is_some())
+            .expect("fires");
+        // Not named yet: every send to the node fails fast.
+        assert!(l.fails_fast(3) && l.redials());
+        l.judged(3);
+        assert!(!l.fails_fast(4));
+        l.on_heartbeat_ack(t + SEC, 1);
+        assert!(!l.fails_fast(3), "answered");
+        l.on_link_closed(t + SEC, true, 0);
+        l.on_connect_failed(t + SEC + GRACE, true, 0);
+        l.judged(3);
+        assert!(l.fails_fast(3));
+        l.on_quarantine();
+        assert!(!l.fails_fast(3), "quarantined: `Gone` says the rest");
+        // Naming an incarnation when no verdict holds does nothing.
+        l.judged(9);
+        assert!(!l.fails_fast(9));
     }
 
     #[test]

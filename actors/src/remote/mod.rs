@@ -59,6 +59,11 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
+/// The dead-letter reason of a reply that arrives after its ask ended
+/// (answered, timed out or failed), whether the reply came from this node
+/// or another: one reason, counted as `ask_done`.
+pub(crate) const LATE_REPLY: &str = "ask already answered or timed out (late reply)";
+
 pub(crate) use association::Association;
 pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
@@ -525,7 +530,9 @@ impl Remoting {
             }
         }
         while closing.join_next().await.is_some() {}
-        self.shared.endpoint.close();
+        // Returns once the listener is closed, so that the address can be
+        // bound again as soon as `shutdown().await` returns.
+        self.shared.endpoint.closed().await;
     }
 }
 

@@ -46,7 +46,9 @@ pub(crate) trait Net: Send + Sync + 'static {
     fn accept(&self) -> BoxFuture<'_, Option<Result<Incoming, AcceptError>>>;
     /// Dials each address in turn (`Endpoint::connect_any`).
     fn connect(&self, addrs: Vec<SocketAddr>) -> BoxFuture<'_, Result<Incoming, TransportError>>;
-    fn close(&self);
+    /// Closes (`Endpoint::close`), and waits until the listener is closed
+    /// (`Endpoint::closed`).
+    fn closed(&self) -> BoxFuture<'_, ()>;
 }
 
 impl<S: Security> Net for Endpoint<S> {
@@ -74,7 +76,7 @@ impl<S: Security> Net for Endpoint<S> {
         Box::pin(async move { Endpoint::connect_any(self, &addrs).await.map(Incoming::new) })
     }
 
-    fn close(&self) {
-        Endpoint::close(self);
+    fn closed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(Endpoint::closed(self))
     }
 }

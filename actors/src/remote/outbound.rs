@@ -34,7 +34,7 @@ use super::{
     large::LargeLane,
     link::{
         Encode, Link, LinkState, Pending, Recipient, TellError, encode_direct, encode_run_record,
-        in_encoder, run_encoder, write_envelope, write_stop,
+        in_encoder, lock, run_encoder, write_envelope, write_stop,
     },
     stage,
 };
@@ -370,6 +370,10 @@ impl Association {
         if self.is_quarantined(r.uid) {
             return Err(TellError::Gone);
         }
+        // `life` is a leaf lock: taken under `state`.
+        if lock(&self.life).fails_fast(r.uid) {
+            return Err(TellError::Unreachable);
+        }
         match &mut *st {
             LinkState::Up(_) => unreachable!("tell handles an up link"),
             LinkState::Connecting { pending: queue } => {
@@ -495,10 +499,11 @@ impl Association {
         if self.is_quarantined(r.uid) {
             return Err(TellError::Gone);
         }
-        if let LinkState::Up(link) = &*self.state()
-            && !link.serves(r.uid)
-        {
-            return Err(TellError::Gone);
+        match &*self.state() {
+            LinkState::Up(link) if !link.serves(r.uid) => return Err(TellError::Gone),
+            LinkState::Up(_) => {}
+            _ if lock(&self.life).fails_fast(r.uid) => return Err(TellError::Unreachable),
+            _ => {}
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use transport::{Frame, FrameKind};
 use crate::{
     error::SerializationError,
     lifecycle::StopReason,
+    reply::NoReply,
     serialization::{Bincode, Serializer},
 };
 
@@ -50,6 +51,11 @@ pub(crate) enum SysWire {
     /// Forget watch `watch_id` of the actor at `path` (delivered reliably,
     /// like `Watch`).
     Unwatch { path: String, watch_id: u64 },
+    /// The ask whose reply slot is `reply` (a `/temp` path on the node
+    /// that receives this) will get no reply: the handler that had its
+    /// request failed, or every ref to the slot was dropped unanswered
+    /// (see `reply`).
+    NoReply { reply: String, why: NoReply },
 }
 
 impl SysWire {

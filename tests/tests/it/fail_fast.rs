@@ -19,8 +19,8 @@ use actors::{
     RemoteEvent, RemoteMessage, SendError, StopReason, SystemConfig,
 };
 use integration_tests::{
-    PeerCount, PeerProcess, TIMEOUT, actor_path, actor_system, actor_system_with, next_event,
-    proxy::Mode, proxy::Proxy, within,
+    PeerCount, PeerProcess, TIMEOUT, actor_path, actor_system, actor_system_with, eventually,
+    next_event, proxy::Mode, proxy::Proxy, within,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -136,16 +136,22 @@ async fn messages_lost_when_an_unreachable_link_is_aborted_are_counted_as_dead_l
     let producer = tokio::spawn({
         let stop = stop.clone();
         async move {
-            let mut sent = 0u64;
+            let (mut sent, mut refused) = (0u64, 0u64);
             while !stop.load(Ordering::Acquire) {
                 match remote.tell(Count::Add(1)) {
                     Ok(()) => sent += 1,
                     // The queue is full: b reads nothing.
                     Err(SendError::LinkFull(_)) => tokio::task::yield_now().await,
+                    // Judged unreachable: refused at once, and counted as
+                    // a dead letter too.
+                    Err(SendError::ActorGone(_)) => {
+                        refused += 1;
+                        tokio::task::yield_now().await;
+                    }
                     Err(e) => panic!("tell: {e}"),
                 }
             }
-            sent
+            (sent, refused)
         }
     });
     let node = p.b.node().to_owned();
@@ -156,7 +162,10 @@ async fn messages_lost_when_an_unreachable_link_is_aborted_are_counted_as_dead_l
     )
     .await;
     stop.store(true, Ordering::Release);
-    let sent = within("the producer", producer).await.expect("no panic");
+    let (sent, refused) = within("the producer", producer).await.expect("no panic");
+    // Every refused tell is a dead letter: count it as sent, so that the
+    // sum below holds (see the dead-letter counts in the README).
+    let sent = sent + refused;
     p.to_b.set_mode(Mode::StallToClient);
     let (mut received, mut dead) = (0, 0);
     let settled = tokio::time::timeout(TIMEOUT, async {
@@ -399,4 +408,351 @@ async fn a_sigkilled_peer_ends_watches_and_asks_within_three_seconds() {
     assert!(terminated < BOUND, "Terminated after {terminated:?}");
     assert!(slowest < BOUND, "asks failed after {slowest:?}");
     within("a shuts down", a.shutdown()).await;
+}
+
+// Issue 26: an ask fails at once whenever the runtime knows its reply
+// cannot come. Each case asserts the failure within `FAST`, far below the
+// ask's timeout (not a benchmark: a bound a loaded machine meets).
+
+/// The bound a known failure reaches its caller within.
+const FAST: Duration = Duration::from_millis(100);
+
+/// An ask's timeout that no case here waits out.
+const LONG: Duration = Duration::from_secs(10);
+
+/// Requests whose reply cannot come, for local and remote servers.
+#[derive(Debug, Serialize, Deserialize)]
+enum Req {
+    /// Drops the reply ref and returns `Ok`.
+    Drop(ActorRef<u64>),
+    /// Returns an error.
+    Fail(ActorRef<u64>),
+    /// Panics.
+    Panic(ActorRef<u64>),
+    /// Answers `n`.
+    Echo(u64, ActorRef<u64>),
+    /// Waits until the test opens the gate.
+    Gate,
+}
+
+impl RemoteMessage for Req {
+    const MANIFEST: &'static str = "it.fail_fast.Req";
+}
+
+/// Handles [`Req`]; `Gate` waits on `gate`'s next value.
+struct Server {
+    gate: Option<mpsc::UnboundedReceiver<()>>,
+    /// Tells the test that `Gate` is being handled.
+    gated: Option<mpsc::UnboundedSender<()>>,
+}
+
+impl Server {
+    fn new() -> Self {
+        Self {
+            gate: None,
+            gated: None,
+        }
+    }
+}
+
+impl Actor for Server {
+    type Msg = Req;
+
+    async fn handle(&mut self, req: Req, _: &mut Ctx<Self>) -> ActorResult {
+        match req {
+            Req::Drop(reply) => drop(reply),
+            Req::Fail(_) => return Err("told to fail".into()),
+            Req::Panic(_) => panic!("told to panic"),
+            Req::Echo(n, reply) => {
+                let _ = reply.tell(n);
+            }
+            Req::Gate => {
+                if let Some(tx) = &self.gated {
+                    let _ = tx.send(());
+                }
+                if let Some(gate) = &mut self.gate {
+                    gate.recv().await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Asks `make` of `server` and returns the error, checking it came
+/// within [`FAST`].
+async fn fails_fast(
+    server: &ActorRef<Req>,
+    make: impl FnOnce(ActorRef<u64>) -> Req,
+    what: &str,
+) -> AskError {
+    let started = Instant::now();
+    let answer = within(what, server.ask(make, LONG)).await;
+    let took = elapsed_since(started);
+    let err = answer.expect_err(what);
+    assert!(took < FAST, "{what}: {err:?} after {took:?}");
+    err
+}
+
+/// When a panic hook last returned in this process.
+static HOOK_DONE: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+
+/// Notes when each panic's hook returns: a panicking handler's failure is
+/// timed from there, since the hook runs before the runtime sees the
+/// panic, and with `RUST_BACKTRACE` set it prints a backtrace (hundreds
+/// of milliseconds in a debug build, a second or more for the first).
+/// The hook before it still runs first.
+fn time_panics_from_their_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            prev(info);
+            *HOOK_DONE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        }));
+    });
+}
+
+/// Since `started`, or since the last panic hook returned if later.
+fn elapsed_since(started: Instant) -> Duration {
+    let hook = *HOOK_DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let from = hook.map_or(started, |h| h.max(started));
+    Instant::now().saturating_duration_since(from)
+}
+
+fn handler_failed(e: &AskError, what: &str) {
+    assert!(
+        matches!(e, AskError::HandlerFailed(why) if why.contains(what)),
+        "expected HandlerFailed naming {what:?}, got {e:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_local_ask_fails_at_once_when_its_reply_cannot_come() {
+    time_panics_from_their_hook();
+    let sys = ActorSystem::local("fast").expect("a valid name");
+    // Restarted in place, so one server sees every case.
+    let server = sys
+        .spawn_supervised("server", Server::new, actors::SupervisorStrategy::restart())
+        .expect("free");
+    assert_eq!(
+        fails_fast(&server, Req::Drop, "dropped reply").await,
+        AskError::ReplyDropped
+    );
+    handler_failed(
+        &fails_fast(&server, Req::Fail, "failing handler").await,
+        "told to fail",
+    );
+    handler_failed(
+        &fails_fast(&server, Req::Panic, "panicking handler").await,
+        "told to panic",
+    );
+    // Restarted, it answers again.
+    assert_eq!(server.ask(|r| Req::Echo(7, r), LONG).await, Ok(7));
+    within("shutdown", sys.shutdown()).await;
+}
+
+#[tokio::test]
+async fn an_ask_queued_behind_a_panic_fails_as_gone_when_the_actor_stops() {
+    time_panics_from_their_hook();
+    let sys = ActorSystem::local("fast").expect("a valid name");
+    let (open, gate) = mpsc::unbounded_channel();
+    let (gated_tx, mut gated) = mpsc::unbounded_channel();
+    // Stops on a failure (no supervision).
+    let server = sys.spawn(Server {
+        gate: Some(gate),
+        gated: Some(gated_tx),
+    });
+    server.tell(Req::Gate).expect("room");
+    within("the gate", gated.recv()).await.expect("gated");
+    let panics = tokio::spawn({
+        let s = server.clone();
+        async move { s.ask(Req::Panic, LONG).await }
+    });
+    let queued = tokio::spawn({
+        let s = server.clone();
+        async move { s.ask(|r| Req::Echo(1, r), LONG).await }
+    });
+    eventually("both asks queued", || server.mailbox_len() == 2).await;
+    let started = Instant::now();
+    open.send(()).expect("the server waits");
+    let panicked = within("the panic's ask", panics).await.expect("no panic");
+    handler_failed(&panicked.expect_err("no reply"), "told to panic");
+    let gone = within("the queued ask", queued).await.expect("no panic");
+    assert_eq!(gone, Err(AskError::ActorGone));
+    let took = elapsed_since(started);
+    assert!(took < FAST, "{took:?}");
+    within("shutdown", sys.shutdown()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_ask_fails_at_once_when_its_reply_cannot_come() {
+    time_panics_from_their_hook();
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    b.spawn_supervised("server", Server::new, actors::SupervisorStrategy::restart())
+        .expect("free");
+    let server: ActorRef<Req> = within("resolve", a.resolve(&actor_path(&b, "server")))
+        .await
+        .expect("resolves");
+    // Warm the link, so only the failure is timed.
+    assert_eq!(server.ask(|r| Req::Echo(1, r), LONG).await, Ok(1));
+    assert_eq!(
+        fails_fast(&server, Req::Drop, "remote dropped reply").await,
+        AskError::ReplyDropped
+    );
+    handler_failed(
+        &fails_fast(&server, Req::Fail, "remote failing handler").await,
+        "told to fail",
+    );
+    handler_failed(
+        &fails_fast(&server, Req::Panic, "remote panicking handler").await,
+        "told to panic",
+    );
+    assert_eq!(server.ask(|r| Req::Echo(2, r), LONG).await, Ok(2));
+    within("a shuts down", a.shutdown()).await;
+    within("b shuts down", b.shutdown()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_handler_that_stops_on_failure_fails_the_ask_at_once() {
+    time_panics_from_their_hook();
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    b.spawn_named("server", Server::new()).expect("free");
+    let server: ActorRef<Req> = within("resolve", a.resolve(&actor_path(&b, "server")))
+        .await
+        .expect("resolves");
+    assert_eq!(server.ask(|r| Req::Echo(1, r), LONG).await, Ok(1));
+    handler_failed(
+        &fails_fast(&server, Req::Panic, "remote panic, stop").await,
+        "told to panic",
+    );
+    within("a shuts down", a.shutdown()).await;
+    within("b shuts down", b.shutdown()).await;
+}
+
+/// Sends and asks to a node judged unreachable fail at once, each
+/// counted, and a background redial ends the verdict when the node is
+/// back. `silent`: the node's address drops everything (a connect would
+/// wait out the handshake timeout); otherwise it refuses connects.
+async fn fails_fast_while_unreachable(silent: bool) {
+    let mut config = fast_config(Duration::from_millis(300));
+    // A redial that met the silent host gives up soon after the heal.
+    config
+        .transport_mut()
+        .set_handshake_timeout(Duration::from_millis(500));
+    let p = Proxied::new(config).await;
+    p.b.spawn_named("server", Server::new()).expect("free");
+    let server: ActorRef<Req> = within("resolve", p.a.resolve(&actor_path(&p.b, "server")))
+        .await
+        .expect("resolves");
+    assert_eq!(server.ask(|r| Req::Echo(1, r), LONG).await, Ok(1));
+    let mut events = p.a.subscribe_remote_events();
+    let mut b_events = p.b.subscribe_remote_events();
+    let watch = server.watch();
+    if silent {
+        p.to_a.blackhole();
+        p.to_b.blackhole();
+    } else {
+        p.to_b.set_mode(Mode::Refuse);
+        p.to_a.set_mode(Mode::Refuse);
+    }
+    let node = p.b.node().to_owned();
+    // The verdict, and the link it aborted gone (a send racing the abort
+    // may still be queued on it, lost with it, and counted).
+    let (mut unreachable, mut disconnected) = (false, false);
+    while !(unreachable && disconnected) {
+        match within("the verdict", events.recv()).await.expect("events") {
+            RemoteEvent::Unreachable { node: n, .. } if n == node => unreachable = true,
+            RemoteEvent::Disconnected { node: n, .. } if n == node => disconnected = true,
+            _ => {}
+        }
+    }
+    within("Terminated", watch).await;
+    let dead = p.a.dead_letters();
+    for i in 0..5 {
+        let started = Instant::now();
+        let answer = server.ask(|r| Req::Echo(i, r), LONG).await;
+        assert_eq!(answer, Err(AskError::NodeUnreachable(node.clone())));
+        assert!(started.elapsed() < FAST, "ask {i}: {:?}", started.elapsed());
+        let started = Instant::now();
+        assert!(matches!(
+            server.tell(Req::Gate),
+            Err(SendError::ActorGone(_))
+        ));
+        assert!(
+            started.elapsed() < FAST,
+            "tell {i}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(p.a.dead_letters() >= dead + 10, "each refusal is counted");
+    // Back: each side's background redial finds the other (each sends
+    // on the link it dialed), and the verdicts are over.
+    p.to_a.heal();
+    p.to_b.heal();
+    next_event(
+        &mut events,
+        "the reachable event",
+        |e| matches!(e, RemoteEvent::Reachable { node: n, .. } if *n == node),
+    )
+    .await;
+    let a_node = p.a.node().to_owned();
+    next_event(
+        &mut b_events,
+        "b's reachable event",
+        |e| matches!(e, RemoteEvent::Reachable { node: n, .. } if *n == a_node),
+    )
+    .await;
+    assert_eq!(
+        within(
+            "an ask after the verdict",
+            server.ask(|r| Req::Echo(9, r), LONG)
+        )
+        .await,
+        Ok(9)
+    );
+    within("a shuts down", p.a.shutdown()).await;
+    within("b shuts down", p.b.shutdown()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_to_a_silent_unreachable_node_fail_at_once_until_it_is_back() {
+    fails_fast_while_unreachable(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_to_a_refusing_unreachable_node_fail_at_once_until_it_is_back() {
+    fails_fast_while_unreachable(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_address_is_free_again_as_soon_as_shutdown_returns() {
+    // A peer linked to it, so that shutdown has connections to close too.
+    let peer = actor_system("peer").await;
+    let first = actor_system("rebind").await;
+    let addr = first.local_addr().expect("remoting");
+    within("first shuts down", first.shutdown()).await;
+    for i in 0..30 {
+        let system = ActorSystem::with_config(
+            "rebind",
+            Some(addr),
+            integration_tests::secured_system(SystemConfig::default()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("rebind {i} of {addr} right after shutdown: {e}"));
+        system.spawn_named("holder", Server::new()).expect("free");
+        // A link each time: the peer dials in, and is answered.
+        let r: ActorRef<Req> = within("resolve", peer.resolve(&actor_path(&system, "holder")))
+            .await
+            .expect("resolves");
+        assert_eq!(within("ask", r.ask(|r| Req::Echo(i, r), LONG)).await, Ok(i));
+        within("shutdown", system.shutdown()).await;
+    }
+    within("the peer shuts down", peer.shutdown()).await;
 }

@@ -1,7 +1,8 @@
 //! Routers (issue 16): each routing logic spreads messages as it says
 //! (counted), groups lose routees that terminate or whose node dies,
-//! pools replace workers that fail while callers keep the router, and a
-//! refusing routee never makes a message vanish. Two-node cases run over
+//! pools restart workers that fail in place, keeping their queues, while
+//! callers keep the router, and a refusing routee never makes a message
+//! vanish. Two-node cases run over
 //! TCP on loopback.
 
 use std::{
@@ -35,7 +36,14 @@ enum Job {
     Panic,
     /// Replies with the worker's id.
     Who(ActorRef<u32>),
+    /// Holds the worker until the gate opens, after saying it holds
+    /// (local only).
+    #[serde(skip)]
+    Hold(Gate),
 }
+
+/// A worker's hold: the gate it waits on, and where it says it holds.
+type Gate = Arc<std::sync::Mutex<Option<(oneshot::Receiver<()>, oneshot::Sender<()>)>>>;
 
 impl RemoteMessage for Job {
     const MANIFEST: &'static str = "it.routers.Job";
@@ -58,6 +66,13 @@ impl Actor for Worker {
             Job::Panic => panic!("worker {} told to panic", self.id),
             Job::Who(reply) => {
                 let _ = reply.tell(self.id);
+            }
+            Job::Hold(gate) => {
+                let taken = gate.lock().expect("not poisoned").take();
+                if let Some((open, held)) = taken {
+                    let _ = held.send(());
+                    let _ = open.await;
+                }
             }
         }
         Ok(())
@@ -537,34 +552,75 @@ async fn a_routee_that_stopped_but_is_not_yet_removed_is_skipped() {
 }
 
 #[tokio::test]
-async fn a_pool_replaces_a_panicking_worker_and_callers_keep_the_router() {
+async fn a_pool_restarts_a_panicking_worker_in_place_and_callers_keep_the_router() {
     let sys = local("pool");
     let (tx, mut rx) = mpsc::unbounded_channel();
     let router = Router::builder(RoutingLogic::round_robin()).pool(&sys, 3, workers(&tx, 0));
     let caller = router.clone();
     let before = router.routees();
     let victim = before[1].clone();
-    let t = victim.watch();
     victim.tell(Job::Panic).expect("room");
-    assert!(matches!(
-        within("the panic", t).await.reason,
-        StopReason::Panicked(_)
-    ));
-    let after = within(
-        "the replacement",
-        router.wait_routees(|r| r.len() == 3 && !r.contains(&victim)),
-    )
-    .await;
-    assert_eq!(after[0], before[0]);
-    assert_eq!(after[1], before[2]);
-    let fresh = &after[2];
-    assert_eq!(id_of(fresh).await, 3, "a new worker from the factory");
-    // The caller's handle routes to all three, the new one included.
+    // Restarted in place: the same routee, a new worker from the factory.
+    assert_eq!(id_of(&victim).await, 3, "a new worker from the factory");
+    assert_eq!(router.routees(), before, "the routees are the same refs");
+    // The caller's handle routes to all three, the restarted one included.
     for n in 0..30 {
         caller.tell(Job::Work(n)).expect("room");
     }
     let c = counts(&take(&mut rx, 30).await);
     assert_eq!(c, HashMap::from([(0, 10), (2, 10), (3, 10)]));
+}
+
+#[tokio::test]
+async fn a_pool_keeps_the_queue_of_a_routee_that_panics() {
+    let sys = local("queue");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let router = Router::builder(RoutingLogic::round_robin()).pool(&sys, 1, workers(&tx, 0));
+    let worker = router.routees()[0].clone();
+    // The worker is held while a poison job and 100 innocent ones queue
+    // behind it.
+    let release = hold_routee(&worker).await;
+    router.tell(Job::Panic).expect("room");
+    for n in 0..100 {
+        router.tell(Job::Work(n)).expect("room");
+    }
+    let dead = sys.dead_letters();
+    let _ = release.send(());
+    // Every innocent job is handled, by the restarted worker, in order.
+    let log = take(&mut rx, 100).await;
+    assert_eq!(
+        log,
+        (0..100).map(|n| (1, n)).collect::<Vec<_>>(),
+        "all handled, by the new instance"
+    );
+    // Only the poison job is a dead letter ("handler failed").
+    assert_eq!(sys.dead_letters(), dead + 1);
+}
+
+/// Holds `worker` (a pool routee taking [`Job`]) until the returned
+/// sender fires: the jobs sent meanwhile queue in its mailbox.
+async fn hold_routee(worker: &ActorRef<Job>) -> oneshot::Sender<()> {
+    let (tx, rx) = oneshot::channel();
+    let (held_tx, held_rx) = oneshot::channel();
+    let rx = Arc::new(std::sync::Mutex::new(Some((rx, held_tx))));
+    worker.tell(Job::Hold(rx)).expect("room");
+    within("the routee holds", held_rx).await.expect("held");
+    tx
+}
+
+#[tokio::test]
+async fn a_router_with_no_routee_fails_an_ask_at_once() {
+    let sys = local("empty");
+    let router =
+        Router::builder(RoutingLogic::round_robin()).group(&sys, Vec::<ActorRef<Job>>::new());
+    let started = std::time::Instant::now();
+    let answer = within("ask", router.ask(Job::Who, ASK)).await;
+    assert_eq!(answer, Err(actors::AskError::ActorGone));
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -575,15 +631,13 @@ async fn a_pool_past_its_restart_limit_fails_and_stops_its_workers() {
         .restart_limit(1, Duration::from_secs(3600))
         .pool(&sys, 2, workers(&tx, 0));
     let router_down = router.actor_ref().watch();
-    let first = router.routees()[0].clone();
-    first.tell(Job::Panic).expect("room");
-    let routees = within(
-        "the first replacement",
-        router.wait_routees(|r| r.len() == 2 && !r.contains(&first)),
-    )
-    .await;
+    let routees = router.routees();
     let watches: Vec<_> = routees.iter().map(|r| r.watch()).collect();
     routees[0].tell(Job::Panic).expect("room");
+    // Restarted in place (the one restart the limit allows).
+    assert_eq!(id_of(&routees[0]).await, 2);
+    // The second failure in the pool's window is past the limit.
+    routees[1].tell(Job::Panic).expect("room");
     let t = within("the router fails", router_down).await;
     assert!(
         matches!(&t.reason, StopReason::Failed(why) if why.contains("restart limit")),
