@@ -84,6 +84,8 @@
 //! order against the imports).
 //! - `error`: the error types. `path`: [`ActorPath`]. `lifecycle`:
 //!   [`StopReason`], [`Terminated`].
+//! - `reply`: what fails an ask at once when its reply ref is dropped
+//!   unanswered (the handler failed, the actor stopped).
 //! - `bincode_format`: bincode 2's message format, our serializer and
 //!   deserializer (bounded). `msgpack`: MessagePack's format, bounded
 //!   (the serializer for messages that evolve). `trace`:
