@@ -656,7 +656,11 @@ async fn a_restarted_member_gets_traffic_through_groups_and_routers() {
     nodes[2].1.join_group("g", &w).await.expect("joins");
     let router =
         Router::builder(RoutingLogic::round_robin()).cluster_group(&nodes[0].0, &nodes[0].1, "g");
-    within("the worker is a routee", router.wait_routees(|r| r.len() == 1)).await;
+    within(
+        "the worker is a routee",
+        router.wait_routees(|r| r.len() == 1),
+    )
+    .await;
     router.tell(Work(1)).expect("room");
     assert_eq!(names_of(&mut done, 1).await, ["old"]);
 
