@@ -76,8 +76,10 @@ enum Cmd {
         connect: SocketAddr,
     },
     /// Cluster membership in this process, each node on its own runtime:
-    /// time until every node sees N members up, time until a silent node
-    /// is seen down by all, membership bytes per second per node. With
+    /// time until every node sees N members up, membership bytes per
+    /// second per node, time until an abruptly stopped member is suspect
+    /// on all others, time from its restart until a group ask reaches it,
+    /// time until a silent node is seen down by all. With
     /// `--json`, one JSON line per size.
     Cluster {
         /// Cluster sizes to measure, comma-separated.

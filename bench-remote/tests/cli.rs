@@ -838,3 +838,29 @@ fn the_echo_ceiling_times_every_message_as_the_actors_do() {
     assert!(samples("Per-message round-trip") >= 20_000, "{out}");
     assert!(samples("Ceiling per-message round-trip") >= 20_000, "{out}");
 }
+
+/// `cluster` at one small size reports, besides convergence and traffic,
+/// the time to suspect an abruptly stopped member and the time until a
+/// group ask reaches its restarted incarnation.
+#[test]
+fn cluster_reports_suspect_and_restart_times() {
+    let (ok, out, err) = run(&["--json", "cluster", "--nodes", "3", "--probe-ms", "100"]);
+    assert!(ok, "bench-remote cluster failed:\n{out}\n{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line:\n{out}"));
+    let row: serde_json::Value = serde_json::from_str(line).expect("a JSON row");
+    assert_eq!(row["nodes"], 3, "{line}");
+    for key in [
+        "converge_ms",
+        "suspect_after_kill_ms",
+        "traffic_after_restart_ms",
+        "down_seen_ms",
+    ] {
+        let v = row[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {key}: {line}"));
+        assert!(v > 0.0 && v < 120_000.0, "{key} = {v}: {line}");
+    }
+}
