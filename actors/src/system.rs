@@ -304,10 +304,9 @@ impl ActorSystem {
     /// letter: an actor's last messages to another that finished first are
     /// lost, as in any shutdown without phases.
     ///
-    /// A node that joined a cluster leaves it first
-    /// ([`Cluster::leave`](crate::cluster::Cluster::leave)): the other
-    /// members see it [`Left`](crate::cluster::MemberState::Left) at once
-    /// and route no new work to it while it drains.
+    /// A node that joined a cluster leaves it first (`Cluster::leave`):
+    /// the other members see it `Left` at once and route no new work to it
+    /// while it drains.
     pub async fn shutdown_gracefully(&self, deadline: std::time::Duration) -> bool {
         let first = std::mem::take(
             &mut *self
