@@ -974,8 +974,9 @@ impl Task {
             _ => stats.malformed.fetch_add(1, Ordering::Relaxed),
         } + 1;
         // Sampled: a flood of bad packets logs a few lines.
-        if n.is_power_of_two() {
-            tracing::warn!(node = %transport::PeerText(&self.shared.me.node), error = %e, refused = n, "membership packet refused");
+        static REFUSED: transport::LogLimit = transport::LogLimit::new();
+        if let Some(s) = REFUSED.sample() {
+            tracing::warn!(node = %transport::PeerText(&self.shared.me.node), error = %e, refused = n, suppressed = s.suppressed, "membership packet refused");
         }
     }
 
