@@ -177,7 +177,7 @@ mod tests {
             ok.push_str(&"a".repeat(MAX_NAME_LEN));
         }
         ok.push('/');
-        ok.push_str(&"a".repeat(MAX_PATH_LEN - ok.len() - 1));
+        ok.push_str(&"a".repeat(MAX_PATH_LEN - ok.len()));
         assert_eq!(ok.len(), MAX_PATH_LEN);
         assert!(ActorPath::parse(&ok).is_ok());
         let long = format!("{ok}b");
