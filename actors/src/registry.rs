@@ -193,7 +193,8 @@ impl Registry {
     }
 
     /// Counts a dead letter and logs it (sampled: a peer can cause any
-    /// number; its recipient path is the peer's text, escaped).
+    /// number; its recipient path is the peer's text, escaped; `msg_type`
+    /// is always this node's own label).
     pub(crate) fn dead_letter(&self, msg_type: &str, recipient: &dyn fmt::Display, why: &str) {
         let n = self.dead_letters.fetch_add(1, Ordering::Relaxed) + 1;
         self.meters.dead_letters(1, msg_type, why);
@@ -201,7 +202,7 @@ impl Registry {
             let recipient = recipient.to_string();
             tracing::warn!(
                 system = %self.name,
-                msg_type = %PeerText(msg_type),
+                msg_type,
                 recipient = %PeerText(&recipient),
                 reason = %Reason(why),
                 total = n,
@@ -226,7 +227,7 @@ impl Registry {
         self.meters.dead_letters(n, msg_type, why);
         if let Some(s) = self.dead_letter_log.sample() {
             let recipient = recipient.to_string();
-            tracing::warn!(system = %self.name, msg_type = %PeerText(msg_type), recipient = %PeerText(&recipient), reason = %Reason(why), count = n, total, suppressed = s.suppressed, "dead letters");
+            tracing::warn!(system = %self.name, msg_type, recipient = %PeerText(&recipient), reason = %Reason(why), count = n, total, suppressed = s.suppressed, "dead letters");
         }
     }
 }

@@ -46,11 +46,12 @@ pub const DEFAULT_MAX_INBOUND_CONNECTIONS: usize = 1024;
 pub const DEFAULT_MAX_INBOUND_CONNECTIONS_PER_IP: usize = 64;
 /// Default most inbound connections from one IP address that are still in
 /// their handshake (unproven: no shared secret or certificate checked
-/// yet): 8. A peer that knows the secret proves it within one round trip,
-/// so a legitimate host rarely has more than one or two at once; 8 keeps
-/// a handful of addresses (17 × 8 = 136 of 1024 slots) far from filling
-/// the endpoint with connections that never prove anything.
-pub const DEFAULT_MAX_UNPROVEN_PER_IP: usize = 8;
+/// yet): 1024, so by default only the per-address connection bound
+/// applies, and an address at it gives up its oldest handshake rather
+/// than refusing a newcomer. Lower it where few nodes share an address
+/// (8 holds a flood from 17 addresses to 136 slots); a cluster of 20
+/// nodes starting at once on one host did not converge with it at 32.
+pub const DEFAULT_MAX_UNPROVEN_PER_IP: usize = 1024;
 /// Default idle time after which an inbound connection may be evicted
 /// when every inbound slot is taken: 30 s without an application frame
 /// (`Message` or `System`; heartbeats do not count). Three times the
@@ -303,7 +304,7 @@ impl TransportConfig {
 
     /// Most inbound connections from one IP address that are still in
     /// their handshake (before the peer proved the shared secret, or its
-    /// certificate). Default 8 ([`DEFAULT_MAX_UNPROVEN_PER_IP`]). A new
+    /// certificate). Default 1024 ([`DEFAULT_MAX_UNPROVEN_PER_IP`]). A new
     /// connection from an address at this bound evicts the oldest of that
     /// address's unproven connections (it is closed at once and reported
     /// by [`Endpoint::accept`](crate::Endpoint::accept) as
@@ -323,7 +324,7 @@ impl TransportConfig {
     /// process (measured: 3.0 KiB of resident memory each, for its task,
     /// a 512-byte read buffer, the handshake state and a table entry),
     /// plus the kernel's socket buffers; so the default holds at most
-    /// 24 KiB per address.
+    /// this many times 3 KiB per address.
     pub fn set_max_unproven_per_ip(&mut self, n: usize) -> &mut Self {
         self.max_unproven_per_ip = n;
         self
