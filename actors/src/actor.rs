@@ -879,8 +879,12 @@ fn decode_ext_records<M: Send + 'static>(
     traced: &mut VecDeque<(M, Option<TraceContext>)>,
     registry: &crate::registry::Registry,
     path: &crate::path::ActorPath,
-) -> usize {
+    mut spent: usize,
+) -> Slice {
+    let mut records = 0;
     while let Some((range, ext)) = next_record_ext(bytes, &mut pos) {
+        spent += decoded_cost::<M>(range.len());
+        records += 1;
         let one = if ext {
             (decoders.ext)(&bytes[range])
         } else {
@@ -892,8 +896,45 @@ fn decode_ext_records<M: Send + 'static>(
             Ok(m) => traced.push_back(m),
             Err(e) => undecodable::<M>(registry, path, &e),
         }
+        if spent >= DECODE_SLICE_BYTES {
+            return Slice {
+                end: pos,
+                records,
+                cut: true,
+            };
+        }
     }
-    pos
+    Slice {
+        end: pos,
+        records,
+        cut: false,
+    }
+}
+
+/// The most the decoded messages of one slice of a batch may hold at
+/// once, estimated by [`decoded_cost`]: 256 KiB. A batch is one read's
+/// records for an actor (up to megabytes), and a record can be tiny (a
+/// 6-byte run record decodes to a 40-byte value and its queue slot), so
+/// decoding a batch whole once held several times its size; decoded in
+/// slices, it holds at most this much more than its wire bytes.
+pub(crate) const DECODE_SLICE_BYTES: usize = 256 * 1024;
+
+/// What decoding a record of `len` bytes into an `M` is charged against
+/// [`DECODE_SLICE_BYTES`]: the value's size (at least a pointer's, for
+/// its queue slot) and its bytes again, for what it may own on the heap.
+#[inline(always)]
+fn decoded_cost<M>(len: usize) -> usize {
+    std::mem::size_of::<M>().max(8) + len
+}
+
+/// How far one slice of a batch was decoded.
+struct Slice {
+    /// Where decoding stopped.
+    end: usize,
+    /// Records decoded (or found undecodable).
+    records: usize,
+    /// Stopped at [`DECODE_SLICE_BYTES`], not at the end or a stop.
+    cut: bool,
 }
 
 /// After a message from `Runner::traced` was handled in its trace
@@ -1083,15 +1124,20 @@ impl<A: Actor> Runner<A> {
                             m
                         }
                         Some(Queued::Stop) => return Outcome::Stop(StopReason::Stopped),
-                        Some(Queued::Batch(bytes, _)) => {
+                        Some(Queued::Batch(bytes, n)) => {
                             let decoders = cell.decode.get().expect(
                                 "remote messages reach only registered actors, which have a decoder",
                             );
-                            let mut decode_all = || {
+                            let mut decode_slice = || {
                                 let mut pos = 0;
+                                let mut spent = 0;
+                                let mut records = 0;
                                 // Stops at the end, or at the first record
-                                // with an extension block (`next_record`).
+                                // with an extension block (`next_record`),
+                                // or once the slice is spent.
                                 while let Some(range) = next_record(&bytes, &mut pos) {
+                                    spent += decoded_cost::<A::Msg>(range.len());
+                                    records += 1;
                                     match (decoders.plain)(&bytes[range]) {
                                         Ok(m) => decoded.push_back(m),
                                         Err(e) => undecodable::<A::Msg>(
@@ -1100,28 +1146,50 @@ impl<A: Actor> Runner<A> {
                                             &(decoders.why)(e),
                                         ),
                                     }
+                                    if spent >= DECODE_SLICE_BYTES {
+                                        return Slice {
+                                            end: pos,
+                                            records,
+                                            cut: true,
+                                        };
+                                    }
                                 }
                                 if pos < bytes.len() {
                                     // Records with extension blocks from
                                     // here on, up to a graceful stop if
                                     // one follows (`next_record_ext`).
-                                    pos = decode_ext_records(
-                                        &bytes, pos, decoders, traced, registry, &cell.path,
+                                    let mut s = decode_ext_records(
+                                        &bytes, pos, decoders, traced, registry, &cell.path, spent,
                                     );
+                                    s.records += records;
+                                    return s;
                                 }
-                                pos
+                                Slice {
+                                    end: pos,
+                                    records,
+                                    cut: false,
+                                }
                             };
                             // A message's `Deserialize` is user code too.
                             *handling = false;
-                            let end = match &*scope {
-                                Some(scope) => with_decode_scope(scope, &bytes, decode_all),
-                                None => decode_all(),
+                            let slice = match &*scope {
+                                Some(scope) => with_decode_scope(scope, &bytes, decode_slice),
+                                None => decode_slice(),
                             };
                             *handling = true;
-                            if end < bytes.len() {
+                            if slice.cut {
+                                if slice.end < bytes.len() {
+                                    // The rest waits, undecoded, until
+                                    // this slice is handled.
+                                    user.push_front(Queued::Batch(
+                                        bytes.slice(slice.end..),
+                                        n.saturating_sub(slice.records),
+                                    ));
+                                }
+                            } else if slice.end < bytes.len() {
                                 // A graceful stop from another node: after
                                 // the messages decoded before it.
-                                stop_in_batch(user, &bytes, end);
+                                stop_in_batch(user, &bytes, slice.end);
                             }
                             continue;
                         }

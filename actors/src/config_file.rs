@@ -1430,6 +1430,19 @@ static KEYS: &[Key] = &[
         },
     },
     Key {
+        key: "transport.max_unproven_per_ip",
+        field: "max_unproven_per_ip",
+        setter: "TransportConfig::set_max_unproven_per_ip",
+        kind: Kind::Int {
+            unit: Unit::Count,
+            min: 1,
+            max: USIZE,
+            set: |s, n| {
+                s.config.transport.set_max_unproven_per_ip(us(n));
+            },
+        },
+    },
+    Key {
         key: "transport.idle_eviction_after",
         field: "idle_eviction_after",
         setter: "TransportConfig::set_idle_eviction_after",

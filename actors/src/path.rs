@@ -87,6 +87,11 @@ impl ActorPath {
         if elements.matches('/').count() > MAX_PATH_ELEMENTS {
             return Err(bad("more than MAX_PATH_ELEMENTS (32) elements"));
         }
+        // Every name a path can carry, a reply ref's included: a peer's
+        // ref to a name no actor can have is refused where it is decoded.
+        if elements[1..].split('/').any(|n| n.len() > MAX_NAME_LEN) {
+            return Err(bad("a name longer than MAX_NAME_LEN (128 bytes)"));
+        }
         Ok(Self {
             node: node.into(),
             elements: elements.into(),
@@ -152,8 +157,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_over_128_bytes_does_not_parse() {
+        let at_limit = format!("tcp://s@h:1/temp/{}", "n".repeat(MAX_NAME_LEN));
+        assert!(ActorPath::parse(&at_limit).is_ok());
+        let over = format!("tcp://s@h:1/temp/{}/x", "n".repeat(MAX_NAME_LEN + 1));
+        let err = ActorPath::parse(&over).unwrap_err().to_string();
+        assert!(
+            err.contains("longer than MAX_NAME_LEN (128 bytes)"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn long_paths_are_refused_when_parsed() {
-        let ok = format!("tcp://s@h:1/user/{}", "a".repeat(MAX_PATH_LEN - 17));
+        // Names at most MAX_NAME_LEN, filling MAX_PATH_LEN.
+        let mut ok = String::from("tcp://s@h:1/user");
+        while ok.len() + 1 + MAX_NAME_LEN < MAX_PATH_LEN {
+            ok.push('/');
+            ok.push_str(&"a".repeat(MAX_NAME_LEN));
+        }
+        ok.push('/');
+        ok.push_str(&"a".repeat(MAX_PATH_LEN - ok.len()));
         assert_eq!(ok.len(), MAX_PATH_LEN);
         assert!(ActorPath::parse(&ok).is_ok());
         let long = format!("{ok}b");

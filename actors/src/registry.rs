@@ -16,6 +16,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use transport::{LogLimit, PeerText};
 
 use crate::{
     mailbox::Refused,
@@ -24,9 +25,34 @@ use crate::{
     watch::{TooManyWatches, WatchSink},
 };
 
-/// Dead letters logged individually before the log is sampled (every
-/// 10,000th). All of them are counted.
-const DEAD_LETTER_LOG_LIMIT: u64 = 100;
+/// The longest dead-letter reason logged, in characters: reasons quote
+/// decode errors, which may quote a peer's bytes.
+const MAX_REASON_CHARS: usize = 1024;
+
+/// A dead letter's reason, made safe to log: control and bidirectional
+/// formatting characters escaped (a peer's newline cannot start a line of
+/// its own), cut after [`MAX_REASON_CHARS`]. Longer than
+/// [`transport::PeerText`] allows, since the reasons are mostly this
+/// node's own explanations.
+struct Reason<'a>(&'a str);
+
+impl fmt::Display for Reason<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        let mut chars = self.0.chars();
+        for c in chars.by_ref().take(MAX_REASON_CHARS) {
+            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+                write!(f, "{}", c.escape_debug())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        if chars.next().is_some() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
 
 /// A local actor (or ask slot) that remote messages can be delivered to.
 pub(crate) trait Target: Send + Sync + 'static {
@@ -73,6 +99,8 @@ pub(crate) struct Registry {
     targets: Mutex<HashMap<Arc<str>, Arc<dyn Target>>>,
     next_id: AtomicU64,
     dead_letters: AtomicU64,
+    /// Samples the dead-letter log lines: a peer can cause any number.
+    dead_letter_log: LogLimit,
     /// The node that refs decoded for this registry's targets resolve
     /// against (`node::Node`, type-erased because it sits above this
     /// module; see `serialization::with_decode_scope`).
@@ -97,6 +125,7 @@ impl Registry {
             targets: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             dead_letters: AtomicU64::new(0),
+            dead_letter_log: LogLimit::new(),
             decode_scope: OnceLock::new(),
             meters: SystemMeters::new(&node),
             node,
@@ -168,17 +197,21 @@ impl Registry {
         self.dead_letters.load(Ordering::Relaxed)
     }
 
-    /// Counts a dead letter and logs it (sampled past the first hundred).
+    /// Counts a dead letter and logs it (sampled: a peer can cause any
+    /// number; its recipient path is the peer's text, escaped; `msg_type`
+    /// is always this node's own label).
     pub(crate) fn dead_letter(&self, msg_type: &str, recipient: &dyn fmt::Display, why: &str) {
         let n = self.dead_letters.fetch_add(1, Ordering::Relaxed) + 1;
         self.meters.dead_letters(1, msg_type, why);
-        if n <= DEAD_LETTER_LOG_LIMIT || n.is_multiple_of(10_000) {
+        if let Some(s) = self.dead_letter_log.sample() {
+            let recipient = recipient.to_string();
             tracing::warn!(
                 system = %self.name,
                 msg_type,
-                %recipient,
-                reason = why,
+                recipient = %PeerText(&recipient),
+                reason = %Reason(why),
                 total = n,
+                suppressed = s.suppressed,
                 "dead letter"
             );
         }
@@ -197,6 +230,9 @@ impl Registry {
         }
         let total = self.dead_letters.fetch_add(n, Ordering::Relaxed) + n;
         self.meters.dead_letters(n, msg_type, why);
-        tracing::warn!(system = %self.name, msg_type, %recipient, reason = why, count = n, total, "dead letters");
+        if let Some(s) = self.dead_letter_log.sample() {
+            let recipient = recipient.to_string();
+            tracing::warn!(system = %self.name, msg_type, recipient = %PeerText(&recipient), reason = %Reason(why), count = n, total, suppressed = s.suppressed, "dead letters");
+        }
     }
 }

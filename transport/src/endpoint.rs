@@ -212,6 +212,7 @@ impl<S: Security> Endpoint<S> {
             slots: Arc::new(Slots::new(
                 config.max_inbound_connections,
                 config.max_inbound_connections_per_ip,
+                config.max_unproven_per_ip,
                 config.idle_eviction_after,
             )),
             config: Arc::new(config),
@@ -649,8 +650,35 @@ async fn accept_loop<S: Security>(
         let inner2 = inner.clone();
         let tx = tx.clone();
         inner.tasks.spawn(async move {
-            let slot = match admitted {
+            let mut slot = match admitted {
                 Admitted::Now(slot) => slot,
+                Admitted::EvictedUnproven {
+                    mut slot,
+                    ip,
+                    unproven,
+                } => {
+                    if let Some(s) = EVICTED.sample() {
+                        tracing::info!(%peer, victim = %ip, unproven, total = s.total, suppressed = s.suppressed, "evicting a connection still in its handshake for a new one");
+                    }
+                    let wait = inner2.config.handshake_timeout;
+                    let evict = slot.eviction();
+                    let got = tokio::select! {
+                        () = inner2.cancel.cancelled() => return,
+                        () = evict.cancelled() => None,
+                        got = slot.wait_permit(wait) => Some(got),
+                    };
+                    let Some(got) = got else {
+                        report_evicted::<S>(&tx, peer, slot.evicted_with());
+                        return;
+                    };
+                    if !got {
+                        let limit = inner2.slots.limit();
+                        let error = TransportError::TooManyConnections { limit };
+                        let _ = tx.try_send(Err(AcceptError { peer, error }));
+                        return;
+                    }
+                    slot
+                }
                 Admitted::AfterEviction {
                     mut slot,
                     victim,
@@ -683,12 +711,20 @@ async fn accept_loop<S: Security>(
                 // A peer that resets at once causes this: sampled.
                 tracing::warn!(%peer, error = %e, total = s.total, suppressed = s.suppressed, "set_nodelay failed");
             }
+            // Until the peer has proved itself, a newer connection may
+            // evict this one (see `slots`): the handshake is dropped
+            // where it stands, and the slot with it.
             let res = tokio::select! {
                 () = inner2.cancel.cancelled() => return,
+                unproven = slot.evicted() => {
+                    report_evicted::<S>(&tx, peer, unproven);
+                    return;
+                }
                 r = inner2.accepted(stream, peer) => r,
             };
             match res {
                 Ok(mut est) => {
+                    slot.proven();
                     est.slot = Some(slot);
                     tracing::debug!(%peer, uid = est.peer.uid, addr = %PeerText(&est.peer.addr), "inbound connection established");
                     let _ = tx.send(Ok(est)).await;
@@ -703,6 +739,16 @@ async fn accept_loop<S: Security>(
             }
         });
     }
+}
+
+/// Reports an inbound connection evicted in its handshake (logged by the
+/// newcomer that evicted it).
+fn report_evicted<S: Security>(tx: &mpsc::Sender<Accepted<S>>, peer: SocketAddr, unproven: usize) {
+    let error = TransportError::HandshakeEvicted {
+        ip: peer.ip(),
+        unproven,
+    };
+    let _ = tx.try_send(Err(AcceptError { peer, error }));
 }
 
 #[cfg(test)]

@@ -330,6 +330,24 @@ pub enum TransportError {
         /// The configured maximum per address.
         limit: usize,
     },
+    /// An inbound connection still in its handshake (the peer had not yet
+    /// proved the shared secret) was closed to make room for a newer one:
+    /// its address held its maximum of connections in their handshake
+    /// ([`TransportConfig::set_max_unproven_per_ip`](crate::TransportConfig::set_max_unproven_per_ip)),
+    /// or every slot was taken and its address had the most such
+    /// connections. A peer that proves promptly is not affected; raise the
+    /// bound if many legitimate peers share one address and connect at
+    /// the same moment.
+    #[error(
+        "handshake from {ip} evicted for a newer connection ({unproven} connections from that address in their handshake)"
+    )]
+    HandshakeEvicted {
+        /// The evicted connection's address.
+        ip: std::net::IpAddr,
+        /// Connections from that address in their handshake when it was
+        /// chosen, itself included.
+        unproven: usize,
+    },
     /// The peer keeps sending heartbeats but does not read: the echo of
     /// one has waited longer than the stall timeout to be written, or more
     /// than 1024 further heartbeats arrived meanwhile. The connection is

@@ -178,8 +178,8 @@ pub use config::{
     DEFAULT_CLOSE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTROL_STALL_TIMEOUT,
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_EVICTION_AFTER, DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_INBOUND_CONNECTIONS, DEFAULT_MAX_INBOUND_CONNECTIONS_PER_IP,
-    DEFAULT_PRODUCER_YIELD_BYTES, DEFAULT_QUEUE_CAPACITY, DEFAULT_READ_BUFFER_SIZE,
-    DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
+    DEFAULT_MAX_UNPROVEN_PER_IP, DEFAULT_PRODUCER_YIELD_BYTES, DEFAULT_QUEUE_CAPACITY,
+    DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE, TransportConfig,
 };
 pub use conn::{Connection, Established};
 pub use cookie::{COOKIE_ENV, DEFAULT_COOKIE_FILE_NAME, load_cookie_file};
@@ -190,6 +190,7 @@ pub use error::{
 pub use frame::{Frame, FrameKind, MAX_HEARTBEAT_BODY};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use inbound::Inbound;
+pub use log_limit::{LOG_BURST, LOG_WINDOW, LogLimit, Sampled};
 pub use peer_text::{MAX_PEER_TEXT, PeerText, peer_text_from_bytes};
 pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
 pub use reader::{Handler, MAX_READ_SIZE};

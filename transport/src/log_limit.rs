@@ -13,18 +13,25 @@ use std::{
 };
 
 /// Lines of one kind logged per window: 10.
-pub(crate) const LOG_BURST: u32 = 10;
+pub const LOG_BURST: u32 = 10;
 /// The window: 10 s.
-pub(crate) const LOG_WINDOW: Duration = Duration::from_secs(10);
+pub const LOG_WINDOW: Duration = Duration::from_secs(10);
 
 /// One kind of peer-triggered log line. `const`-constructible, for a
-/// `static` per kind.
-#[derive(Debug)]
-pub(crate) struct LogLimit {
+/// `static` per kind; the one limiter for every log line a peer can
+/// cause, in this crate and in the layers above it.
+///
+/// ```
+/// static REFUSED: transport::LogLimit = transport::LogLimit::new();
+/// let logged = (0..100).filter(|_| REFUSED.sample().is_some()).count();
+/// assert_eq!(logged, transport::LOG_BURST as usize);
+/// ```
+#[derive(Debug, Default)]
+pub struct LogLimit {
     state: Mutex<State>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct State {
     window_start: Option<Instant>,
     logged: u32,
@@ -36,15 +43,16 @@ struct State {
 
 /// Log this occurrence: the counts to put in the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sampled {
+pub struct Sampled {
     /// Occurrences of this kind so far, this one included.
-    pub(crate) total: u64,
+    pub total: u64,
     /// Occurrences left out of the log since the previous line.
-    pub(crate) suppressed: u64,
+    pub suppressed: u64,
 }
 
 impl LogLimit {
-    pub(crate) const fn new() -> Self {
+    /// A limiter that has logged nothing yet.
+    pub const fn new() -> Self {
         Self {
             state: Mutex::new(State {
                 window_start: None,
@@ -56,12 +64,12 @@ impl LogLimit {
     }
 
     /// As [`sample_at`](Self::sample_at), now.
-    pub(crate) fn sample(&self) -> Option<Sampled> {
+    pub fn sample(&self) -> Option<Sampled> {
         self.sample_at(Instant::now())
     }
 
     /// Counts one occurrence at `now`; `Some` if it should be logged.
-    pub(crate) fn sample_at(&self, now: Instant) -> Option<Sampled> {
+    pub fn sample_at(&self, now: Instant) -> Option<Sampled> {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.total += 1;
         let fresh = s

@@ -1482,13 +1482,14 @@ impl Task {
             _ => stats.malformed.fetch_add(1, Ordering::Relaxed),
         } + 1;
         // Sampled: a flood of bad packets logs a few lines.
-        if n.is_power_of_two() {
+        static REFUSED: transport::LogLimit = transport::LogLimit::new();
+        if let Some(s) = REFUSED.sample() {
             let hint = if matches!(e, WireError::Unauthenticated) {
                 "the sender does not share this node's secret (or the packet was altered)"
             } else {
                 "not a membership packet of this version"
             };
-            tracing::warn!(%from, error = %e, refused = n, hint, "membership packet refused");
+            tracing::warn!(%from, error = %e, refused = n, suppressed = s.suppressed, hint, "membership packet refused");
         }
     }
 

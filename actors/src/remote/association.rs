@@ -17,9 +17,13 @@ use std::{
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+/// `connect failed` lines: a peer's hellos and refs can make a node dial
+/// addresses that refuse, so they are sampled.
+static CONNECT_FAILED: LogLimit = LogLimit::new();
+
 use transport::{
-    CloseReason, ConnStats, Connection, FrameKind, PeerInfo, PeerVerified, TransportError,
-    TrySendFrameError,
+    CloseReason, ConnStats, Connection, FrameKind, LogLimit, PeerInfo, PeerText, PeerVerified,
+    TransportError, TrySendFrameError,
 };
 
 use super::{
@@ -236,7 +240,7 @@ impl Association {
         let back = lock(&self.life).on_heartbeat_ack(Instant::now(), seq);
         if back {
             let uid = self.peer_uid();
-            tracing::info!(node = %self.node, uid, "node reachable again");
+            tracing::info!(node = %PeerText(&self.node), uid, "node reachable again");
             self.emit(RemoteEvent::Reachable {
                 node: self.node.to_string(),
                 uid,
@@ -301,7 +305,7 @@ impl Association {
     fn declare_unreachable(&self, why: &str) {
         let uid = self.peer_uid();
         lock(&self.life).judged(uid);
-        tracing::warn!(node = %self.node, uid, reason = why, "node unreachable");
+        tracing::warn!(node = %PeerText(&self.node), uid, reason = why, "node unreachable");
         self.emit(RemoteEvent::Unreachable {
             node: self.node.to_string(),
             uid,
@@ -363,7 +367,7 @@ impl Association {
     fn reset_sys_out(&self, why: &str) {
         let dropped = self.requests.reset_stream();
         if dropped > 0 {
-            tracing::warn!(node = %self.node, dropped, reason = why, "unacknowledged system messages dropped");
+            tracing::warn!(node = %PeerText(&self.node), dropped, reason = why, "unacknowledged system messages dropped");
         }
     }
 
@@ -384,9 +388,9 @@ impl Association {
         PeerCounters::bump(&self.counters.quarantines);
         if reason == PEER_SHUT_DOWN {
             // The peer said so itself: the ordinary end of a node.
-            tracing::info!(node = %self.node, uid, reason, "incarnation quarantined");
+            tracing::info!(node = %PeerText(&self.node), uid, reason, "incarnation quarantined");
         } else {
-            tracing::warn!(node = %self.node, uid, reason, "incarnation quarantined");
+            tracing::warn!(node = %PeerText(&self.node), uid, reason, "incarnation quarantined");
         }
         self.emit(RemoteEvent::Quarantined {
             node: self.node.to_string(),
@@ -511,9 +515,10 @@ impl Association {
                 if assoc.shut_down() {
                     // Shut down meanwhile: not worth a warning; what waited
                     // is still counted, and nothing retries.
-                    tracing::debug!(node = %assoc.node, reason = %failed.reason, "connect given up: system shut down");
-                } else {
-                    tracing::warn!(node = %assoc.node, reason = %failed.reason, "connect failed");
+                    tracing::debug!(node = %PeerText(&assoc.node), reason = %failed.reason, "connect given up: system shut down");
+                } else if let Some(s) = CONNECT_FAILED.sample() {
+                    // A peer's hellos can name nodes to dial: sampled.
+                    tracing::warn!(node = %PeerText(&assoc.node), reason = %failed.reason, total = s.total, suppressed = s.suppressed, "connect failed");
                 }
                 assoc.link_failed(&failed.reason, failed.refused);
             }
@@ -627,7 +632,7 @@ impl Association {
         if self.is_quarantined(uid) {
             static REFUSED: Sampler = Sampler::new();
             if let Some(n) = REFUSED.hit() {
-                tracing::warn!(node = %self.node, uid, refused = n, "refusing a connection from a quarantined incarnation");
+                tracing::warn!(node = %PeerText(&self.node), uid, refused = n, "refusing a connection from a quarantined incarnation");
             }
             conn.close("your incarnation is quarantined").await;
             return;
@@ -657,7 +662,7 @@ impl Association {
     /// displaces its old incarnation then).
     fn receive_only(self: &Arc<Self>, conn: Connection, generation: u32) {
         let uid = conn.peer().uid;
-        tracing::debug!(node = %self.node, uid, generation, "inbound connection carries inbound traffic only");
+        tracing::debug!(node = %PeerText(&self.node), uid, generation, "inbound connection carries inbound traffic only");
         lock(&self.conns).insert(generation, conn);
         if uid != self.peer_uid() && self.link().is_none() {
             self.ensure_connecting();
@@ -693,7 +698,7 @@ impl Association {
             uid,
         });
         if was_unreachable {
-            tracing::info!(node = %self.node, uid, "node reachable again");
+            tracing::info!(node = %PeerText(&self.node), uid, "node reachable again");
             self.emit(RemoteEvent::Reachable {
                 node: self.node.to_string(),
                 uid,
@@ -804,7 +809,7 @@ impl Association {
     fn close_duplicate(&self, generation: u32) {
         let conn = lock(&self.conns).remove(&generation);
         if let Some(c) = conn {
-            tracing::debug!(node = %self.node, generation, "closing the duplicate connection");
+            tracing::debug!(node = %PeerText(&self.node), generation, "closing the duplicate connection");
             self.close_counted(c, DUPLICATE.to_owned());
         }
     }
@@ -910,7 +915,7 @@ impl Association {
             self.requests.fail_identifies(IdentifyFailed::Replaced);
         }
         if was_up {
-            tracing::info!(node = %self.node, %reason, "link to node closed");
+            tracing::info!(node = %PeerText(&self.node), %reason, "link to node closed");
             // Without a Close frame: the first half of the evidence that
             // the node is gone (see `liveness`).
             let abrupt = match reason {
@@ -1111,7 +1116,7 @@ impl Association {
             Err(overflow) => {
                 drop(out);
                 let uid = self.peer_uid();
-                tracing::error!(node = %self.node, uid, capacity = overflow.capacity, "system message buffer overflowed: the peer acknowledged none of the last {} system messages; quarantining it", overflow.capacity);
+                tracing::error!(node = %PeerText(&self.node), uid, capacity = overflow.capacity, "system message buffer overflowed: the peer acknowledged none of the last {} system messages; quarantining it", overflow.capacity);
                 self.quarantine(
                     uid,
                     &format!(
@@ -1165,7 +1170,7 @@ impl RemoteWatcher for Association {
     /// when their address terminates; this drops them when they fire.
     fn send_terminated(self: Arc<Self>, watch_id: u64, uid: u64, t: &Terminated) {
         if self.is_quarantined(uid) {
-            tracing::debug!(node = %self.node, uid, watch_id, path = %t.path, "Terminated for a watcher of a gone incarnation dropped");
+            tracing::debug!(node = %PeerText(&self.node), uid, watch_id, path = %t.path, "Terminated for a watcher of a gone incarnation dropped");
             return;
         }
         self.send_reliable(&SysWire::Terminated {

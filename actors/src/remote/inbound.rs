@@ -474,7 +474,7 @@ impl Dispatch {
             );
             static CLOSED: Sampler = Sampler::new();
             if let Some(n) = CLOSED.hit() {
-                tracing::warn!(node = %self.peer.node(), %reason, closed = n, "closing connection to misbehaving peer");
+                tracing::warn!(node = %transport::PeerText(self.peer.node()), %reason, closed = n, "closing connection to misbehaving peer");
             }
             if let Some(sender) = &self.sender {
                 sender.abort(&reason);
@@ -736,7 +736,7 @@ impl Dispatch {
             Err(e) => {
                 // Counted as malformed: the peer is closed past the limit,
                 // and that is logged.
-                tracing::debug!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
+                tracing::debug!(node = %transport::PeerText(self.peer.node()), error = %e, "undecodable system message dropped");
                 self.malformed("undecodable system message");
             }
         }
@@ -751,7 +751,7 @@ impl Dispatch {
                 | SysWire::LargeAck { .. }
         );
         if about_the_node && !self.proven {
-            tracing::debug!(node = %self.peer.node(), generation = self.generation, "a connection whose claim is not proven sent a message only the node may send; dropped");
+            tracing::debug!(node = %transport::PeerText(self.peer.node()), generation = self.generation, "a connection whose claim is not proven sent a message only the node may send; dropped");
             return;
         }
         match msg {
@@ -765,11 +765,11 @@ impl Dispatch {
                         match SysWire::decode(&body) {
                             Ok(inner) if inner.is_reliable_kind() => self.on_system_msg(inner),
                             Ok(_) => {
-                                tracing::debug!(node = %self.peer.node(), "unexpected message in the reliable stream dropped");
+                                tracing::debug!(node = %transport::PeerText(self.peer.node()), "unexpected message in the reliable stream dropped");
                                 self.malformed("unexpected message in the reliable stream");
                             }
                             Err(e) => {
-                                tracing::debug!(node = %self.peer.node(), error = %e, "undecodable system message dropped");
+                                tracing::debug!(node = %transport::PeerText(self.peer.node()), error = %e, "undecodable system message dropped");
                                 self.malformed("undecodable system message");
                             }
                         }

@@ -216,26 +216,21 @@ pub(super) fn write_stop(b: &mut BytesMut, r: &Recipient, link: &Link, manifest:
     true
 }
 
-/// Whether the `n`th occurrence of something a peer can repeat at will is
-/// logged: the first 10, then the 16th, 32nd, 64th… so a flood costs a
-/// logarithmic number of lines, each carrying the running count.
-pub(super) fn sampled(n: u64) -> bool {
-    n <= 10 || n.is_power_of_two()
-}
-
-/// A running count of one peer-repeatable event, logged per [`sampled`].
+/// A running count of one peer-repeatable event, its log lines sampled by
+/// the transport's limiter (at most `transport::LOG_BURST` lines per
+/// `transport::LOG_WINDOW`), so a flood costs a bounded number of lines,
+/// each carrying the running count.
 #[derive(Default)]
-pub(super) struct Sampler(std::sync::atomic::AtomicU64);
+pub(super) struct Sampler(transport::LogLimit);
 
 impl Sampler {
     pub(super) const fn new() -> Self {
-        Self(std::sync::atomic::AtomicU64::new(0))
+        Self(transport::LogLimit::new())
     }
 
-    /// Counts one more; `Some(count)` when this one is to be logged.
+    /// Counts one more; `Some(count so far)` when this one is to be logged.
     pub(super) fn hit(&self) -> Option<u64> {
-        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        sampled(n).then_some(n)
+        self.0.sample().map(|s| s.total)
     }
 }
 
@@ -279,7 +274,8 @@ impl Outbox {
     fn park(self: &Arc<Self>, q: &mut OutboxInner, sender: &Sender, frame: Frame) -> bool {
         if q.frames.len() >= OUTBOX_FRAMES {
             q.dropped += 1;
-            if sampled(q.dropped) {
+            static DROPPED: Sampler = Sampler::new();
+            if DROPPED.hit().is_some() {
                 tracing::warn!(
                     dropped = q.dropped,
                     "a peer reads none of its answers: system frame dropped"

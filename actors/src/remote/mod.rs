@@ -254,7 +254,8 @@ impl Remoting {
         if assocs.len() >= limit {
             drop(assocs);
             let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-            if link::sampled(n) {
+            static REFUSED: link::Sampler = link::Sampler::new();
+            if REFUSED.hit().is_some() {
                 tracing::warn!(node = %transport::PeerText(node), limit, refused = n, evicted = self.evicted.load(Ordering::Relaxed), "association limit reached and every association is in use; a ref to this node is a dead end");
             }
             return None;

@@ -2,7 +2,7 @@
 //! measure the node's memory (its resident set) apart from the test's.
 //!
 //! ```text
-//! echo_node [--stall-ms N] [--max-inbound N] [--per-ip N] [--idle-evict-ms N] [--sndbuf N]
+//! echo_node [--stall-ms N] [--max-inbound N] [--per-ip N] [--unproven-per-ip N] [--idle-evict-ms N] [--sndbuf N]
 //! ```
 //!
 //! Binds `127.0.0.1:0` with the tests' shared secret, prints `ready ADDR`
@@ -15,7 +15,7 @@ use std::{io::BufRead, time::Duration};
 use integration_tests::Echo;
 use transport::{Endpoint, TransportConfig};
 
-const USAGE: &str = "usage: echo_node [--stall-ms N] [--max-inbound N] [--per-ip N] [--idle-evict-ms N] [--sndbuf N]";
+const USAGE: &str = "usage: echo_node [--stall-ms N] [--max-inbound N] [--per-ip N] [--unproven-per-ip N] [--idle-evict-ms N] [--sndbuf N]";
 
 fn config() -> TransportConfig {
     let mut config = integration_tests::secured(TransportConfig::default());
@@ -34,6 +34,9 @@ fn config() -> TransportConfig {
             }
             "--per-ip" => {
                 config.set_max_inbound_connections_per_ip(n as usize);
+            }
+            "--unproven-per-ip" => {
+                config.set_max_unproven_per_ip(n as usize);
             }
             "--sndbuf" => {
                 config.set_send_buffer_size(Some(n as u32));

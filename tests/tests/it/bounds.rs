@@ -381,3 +381,58 @@ async fn a_flood_of_refused_connections_logs_a_few_escaped_lines() {
         "a peer's text starts no line of its own:\n{text}"
     );
 }
+
+/// 200 peers that prove the secret and name 200 distinct nodes at an
+/// address that refuses: the node dials each to check the claim, and each
+/// dial fails. The `connect failed` warnings are sampled by the one
+/// limiter (at most `LOG_BURST` per `LOG_WINDOW`), where each used to print
+/// a line (206 to 209 in 10 s).
+#[tokio::test]
+async fn dial_provoking_hellos_log_a_sampled_few_connect_failures() {
+    use integration_tests::{
+        LogCapture, raw_client_handshake, raw_connect_from, run_raw_handshake,
+    };
+    use transport::{LOG_BURST, handshake::Hello};
+    const HELLOS: usize = 200;
+    let logs = LogCapture::install(tracing::Level::WARN);
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let addr = b.local_addr().expect("remoting");
+    let dead = dead_address().await;
+    let mut held = Vec::new();
+    for i in 0..HELLOS {
+        // Four source addresses: within the per-address connection bound.
+        let from = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 3, 1 + (i % 4) as u8));
+        let mut stream = raw_connect_from(from, addr, None).await;
+        let hs = raw_client_handshake(Hello {
+            uid: 1000 + i as u64,
+            addr: format!("n{i}@{dead}"),
+        });
+        run_raw_handshake(&mut stream, hs).await;
+        held.push(stream);
+    }
+    // A good node is served meanwhile.
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let counter = within("resolve", a.resolve::<Count>(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    counter.tell(Count::Add(1)).expect("room");
+    assert_eq!(
+        within("ask", counter.ask(Count::Get, ASK))
+            .await
+            .expect("answers"),
+        1
+    );
+    assert!(
+        b.remote_nodes().len() > HELLOS,
+        "every hello made an association"
+    );
+    // The limiter is process-wide: tests running meanwhile may have spent
+    // this window's burst, so this test may see fewer, never more.
+    let lines = logs.lines_with("connect failed");
+    assert!(
+        lines <= 2 * LOG_BURST as usize,
+        "{HELLOS} refused dials logged {lines} lines"
+    );
+    drop(held);
+}

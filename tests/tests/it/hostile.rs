@@ -291,3 +291,82 @@ async fn random_and_mutated_frames_never_hurt_the_node() {
     }
     still_works(&counter).await;
 }
+
+/// Recipient paths carrying a newline and a forged log line: each message
+/// is a dead letter ("no such actor"), and its warning shows the path
+/// escaped, so no forged line starts a line of the log; the warnings are
+/// sampled (at most `LOG_BURST` per window), where 30 of 30 forged lines
+/// once appeared.
+#[tokio::test]
+async fn a_forged_newline_in_a_recipient_path_forges_no_log_line() {
+    use integration_tests::LogCapture;
+    const FORGED: u32 = 30;
+    let logs = LogCapture::install(tracing::Level::WARN);
+    let (_a, b, counter) = nodes(SystemConfig::default()).await;
+    let (mut raw, _) = raw_actor_peer(&b).await;
+    let manifest = manifest_id(<Count as actors::RemoteMessage>::MANIFEST);
+    for i in 0..FORGED {
+        let path = format!("/user/nobody\n2026-12-02T00:00:00Z ERROR forged line {i}");
+        let env = envelope(i + 1, Some(&path), manifest, &encoded(&Count::Add(1)));
+        raw.write_all(&frame_bytes(FrameKind::Message, &env))
+            .await
+            .expect("the node reads");
+    }
+    eventually("every forged message is a dead letter", || {
+        b.dead_letters() >= u64::from(FORGED)
+    })
+    .await;
+    still_works(&counter).await;
+    let text = logs.text();
+    assert!(
+        !text.lines().any(|l| l.starts_with("2026-12-02T00:00:00Z")),
+        "a peer's newline starts no line:\n{text}"
+    );
+    assert!(
+        text.contains(r"nobody\n2026-12-02"),
+        "shown escaped:\n{text}"
+    );
+    let lines = logs.lines_with("dead letter");
+    assert!(
+        lines <= 2 * transport::LOG_BURST as usize,
+        "{FORGED} dead letters logged {lines} lines"
+    );
+}
+
+/// A reply ref whose actor name is 129 bytes, one over `MAX_NAME_LEN`: the
+/// message carrying it does not decode (a dead letter that says why),
+/// where it used to be decoded and answered.
+#[tokio::test]
+async fn a_reply_ref_with_a_129_byte_name_does_not_decode() {
+    use integration_tests::LogCapture;
+    use serde::Serialize;
+    /// `Count` as it travels, its ref as the path string it is on the wire.
+    #[derive(Serialize)]
+    enum CountWire {
+        #[allow(dead_code)]
+        Add(u64),
+        Get(String),
+    }
+    let logs = LogCapture::install(tracing::Level::WARN);
+    let (_a, b, counter) = nodes(SystemConfig::default()).await;
+    let (mut raw, _) = raw_actor_peer(&b).await;
+    let name = "n".repeat(actors::MAX_NAME_LEN + 1);
+    let mut payload = BytesMut::new();
+    Bincode
+        .serialize(
+            &CountWire::Get(format!("tcp://{}/temp/{name}", integration_tests::RAW_NODE)),
+            &mut payload,
+        )
+        .expect("encodes");
+    let manifest = manifest_id(<Count as actors::RemoteMessage>::MANIFEST);
+    let env = envelope(1, Some(COUNTER), manifest, &payload);
+    raw.write_all(&frame_bytes(FrameKind::Message, &env))
+        .await
+        .expect("the node reads");
+    eventually("the ref is refused", || {
+        logs.lines_with("longer than MAX_NAME_LEN") >= 1
+    })
+    .await;
+    assert_eq!(b.dead_letters(), 1);
+    still_works(&counter).await;
+}

@@ -10,6 +10,9 @@
 //! | many connections from one address | per-address slots | `one_address_cannot_take_every_slot` |
 //! | idle connections holding every slot | the one idle longest is evicted for a newcomer | `idle_connections_are_evicted_*` |
 //! | an 8 MiB close reason with newlines | kept and shown truncated and escaped | `a_peers_close_reason_is_truncated_and_escaped` |
+//! | 1,100 never-proving connections from 17 addresses | unproven ones evicted first; the oldest makes room | `never_proving_connections_from_many_addresses_*` |
+//! | never-proving connections holding every slot | the oldest unproven of the busiest address is evicted | `a_full_endpoint_of_unproven_connections_*` |
+//! | connections in their handshake, measured | about 3 KiB each in the node | `a_pending_handshake_costs_*` |
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -20,8 +23,8 @@ use std::{
 
 use bytes::BytesMut;
 use integration_tests::{
-    Echo, echo_round_trip, endpoint, frame_bytes, raw_client_handshake, raw_connect_from, rss_of,
-    spawn_echo_node, within,
+    Echo, client_preface, echo_round_trip, endpoint, eventually, frame_bytes, raw_client_handshake,
+    raw_connect_from, rss_of, spawn_echo_node, within,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -29,8 +32,8 @@ use tokio::{
     sync::mpsc,
 };
 use transport::{
-    AcceptError, CloseReason, Connection, Endpoint, FrameKind, MAX_HEARTBEAT_BODY, MAX_PEER_TEXT,
-    TransportConfig, TransportError,
+    AcceptError, CloseReason, Connection, DEFAULT_MAX_INBOUND_CONNECTIONS, Endpoint, FrameKind,
+    MAX_HEARTBEAT_BODY, MAX_PEER_TEXT, TransportConfig, TransportError,
     frame::{self, HEADER_LEN},
     handshake::Hello,
 };
@@ -553,4 +556,167 @@ async fn a_peers_close_reason_is_truncated_and_escaped() {
         b"ok"
     );
     drop(s);
+}
+
+/// Source address `i` of a flood from `n` addresses: `127.0.1.1` onward,
+/// apart from the good peers' `127.0.0.1`.
+fn flood_source(i: usize, n: usize) -> IpAddr {
+    let host = u8::try_from(i % n + 1).expect("fewer than 255 addresses");
+    IpAddr::V4(Ipv4Addr::new(127, 0, 1, host))
+}
+
+/// Opens `count` connections from `sources` addresses in turn, each
+/// sending the first flight of a handshake (preface, hello, challenge) and
+/// then nothing: it never proves the secret.
+async fn never_proving(addr: SocketAddr, count: usize, sources: usize) -> Vec<TcpStream> {
+    let first_flight = client_preface(0x5106, "flood@127.0.1.1:9");
+    let mut conns = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut raw = raw_connect_from(flood_source(i, sources), addr, None).await;
+        // A connection refused or evicted at once may be closed already.
+        let _ = raw.write_all(&first_flight).await;
+        conns.push(raw);
+    }
+    conns
+}
+
+/// How many of `conns` the node has not closed: each is read without
+/// waiting until it would block (open) or ends (closed by the node).
+fn still_open(conns: &mut [TcpStream]) -> usize {
+    let mut buf = [0u8; 4096];
+    conns
+        .iter_mut()
+        .filter(|c| {
+            loop {
+                match c.try_read(&mut buf) {
+                    Ok(0) => break false,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break true,
+                    Err(_) => break false,
+                }
+            }
+        })
+        .count()
+}
+
+/// Counts the accept errors reported so far that are evictions of
+/// connections in their handshake.
+fn handshake_evictions(acceptor: &mut Acceptor) -> usize {
+    let mut n = 0;
+    while let Ok(e) = acceptor.errors.try_recv() {
+        if matches!(e.error, TransportError::HandshakeEvicted { .. }) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The lock-out: 1,100 connections from 17 addresses that open the
+/// handshake and never prove the secret once held all 1,024 slots (64 per
+/// address) and a good node was refused until the flood stopped. Now a
+/// newcomer to a full endpoint evicts the oldest handshake of the address
+/// with the most of them, so a good node connecting meanwhile is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_proving_connections_from_many_addresses_leave_the_door_open() {
+    const FLOOD: usize = 1100;
+    const SOURCES: usize = 17;
+    // Longer than the test: every connection the node closes, it closed
+    // for the bound, not for the timeout.
+    let mut config = TransportConfig::default();
+    config.set_handshake_timeout(Duration::from_secs(60));
+    let server = Arc::new(endpoint(config).await);
+    let addr = server.local_addr();
+    let mut acceptor = Acceptor::start(server.clone());
+
+    let mut flood = never_proving(addr, FLOOD, SOURCES).await;
+    let bound = DEFAULT_MAX_INBOUND_CONNECTIONS;
+    // The handshake timeout (5 s) has not passed: what is still open is
+    // what the bound lets the flood hold.
+    eventually("the flood is cut to its bound", || {
+        still_open(&mut flood) <= bound
+    })
+    .await;
+    let good = endpoint(TransportConfig::default()).await;
+    for i in 0..3u8 {
+        echo_round_trip(&good, addr, &[i; 16]).await;
+    }
+    // The flood is still there, at its bound (each address's newest).
+    let open = still_open(&mut flood);
+    println!("never-proving flood: {FLOOD} connections from {SOURCES} addresses, {open} held");
+    assert!(open <= bound, "{open} held");
+    // Every eviction was reported; some may have been dropped by the
+    // accept queue when the acceptor fell behind, never invented.
+    let evicted = handshake_evictions(&mut acceptor);
+    assert!(evicted > 0 && evicted <= FLOOD - open, "{evicted} reported");
+}
+
+/// Slots short of what the flood may hold: a newcomer with nothing in its
+/// handshake evicts the oldest unproven connection of the address with the
+/// most of them, and is served; the evicted one reads end of stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_endpoint_of_unproven_connections_makes_room_for_a_newcomer() {
+    const LIMIT: usize = 24;
+    const SOURCES: usize = 5;
+    let mut config = TransportConfig::default();
+    config
+        .set_max_inbound_connections(LIMIT)
+        .set_handshake_timeout(Duration::from_secs(60));
+    let server = Arc::new(endpoint(config).await);
+    let addr = server.local_addr();
+    let mut acceptor = Acceptor::start(server.clone());
+
+    // 40 connections from 5 addresses, each below its unproven bound:
+    // the endpoint fills first.
+    let mut flood = never_proving(addr, 40, SOURCES).await;
+    eventually("the flood fills the endpoint", || {
+        still_open(&mut flood) <= LIMIT
+    })
+    .await;
+    let good = endpoint(TransportConfig::default()).await;
+    for i in 0..3u8 {
+        echo_round_trip(&good, addr, &[i; 16]).await;
+    }
+    assert!(still_open(&mut flood) < LIMIT);
+    let err = acceptor.next_error().await;
+    assert!(
+        matches!(err.error, TransportError::HandshakeEvicted { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("evicted for a newer connection"),
+        "{err}"
+    );
+}
+
+/// What a connection in its handshake costs the node, measured in its own
+/// process: 1,000 connections that sent their first flight and got the
+/// node's, from one address allowed that many. About 3 KiB each (the
+/// handshake task, its read buffer and state, a table entry); the
+/// assertion leaves room for allocator slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_handshake_costs_a_few_kib() {
+    const N: usize = 1000;
+    let node = Node::spawn(&["--per-ip", "2000", "--unproven-per-ip", "2000"]).await;
+    // A first connection that completes warms up the node's buffers.
+    let warm = endpoint(TransportConfig::default()).await;
+    echo_round_trip(&warm, node.addr, b"warm").await;
+    let before = node.rss();
+    let mut pending = never_proving(node.addr, N, 1).await;
+    // Each has the node's first flight: its handshake task is waiting.
+    within("the node's first flights", async {
+        let mut buf = [0u8; 512];
+        for c in &mut pending {
+            let n = c.read(&mut buf).await.expect("the node answers");
+            assert!(n > 0, "the node closed a pending handshake");
+        }
+    })
+    .await;
+    let after = node.rss();
+    let each = after.saturating_sub(before) / N as u64;
+    println!(
+        "{N} pending handshakes: node RSS {} -> {} KiB, {each} bytes each",
+        before / 1024,
+        after / 1024
+    );
+    assert!(each < 8 * 1024, "{each} bytes per pending handshake");
 }

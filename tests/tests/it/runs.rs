@@ -495,3 +495,39 @@ async fn a_handler_waiting_for_credit_hands_over_what_it_staged() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Tiny run records (a 4-byte length and a message of a few bytes) decode
+/// into values several times their size; an actor's batch used to be
+/// decoded whole, so 32 MiB of them in 8 MiB frames grew a node by about
+/// 224 MiB. Decoded in slices bounded by bytes, the node holds the wire
+/// bytes and one slice. Measured as this test process's resident set
+/// (other tests running meanwhile add noise, hence the wide slack: the
+/// unsliced decode grew it by several times the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_run_records_are_decoded_in_slices_bounded_by_bytes() {
+    const MIB: u64 = 1024 * 1024;
+    const FRAMES: u64 = 4;
+    /// What the node may grow by: the wire bytes it holds (read buffers,
+    /// run buffers, mailbox) and allocator slack.
+    const MAX_GROWTH: u64 = 128 * MIB;
+    let (_b, counter, mut raw) = counter_and_raw_peer(true).await;
+    let one = records(&[Count::Add(1)]);
+    // One frame's worth: just under the 8 MiB frame limit.
+    let per_frame = (8 * MIB as usize - 64) / one.len();
+    let body = run_envelope(1, count_manifest(), &one.repeat(per_frame));
+    let before = integration_tests::rss_of(std::process::id());
+    for _ in 0..FRAMES {
+        send_body(&mut raw, &body).await;
+    }
+    until_total(&counter, 1 + FRAMES * per_frame as u64).await;
+    let after = integration_tests::rss_of(std::process::id());
+    let grew = after.saturating_sub(before);
+    println!(
+        "{} records of {} bytes: process RSS {} -> {} MiB",
+        FRAMES * per_frame as u64,
+        one.len(),
+        before / MIB,
+        after / MIB
+    );
+    assert!(grew < MAX_GROWTH, "grew by {} MiB", grew / MIB);
+}
