@@ -84,6 +84,8 @@ pub struct SystemConfig {
     pub(crate) tls: Option<transport::TlsConfig>,
     pub(crate) heartbeat: HeartbeatConfig,
     pub(crate) backoff: Backoff,
+    /// `[cluster]`: what `Cluster::join_configured` joins with.
+    pub(crate) cluster: ClusterSettings,
     pub(crate) system_buffer: usize,
     pub(crate) max_message_size: usize,
     /// Addresses to dial instead of the one in a node's name.
@@ -116,6 +118,7 @@ impl Default for SystemConfig {
             tls: None,
             heartbeat: HeartbeatConfig::default(),
             backoff: Backoff::default(),
+            cluster: ClusterSettings::default(),
             system_buffer: DEFAULT_SYSTEM_MESSAGE_BUFFER,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             routes: HashMap::new(),
@@ -421,6 +424,15 @@ impl SystemConfig {
         &mut self.transport
     }
 
+    /// Cluster membership settings, from the `[cluster]` section of a
+    /// configuration file and `ACTORS_CLUSTER__*` variables (default: the
+    /// defaults of `ClusterConfig::new`). `Cluster::join_configured` joins
+    /// with them; `ClusterConfig::from(config.cluster())` starts a
+    /// `ClusterConfig` from them, to change some in code (a lease, say).
+    pub fn cluster(&self) -> &ClusterSettings {
+        &self.cluster
+    }
+
     /// How long a node may refuse reconnects after its link ended without
     /// a Close frame (EOF or reset: its process died, or its host rebooted)
     /// before it is declared unreachable, without waiting for the failure
@@ -494,6 +506,127 @@ impl SpawnOptions {
             self.mailbox_capacity.unwrap_or(system.mailbox_capacity),
             self.mailbox_bytes.unwrap_or(system.mailbox_bytes),
         )
+    }
+}
+
+/// `ClusterConfig::max_members`'s default: members (other than this
+/// node) one node keeps. About 200 bytes each.
+pub const DEFAULT_MAX_MEMBERS: usize = 4096;
+
+/// The shortest `probe_period`, `probe_rtt` and `announce_interval` of
+/// cluster membership: 1 ms. Timers of zero would spin the membership
+/// task. `ClusterConfig` raises shorter ones to this; a configuration
+/// file with a shorter one is refused.
+pub(crate) const MIN_CLUSTER_PERIOD: Duration = Duration::from_millis(1);
+
+/// The smallest membership packet: 512 bytes, room for the header, a
+/// probe and a few piggybacked updates.
+pub(crate) const MIN_CLUSTER_PACKET_SIZE: usize = 512;
+
+/// The largest membership packet: 65,507 bytes, the most one UDP datagram
+/// carries over IPv4; a larger packet could not be sent.
+pub(crate) const MAX_CLUSTER_PACKET_SIZE: usize = 65_507;
+
+/// The most cluster events a subscriber may fall behind: `usize::MAX / 2`,
+/// the largest capacity of tokio's broadcast channel (a larger one
+/// panics).
+pub(crate) const MAX_CLUSTER_EVENT_CAPACITY: usize = usize::MAX / 2;
+
+/// The downing strategies a configuration file can name (the lease-based
+/// one needs a lease, which is code). `ClusterConfig` turns it into a
+/// `DowningStrategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Downing {
+    /// `keep-majority`.
+    KeepMajority,
+    /// `static-quorum`, with `ClusterSettings::quorum_size`.
+    StaticQuorum,
+    /// `keep-oldest`, with `ClusterSettings::down_if_alone`.
+    KeepOldest,
+    /// `down-all`.
+    DownAll,
+}
+
+impl Downing {
+    /// The strategy's name in a configuration file (as
+    /// `DowningStrategy::name` spells it).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::KeepMajority => "keep-majority",
+            Self::StaticQuorum => "static-quorum",
+            Self::KeepOldest => "keep-oldest",
+            Self::DownAll => "down-all",
+        }
+    }
+
+    /// Every strategy a file can name.
+    pub(crate) const ALL: [Self; 4] = [
+        Self::KeepMajority,
+        Self::StaticQuorum,
+        Self::KeepOldest,
+        Self::DownAll,
+    ];
+}
+
+/// Cluster membership settings as data: what the `[cluster]` section of a
+/// configuration file holds (see `actors/reference.toml`), kept in
+/// [`SystemConfig::cluster`]. The membership itself is configured with
+/// `actors::cluster::ClusterConfig`, which is built from these
+/// (`ClusterConfig::from(&settings)`, or `Cluster::join_configured`) and
+/// has a builder method for each; the same names, defaults and bounds.
+///
+/// The configuration loader is the only way to change them, and it
+/// refuses values out of range, so they are always valid (a static
+/// quorum always has its size).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSettings {
+    pub(crate) seeds: Vec<String>,
+    pub(crate) udp_bind: Option<SocketAddr>,
+    pub(crate) udp_advertise: Option<SocketAddr>,
+    pub(crate) probe_period: Duration,
+    pub(crate) probe_rtt: Duration,
+    pub(crate) stable_after: Duration,
+    pub(crate) downing: Downing,
+    /// `Some` exactly when `downing` is `StaticQuorum`.
+    pub(crate) quorum_size: Option<usize>,
+    /// Used when `downing` is `KeepOldest`; `true` otherwise.
+    pub(crate) down_if_alone: bool,
+    /// `None`: the default, derived from `stable_after`; `Some(None)`:
+    /// off.
+    pub(crate) down_all_when_unstable: Option<Option<Duration>>,
+    pub(crate) shutdown_when_downed: bool,
+    pub(crate) remove_down_after: Duration,
+    pub(crate) announce_interval: Duration,
+    pub(crate) max_packet_size: usize,
+    pub(crate) max_members: usize,
+    pub(crate) event_capacity: usize,
+}
+
+impl Default for ClusterSettings {
+    /// No seeds (the first node of a cluster), UDP on the TCP endpoint's
+    /// address, foca's LAN periods (probe every 1.5 s, answer within
+    /// 0.5 s), keep-majority deciding after 10 s of a stable view, down
+    /// members forgotten 15 s after, seeds contacted every second,
+    /// packets of at most 1,400 bytes (under a typical MTU).
+    fn default() -> Self {
+        Self {
+            seeds: Vec::new(),
+            udp_bind: None,
+            udp_advertise: None,
+            probe_period: Duration::from_millis(1500),
+            probe_rtt: Duration::from_millis(500),
+            stable_after: Duration::from_secs(10),
+            downing: Downing::KeepMajority,
+            quorum_size: None,
+            down_if_alone: true,
+            down_all_when_unstable: None,
+            shutdown_when_downed: true,
+            remove_down_after: Duration::from_secs(15),
+            announce_interval: Duration::from_secs(1),
+            max_packet_size: 1400,
+            max_members: DEFAULT_MAX_MEMBERS,
+            event_capacity: 1024,
+        }
     }
 }
 

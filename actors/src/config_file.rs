@@ -34,7 +34,10 @@ use std::{
 use ipnet::IpNet;
 use transport::Backoff;
 
-use crate::config::SystemConfig;
+use crate::config::{
+    ClusterSettings, Downing, MAX_CLUSTER_EVENT_CAPACITY, MAX_CLUSTER_PACKET_SIZE,
+    MIN_CLUSTER_PACKET_SIZE, MIN_CLUSTER_PERIOD, SystemConfig,
+};
 
 /// Prefix of the environment variables that set keys:
 /// `ACTORS_<SECTION>__<KEY>`, upper-case, two underscores between section
@@ -414,6 +417,7 @@ struct Staged<'a> {
     backoff_min: Option<(Duration, ConfigOrigin)>,
     backoff_max: Option<(Duration, ConfigOrigin)>,
     backoff_jitter: Option<f64>,
+    cluster: ClusterGiven,
 }
 
 /// What `client_auth` and `allow_host_only_certificates` are when TLS is
@@ -434,6 +438,7 @@ impl<'a> Staged<'a> {
             backoff_min: None,
             backoff_max: None,
             backoff_jitter: None,
+            cluster: ClusterGiven::default(),
         }
     }
 
@@ -452,8 +457,10 @@ impl<'a> Staged<'a> {
             backoff_min,
             backoff_max,
             backoff_jitter,
+            cluster,
             ..
         } = self;
+        check_cluster(&config.cluster, &cluster)?;
         let invalid = |key: &str, origin: &ConfigOrigin, reason: String| {
             Err(ConfigError::InvalidValue {
                 key: key.to_owned(),
@@ -555,6 +562,120 @@ impl<'a> Staged<'a> {
         }
         Ok(())
     }
+}
+
+/// Where the `[cluster]` keys that are checked together got their values
+/// in this pass (`None`: not given, unchanged).
+#[derive(Default)]
+struct ClusterGiven {
+    probe_period: Option<ConfigOrigin>,
+    probe_rtt: Option<ConfigOrigin>,
+    downing: Option<ConfigOrigin>,
+    quorum_size: Option<ConfigOrigin>,
+    down_if_alone: Option<ConfigOrigin>,
+}
+
+/// The `[cluster]` keys that only make sense together, once all are in:
+/// the probe's answer within half its period (foca would otherwise take
+/// the half silently), and the downing strategy's parameters with their
+/// strategy. A check runs only when one of its keys was given, and names
+/// the key given (`probe_rtt` before `probe_period`, the parameter before
+/// `downing`).
+fn check_cluster(cluster: &ClusterSettings, given: &ClusterGiven) -> Result<(), ConfigError> {
+    let blame = |first: (&str, &Option<ConfigOrigin>), second: (&str, &Option<ConfigOrigin>)| {
+        [first, second]
+            .into_iter()
+            .find_map(|(key, origin)| Some((key.to_owned(), origin.clone()?)))
+    };
+    let invalid = |(key, origin): (String, ConfigOrigin), reason: String| {
+        Err(ConfigError::InvalidValue {
+            key,
+            origin,
+            reason,
+        })
+    };
+    if cluster.probe_rtt > cluster.probe_period / 2
+        && let Some(at) = blame(
+            ("cluster.probe_rtt", &given.probe_rtt),
+            ("cluster.probe_period", &given.probe_period),
+        )
+    {
+        return invalid(
+            at,
+            format!(
+                "probe_rtt {} must be at most half of probe_period {}",
+                humantime::format_duration(cluster.probe_rtt),
+                humantime::format_duration(cluster.probe_period)
+            ),
+        );
+    }
+    let downing = format!(
+        "downing is \"{}\"{}",
+        cluster.downing.name(),
+        given
+            .downing
+            .as_ref()
+            .map_or(String::new(), |origin| format!(" ({origin})"))
+    );
+    let quorum = ("cluster.quorum_size", &given.quorum_size);
+    let alone = ("cluster.down_if_alone", &given.down_if_alone);
+    let strategy = ("cluster.downing", &given.downing);
+    let static_quorum = cluster.downing == Downing::StaticQuorum;
+    if static_quorum
+        && cluster.quorum_size.is_none()
+        && let Some((_, origin)) = blame(strategy, quorum)
+    {
+        return invalid(
+            ("cluster.quorum_size".to_owned(), origin),
+            "missing: downing \"static-quorum\" needs quorum_size, the members a side \
+             needs to survive"
+                .to_owned(),
+        );
+    }
+    if !static_quorum
+        && cluster.quorum_size.is_some()
+        && let Some(at) = blame(quorum, strategy)
+    {
+        return invalid(
+            at,
+            format!("quorum_size is for downing \"static-quorum\" only; {downing}"),
+        );
+    }
+    if !cluster.down_if_alone
+        && cluster.downing != Downing::KeepOldest
+        && let Some(at) = blame(alone, strategy)
+    {
+        return invalid(
+            at,
+            format!("down_if_alone = false is for downing \"keep-oldest\" only; {downing}"),
+        );
+    }
+    Ok(())
+}
+
+/// `"10.0.0.1:2552"`, `"seed.example:2552"`, `"[::1]:2552"`: a seed must
+/// have a host and a port (its name is resolved at join).
+fn seed(text: &str) -> Result<(), String> {
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!(
+            "expected seeds like \"10.0.0.1:2552\" or \"seed.example:2552\" (host:port), \
+             found {text:?}"
+        )),
+    }
+}
+
+/// `""` for none, or a socket address.
+fn socket_addr_or_none(text: &str) -> Result<Option<SocketAddr>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        format!(
+            "expected a socket address like \"0.0.0.0:2552\" (or \"\" for none), found {text:?}"
+        )
+    })
 }
 
 /// One key: where it lives, what it sets, how its value is read.
@@ -839,15 +960,17 @@ fn size(text: &str) -> Result<u64, String> {
 }
 
 fn duration(raw: &Raw, min: Duration) -> Result<Duration, String> {
-    let text = match raw {
-        Raw::Toml(toml::Value::String(s)) | Raw::Env(s) => s,
-        Raw::Toml(other) => {
-            return Err(expected(
-                "a duration with a unit, like \"100ms\" or \"10s\"",
-                other,
-            ));
-        }
-    };
+    match raw {
+        Raw::Toml(toml::Value::String(s)) | Raw::Env(s) => duration_text(s, min),
+        Raw::Toml(other) => Err(expected(
+            "a duration with a unit, like \"100ms\" or \"10s\"",
+            other,
+        )),
+    }
+}
+
+/// `text` as a duration of at least `min`.
+fn duration_text(text: &str, min: Duration) -> Result<Duration, String> {
     let d = humantime::parse_duration(text.trim()).map_err(|e| {
         format!("expected a duration like \"100ms\", \"10s\" or \"1m 30s\", found {text:?} ({e})")
     })?;
@@ -1538,6 +1661,206 @@ static KEYS: &[Key] = &[
             set: |s, on| s.tls_allow_host_only = s.here(on),
         },
     },
+    // [cluster]: `ClusterSettings`, which `ClusterConfig` is built from.
+    Key {
+        key: "cluster.seeds",
+        field: "seeds",
+        setter: "ClusterConfig::seeds",
+        kind: Kind::List {
+            none: None,
+            set: |s, seeds| {
+                let seeds = seeds.unwrap_or_default();
+                seeds.iter().try_for_each(|s| seed(s))?;
+                s.config.cluster.seeds = seeds;
+                Ok(())
+            },
+        },
+    },
+    Key {
+        key: "cluster.udp_bind",
+        field: "udp_bind",
+        setter: "ClusterConfig::udp_bind",
+        kind: Kind::Text {
+            set: |s, addr| {
+                s.config.cluster.udp_bind = socket_addr_or_none(&addr)?;
+                Ok(())
+            },
+        },
+    },
+    Key {
+        key: "cluster.udp_advertise",
+        field: "udp_advertise",
+        setter: "ClusterConfig::udp_advertise",
+        kind: Kind::Text {
+            set: |s, addr| {
+                s.config.cluster.udp_advertise = socket_addr_or_none(&addr)?;
+                Ok(())
+            },
+        },
+    },
+    Key {
+        key: "cluster.probe_period",
+        field: "probe_period",
+        setter: "ClusterConfig::probe_period",
+        kind: Kind::Duration {
+            min: MIN_CLUSTER_PERIOD,
+            set: |s, d| {
+                s.config.cluster.probe_period = d;
+                s.cluster.probe_period = Some(s.origin.clone());
+            },
+        },
+    },
+    Key {
+        key: "cluster.probe_rtt",
+        field: "probe_rtt",
+        setter: "ClusterConfig::probe_rtt",
+        kind: Kind::Duration {
+            min: MIN_CLUSTER_PERIOD,
+            set: |s, d| {
+                s.config.cluster.probe_rtt = d;
+                s.cluster.probe_rtt = Some(s.origin.clone());
+            },
+        },
+    },
+    Key {
+        key: "cluster.stable_after",
+        field: "stable_after",
+        setter: "ClusterConfig::stable_after",
+        kind: Kind::Duration {
+            min: Duration::ZERO,
+            set: |s, d| s.config.cluster.stable_after = d,
+        },
+    },
+    Key {
+        key: "cluster.downing",
+        field: "downing",
+        setter: "ClusterConfig::downing",
+        kind: Kind::Text {
+            set: |s, name| {
+                let name = name.trim();
+                s.config.cluster.downing = match Downing::ALL.into_iter().find(|d| d.name() == name)
+                {
+                    Some(downing) => downing,
+                    None if name == "lease-majority" => {
+                        return Err("lease-majority needs a lease, which is code: \
+                                    ClusterConfig::downing(DowningStrategy::LeaseMajority { .. })"
+                            .into());
+                    }
+                    None => {
+                        return Err(format!(
+                            "expected \"keep-majority\", \"static-quorum\", \"keep-oldest\" \
+                             or \"down-all\", found {name:?}"
+                        ));
+                    }
+                };
+                s.cluster.downing = Some(s.origin.clone());
+                Ok(())
+            },
+        },
+    },
+    Key {
+        key: "cluster.quorum_size",
+        field: "quorum_size",
+        setter: "DowningStrategy::StaticQuorum",
+        kind: Kind::OptInt {
+            unit: Unit::Count,
+            none: "none",
+            min: 1,
+            max: USIZE,
+            set: |s, n| {
+                s.config.cluster.quorum_size = n.map(us);
+                s.cluster.quorum_size = Some(s.origin.clone());
+            },
+        },
+    },
+    Key {
+        key: "cluster.down_if_alone",
+        field: "down_if_alone",
+        setter: "DowningStrategy::KeepOldest",
+        kind: Kind::Bool {
+            set: |s, on| {
+                s.config.cluster.down_if_alone = on;
+                s.cluster.down_if_alone = Some(s.origin.clone());
+            },
+        },
+    },
+    Key {
+        key: "cluster.down_all_when_unstable",
+        field: "down_all_when_unstable",
+        setter: "ClusterConfig::down_all_when_unstable",
+        kind: Kind::Text {
+            set: |s, text| {
+                s.config.cluster.down_all_when_unstable = match text.trim() {
+                    "auto" => None,
+                    "off" => Some(None),
+                    t => Some(Some(
+                        duration_text(t, Duration::ZERO)
+                            .map_err(|e| format!("{e}, or \"auto\" or \"off\""))?,
+                    )),
+                };
+                Ok(())
+            },
+        },
+    },
+    Key {
+        key: "cluster.shutdown_when_downed",
+        field: "shutdown_when_downed",
+        setter: "ClusterConfig::shutdown_when_downed",
+        kind: Kind::Bool {
+            set: |s, on| s.config.cluster.shutdown_when_downed = on,
+        },
+    },
+    Key {
+        key: "cluster.remove_down_after",
+        field: "remove_down_after",
+        setter: "ClusterConfig::remove_down_after",
+        kind: Kind::Duration {
+            min: Duration::ZERO,
+            set: |s, d| s.config.cluster.remove_down_after = d,
+        },
+    },
+    Key {
+        key: "cluster.announce_interval",
+        field: "announce_interval",
+        setter: "ClusterConfig::announce_interval",
+        kind: Kind::Duration {
+            min: MIN_CLUSTER_PERIOD,
+            set: |s, d| s.config.cluster.announce_interval = d,
+        },
+    },
+    Key {
+        key: "cluster.max_packet_size",
+        field: "max_packet_size",
+        setter: "ClusterConfig::max_packet_size",
+        kind: Kind::Int {
+            unit: Unit::Bytes,
+            min: MIN_CLUSTER_PACKET_SIZE as u64,
+            max: MAX_CLUSTER_PACKET_SIZE as u64,
+            set: |s, n| s.config.cluster.max_packet_size = us(n),
+        },
+    },
+    Key {
+        key: "cluster.max_members",
+        field: "max_members",
+        setter: "ClusterConfig::max_members",
+        kind: Kind::Int {
+            unit: Unit::Count,
+            min: 1,
+            max: USIZE,
+            set: |s, n| s.config.cluster.max_members = us(n),
+        },
+    },
+    Key {
+        key: "cluster.event_capacity",
+        field: "event_capacity",
+        setter: "ClusterConfig::event_capacity",
+        kind: Kind::Int {
+            unit: Unit::Count,
+            min: 1,
+            max: MAX_CLUSTER_EVENT_CAPACITY as u64,
+            set: |s, n| s.config.cluster.event_capacity = us(n),
+        },
+    },
 ];
 
 #[cfg(test)]
@@ -1547,6 +1870,7 @@ mod tests {
     use transport::HeartbeatConfig;
 
     use super::*;
+    use crate::cluster::{ClusterConfig, DowningStrategy};
 
     /// Every field, nested ones included, one per line.
     fn snapshot(config: &SystemConfig) -> String {
@@ -1643,6 +1967,7 @@ mod tests {
             "heartbeat",
             "backoff",
             "tls",
+            "cluster",
             // Backoff's attempt counter is state, not a setting.
             "attempt",
             // Secrets stay out of configuration files (ACTORS_COOKIE,
@@ -2067,6 +2392,324 @@ mod tests {
         let e = SystemConfig::from_toml_file(dir.path().join("absent.toml")).unwrap_err();
         assert!(matches!(e, ConfigError::Read { .. }), "{e}");
         assert!(e.to_string().contains("absent.toml"), "{e}");
+    }
+
+    // [cluster]: the settings `ClusterConfig` is built from.
+
+    /// A `ClusterConfig` as text, to compare one built from a file with one
+    /// built in code (it holds a `DowningStrategy`, which has no `Eq`).
+    fn cluster_of(config: &SystemConfig) -> String {
+        format!("{:#?}", ClusterConfig::from(config))
+    }
+
+    #[test]
+    fn the_reference_cluster_section_is_cluster_config_new() {
+        let loaded = SystemConfig::from_toml_str(REFERENCE_CONFIG).unwrap();
+        assert_eq!(loaded.cluster(), &ClusterSettings::default());
+        assert_eq!(cluster_of(&loaded), format!("{:#?}", ClusterConfig::new()));
+        // And the builder's defaults are what they have always been.
+        let new = format!("{:#?}", ClusterConfig::new());
+        for field in [
+            "probe_period: 1.5s",
+            "probe_rtt: 500ms",
+            "stable_after: 10s",
+            "downing: KeepMajority",
+            "down_all_when_unstable: None",
+            "shutdown_when_downed: true",
+            "remove_down_after: 15s",
+            "announce_interval: 1s",
+            "max_packet_size: 1400",
+            "max_members: 4096",
+            "event_capacity: 1024",
+        ] {
+            assert!(new.contains(field), "{field} in {new}");
+        }
+    }
+
+    #[test]
+    fn every_cluster_key_sets_its_cluster_config_setting() {
+        let loaded = SystemConfig::from_toml_str(
+            r#"
+            [cluster]
+            seeds = ["10.0.0.1:2552", "seed.example:2552", "[::1]:2552"]
+            udp_bind = "0.0.0.0:2553"
+            udp_advertise = "203.0.113.5:0"
+            probe_period = "2s"
+            probe_rtt = "250ms"
+            stable_after = "20s"
+            downing = "keep-oldest"
+            down_if_alone = false
+            down_all_when_unstable = "off"
+            shutdown_when_downed = false
+            remove_down_after = "1m"
+            announce_interval = "500ms"
+            max_packet_size = "1KiB"
+            max_members = 100
+            event_capacity = 16
+            "#,
+        )
+        .unwrap();
+        let expected = ClusterConfig::new()
+            .seeds(["10.0.0.1:2552", "seed.example:2552", "[::1]:2552"])
+            .udp_bind("0.0.0.0:2553".parse().unwrap())
+            .udp_advertise("203.0.113.5:0".parse().unwrap())
+            .probe_period(Duration::from_secs(2))
+            .probe_rtt(Duration::from_millis(250))
+            .stable_after(Duration::from_secs(20))
+            .downing(DowningStrategy::KeepOldest {
+                down_if_alone: false,
+            })
+            .down_all_when_unstable(None)
+            .shutdown_when_downed(false)
+            .remove_down_after(Duration::from_secs(60))
+            .announce_interval(Duration::from_millis(500))
+            .max_packet_size(1024)
+            .max_members(100)
+            .event_capacity(16);
+        assert_eq!(cluster_of(&loaded), format!("{expected:#?}"));
+        // Nothing outside the section changed.
+        let mut rest = loaded.clone();
+        rest.cluster = ClusterSettings::default();
+        assert_eq!(snapshot(&rest), snapshot(&SystemConfig::default()));
+
+        let d = SystemConfig::from_toml_str("[cluster]\ndown_all_when_unstable = \"6s\"").unwrap();
+        let expected = ClusterConfig::new().down_all_when_unstable(Some(Duration::from_secs(6)));
+        assert_eq!(cluster_of(&d), format!("{expected:#?}"));
+    }
+
+    #[test]
+    fn each_downing_strategy_with_its_parameters() {
+        for (text, strategy) in [
+            ("downing = \"keep-majority\"", DowningStrategy::KeepMajority),
+            (
+                "downing = \"static-quorum\"\nquorum_size = 3",
+                DowningStrategy::StaticQuorum { quorum_size: 3 },
+            ),
+            (
+                "downing = \"keep-oldest\"",
+                DowningStrategy::KeepOldest {
+                    down_if_alone: true,
+                },
+            ),
+            (
+                "downing = \"keep-oldest\"\ndown_if_alone = false",
+                DowningStrategy::KeepOldest {
+                    down_if_alone: false,
+                },
+            ),
+            ("downing = \"down-all\"", DowningStrategy::DownAll),
+            // The parameters' defaults may be written with any strategy.
+            (
+                "downing = \"down-all\"\nquorum_size = \"none\"\ndown_if_alone = true",
+                DowningStrategy::DownAll,
+            ),
+        ] {
+            let loaded = SystemConfig::from_toml_str(&format!("[cluster]\n{text}"))
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            let expected = ClusterConfig::new().downing(strategy.clone());
+            assert_eq!(cluster_of(&loaded), format!("{expected:#?}"), "{text}");
+            assert_eq!(loaded.cluster().downing.name(), strategy.name());
+        }
+        // Every name a file takes is the strategy's own.
+        let names: Vec<_> = Downing::ALL.iter().map(|d| d.name()).collect();
+        assert_eq!(
+            names,
+            ["keep-majority", "static-quorum", "keep-oldest", "down-all"]
+        );
+    }
+
+    #[test]
+    fn bad_cluster_values_name_the_key_and_the_range() {
+        for (text, key, says) in [
+            (
+                "probe_period = \"0s\"",
+                "cluster.probe_period",
+                "at least 1ms",
+            ),
+            ("probe_rtt = \"0s\"", "cluster.probe_rtt", "at least 1ms"),
+            (
+                "announce_interval = \"0ms\"",
+                "cluster.announce_interval",
+                "at least 1ms",
+            ),
+            (
+                "probe_rtt = \"1s\"",
+                "cluster.probe_rtt",
+                "probe_rtt 1s must be at most half of probe_period 1s 500ms",
+            ),
+            (
+                "probe_period = \"600ms\"",
+                "cluster.probe_period",
+                "probe_rtt 500ms must be at most half of probe_period 600ms",
+            ),
+            (
+                "max_packet_size = 100",
+                "cluster.max_packet_size",
+                "must be at least 512, found 100",
+            ),
+            (
+                "max_packet_size = \"64KiB\"",
+                "cluster.max_packet_size",
+                "must be at most 65507, found 65536",
+            ),
+            ("max_members = 0", "cluster.max_members", "at least 1"),
+            ("event_capacity = 0", "cluster.event_capacity", "at least 1"),
+            ("stable_after = 10", "cluster.stable_after", "integer 10"),
+            (
+                "seeds = [\"10.0.0.1\"]",
+                "cluster.seeds",
+                "host:port), found \"10.0.0.1\"",
+            ),
+            ("seeds = \"10.0.0.1:2552\"", "cluster.seeds", "array"),
+            ("udp_bind = \"nowhere\"", "cluster.udp_bind", "\"nowhere\""),
+            (
+                "udp_advertise = \"10.0.0.1\"",
+                "cluster.udp_advertise",
+                "socket address",
+            ),
+            (
+                "downing = \"keep-majorty\"",
+                "cluster.downing",
+                "\"keep-majority\", \"static-quorum\", \"keep-oldest\" or \"down-all\", \
+                 found \"keep-majorty\"",
+            ),
+            (
+                "downing = \"lease-majority\"",
+                "cluster.downing",
+                "needs a lease",
+            ),
+            (
+                "downing = \"static-quorum\"",
+                "cluster.quorum_size",
+                "missing: downing \"static-quorum\" needs quorum_size",
+            ),
+            (
+                "downing = \"static-quorum\"\nquorum_size = 0",
+                "cluster.quorum_size",
+                "at least 1",
+            ),
+            (
+                "quorum_size = 3",
+                "cluster.quorum_size",
+                "quorum_size is for downing \"static-quorum\" only; downing is \"keep-majority\"",
+            ),
+            (
+                "downing = \"down-all\"\ndown_if_alone = false",
+                "cluster.down_if_alone",
+                "for downing \"keep-oldest\" only; downing is \"down-all\" (in the TOML text)",
+            ),
+            (
+                "down_all_when_unstable = \"sometimes\"",
+                "cluster.down_all_when_unstable",
+                "or \"auto\" or \"off\"",
+            ),
+            (
+                "shutdown_when_downed = \"yes\"",
+                "cluster.shutdown_when_downed",
+                "true or false",
+            ),
+        ] {
+            let text = format!("[cluster]\n{text}");
+            let e = err_toml(&text);
+            let message = e.to_string();
+            assert!(
+                matches!(&e, ConfigError::InvalidValue { key: k, .. } if k == key),
+                "{text}: {message}"
+            );
+            assert!(message.contains(&format!("\"{key}\"")), "{message}");
+            assert!(message.contains(says), "{text}: {message} lacks {says}");
+        }
+        let e = err_toml("[cluster]\nprobe_perod = \"1s\"");
+        assert!(
+            e.to_string()
+                .contains("did you mean \"cluster.probe_period\"?"),
+            "{e}"
+        );
+        let e = err_env(&[("ACTORS_CLUSTER__SEED", "10.0.0.1:2552")]);
+        assert!(
+            e.to_string()
+                .contains("did you mean ACTORS_CLUSTER__SEEDS?"),
+            "{e}"
+        );
+        // Past what TOML's integers hold.
+        let e = err_env(&[("ACTORS_CLUSTER__EVENT_CAPACITY", "9223372036854775808")]);
+        assert!(
+            e.to_string()
+                .contains("must be at most 9223372036854775807"),
+            "{e}"
+        );
+        let e = err_env(&[("ACTORS_CLUSTER__MAX_PACKET_SIZE", "100")]);
+        assert!(
+            e.to_string().contains("ACTORS_CLUSTER__MAX_PACKET_SIZE")
+                && e.to_string().contains("at least 512"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_environment_overrides_the_cluster_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            "[cluster]\nseeds = [\"10.0.0.1:2552\"]\nprobe_period = \"2s\"\n\
+             downing = \"static-quorum\"\nquorum_size = 3\n",
+        )
+        .unwrap();
+        let loaded = load_from(
+            Some(&path),
+            vars(&[
+                ("ACTORS_CLUSTER__SEEDS", "10.0.0.7:2552, 10.0.0.8:2552"),
+                ("ACTORS_CLUSTER__QUORUM_SIZE", "2"),
+                ("ACTORS_CLUSTER__DOWN_ALL_WHEN_UNSTABLE", "off"),
+            ]),
+        )
+        .unwrap();
+        let expected = ClusterConfig::new()
+            .seeds(["10.0.0.7:2552", "10.0.0.8:2552"])
+            .probe_period(Duration::from_secs(2))
+            .downing(DowningStrategy::StaticQuorum { quorum_size: 2 })
+            .down_all_when_unstable(None);
+        assert_eq!(cluster_of(&loaded), format!("{expected:#?}"));
+
+        // A strategy changed in the environment with the file's quorum
+        // left behind: the error names both places.
+        let e = load_from(
+            Some(&path),
+            vars(&[("ACTORS_CLUSTER__DOWNING", "keep-majority")]),
+        )
+        .unwrap_err();
+        let message = e.to_string();
+        assert!(
+            matches!(&e, ConfigError::InvalidValue { key, origin: ConfigOrigin::File(_), .. }
+                if key == "cluster.quorum_size"),
+            "{message}"
+        );
+        assert!(
+            message.contains("(in environment variable ACTORS_CLUSTER__DOWNING)"),
+            "{message}"
+        );
+        // Moving the strategy with its parameter is fine.
+        load_from(
+            Some(&path),
+            vars(&[
+                ("ACTORS_CLUSTER__DOWNING", "keep-majority"),
+                ("ACTORS_CLUSTER__QUORUM_SIZE", "none"),
+            ]),
+        )
+        .unwrap();
+        // The environment on top of a loaded configuration: checked with
+        // what the file set.
+        let mut stepped = SystemConfig::from_toml_file(&path).unwrap();
+        stepped
+            .apply_env(vars(&[("ACTORS_CLUSTER__QUORUM_SIZE", "none")]))
+            .unwrap_err();
+        stepped
+            .apply_env(vars(&[("ACTORS_CLUSTER__PROBE_RTT", "1s")]))
+            .unwrap();
+        stepped
+            .apply_env(vars(&[("ACTORS_CLUSTER__PROBE_RTT", "1001ms")]))
+            .unwrap_err();
     }
 
     #[test]

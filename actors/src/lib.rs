@@ -96,7 +96,8 @@
 //! - `telemetry`: the metrics this crate emits through the `metrics`
 //!   facade (names in the "Metrics" table of `docs/OPERATIONS.md`), and
 //!   their handles.
-//! - `config`: [`SystemConfig`] and its defaults.
+//! - `config`: [`SystemConfig`] and its defaults; [`ClusterSettings`],
+//!   the cluster's settings as data.
 //! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
 //!   `ACTORS_*` variables; every key is in `actors/reference.toml`
 //!   ([`REFERENCE_CONFIG`]).
@@ -189,6 +190,7 @@ pub use actor_ref::{ActorRef, SendFuture};
 /// `#[remote(manifest = "...")]` names it. See the trait for the rules.
 #[cfg(feature = "derive")]
 pub use actors_derive::RemoteMessage;
+pub use config::ClusterSettings;
 pub use config::{
     DEFAULT_ASSOCIATION_IDLE_TIMEOUT, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_CAPACITY,
     DEFAULT_MAX_ASSOCIATIONS, DEFAULT_MAX_CONCURRENT_DIALS, DEFAULT_MAX_MALFORMED_PER_SECOND,

@@ -85,6 +85,10 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     actor_ref::ActorRef,
     bincode_format,
+    config::{
+        ClusterSettings, Downing, MAX_CLUSTER_EVENT_CAPACITY, MAX_CLUSTER_PACKET_SIZE,
+        MIN_CLUSTER_PACKET_SIZE, MIN_CLUSTER_PERIOD, SystemConfig,
+    },
     node::Node,
     path::ActorPath,
     remote::RemoteEvent,
@@ -96,9 +100,7 @@ pub use downing::{DEFAULT_ACQUIRE_DELAY_FOR_MINORITY, DowningStrategy, FileLease
 use suspicion::Swim;
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
 
-/// [`ClusterConfig::max_members`]'s default: members (other than this
-/// node) one node keeps.
-pub const DEFAULT_MAX_MEMBERS: usize = 4096;
+pub use crate::config::DEFAULT_MAX_MEMBERS;
 
 /// A member's state, as this node sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -225,23 +227,10 @@ impl ClusterConfig {
     /// address, foca's LAN periods: probe every 1.5 s, answer within
     /// 0.5 s; the keep-majority downing strategy deciding after 10 s of a
     /// stable view (`stable_after`); down members forgotten 15 s after.
+    /// The same as an empty `[cluster]` section
+    /// ([`ClusterSettings::default`]).
     pub fn new() -> Self {
-        Self {
-            seeds: Vec::new(),
-            udp_bind: None,
-            udp_advertise: None,
-            probe_period: Duration::from_millis(1500),
-            probe_rtt: Duration::from_millis(500),
-            stable_after: Duration::from_secs(10),
-            down_all_when_unstable: None,
-            downing: DowningStrategy::KeepMajority,
-            shutdown_when_downed: true,
-            remove_down_after: Duration::from_secs(15),
-            announce_interval: Duration::from_secs(1),
-            max_packet_size: 1400,
-            max_members: DEFAULT_MAX_MEMBERS,
-            event_capacity: 1024,
-        }
+        Self::from(&ClusterSettings::default())
     }
 
     /// Seed nodes' membership addresses (`host:port`, UDP; by default a
@@ -284,14 +273,14 @@ impl ClusterConfig {
 
     /// How often a member probes another; default 1.5 s.
     pub fn probe_period(mut self, d: Duration) -> Self {
-        self.probe_period = d.max(Duration::from_millis(1));
+        self.probe_period = d.max(MIN_CLUSTER_PERIOD);
         self
     }
 
     /// How long a probe waits for an answer before asking others to probe
     /// indirectly; default 0.5 s. Kept below the probe period.
     pub fn probe_rtt(mut self, d: Duration) -> Self {
-        self.probe_rtt = d.max(Duration::from_millis(1));
+        self.probe_rtt = d.max(MIN_CLUSTER_PERIOD);
         self
     }
 
@@ -356,14 +345,15 @@ impl ClusterConfig {
     /// that share a seed address. Seed names are re-resolved through DNS
     /// at most once per this interval while a seed is missing.
     pub fn announce_interval(mut self, d: Duration) -> Self {
-        self.announce_interval = d.max(Duration::from_millis(1));
+        self.announce_interval = d.max(MIN_CLUSTER_PERIOD);
         self
     }
 
     /// The largest membership packet, payload and header; default 1400
-    /// bytes (under a typical MTU). At least 512.
+    /// bytes (under a typical MTU). At least 512, at most 65,507 (the
+    /// largest UDP datagram over IPv4).
     pub fn max_packet_size(mut self, bytes: usize) -> Self {
-        self.max_packet_size = bytes.max(512);
+        self.max_packet_size = bytes.clamp(MIN_CLUSTER_PACKET_SIZE, MAX_CLUSTER_PACKET_SIZE);
         self
     }
 
@@ -377,9 +367,10 @@ impl ClusterConfig {
     }
 
     /// How many events a slow subscriber may fall behind before it misses
-    /// some (`RecvError::Lagged`); default 1024.
+    /// some (`RecvError::Lagged`); default 1024. At least 1, at most
+    /// `usize::MAX / 2`.
     pub fn event_capacity(mut self, n: usize) -> Self {
-        self.event_capacity = n.max(1);
+        self.event_capacity = n.clamp(1, MAX_CLUSTER_EVENT_CAPACITY);
         self
     }
 
@@ -405,6 +396,63 @@ impl ClusterConfig {
         }
         c.periodic_announce_to_down_members = None;
         c
+    }
+}
+
+/// The settings of a `[cluster]` section (see `actors/reference.toml`).
+/// The loader has checked them, so no builder bound applies.
+impl From<&ClusterSettings> for ClusterConfig {
+    fn from(s: &ClusterSettings) -> Self {
+        let downing = match s.downing {
+            Downing::KeepMajority => DowningStrategy::KeepMajority,
+            Downing::StaticQuorum => DowningStrategy::StaticQuorum {
+                quorum_size: s
+                    .quorum_size
+                    .expect("the loader gives static-quorum its quorum_size"),
+            },
+            Downing::KeepOldest => DowningStrategy::KeepOldest {
+                down_if_alone: s.down_if_alone,
+            },
+            Downing::DownAll => DowningStrategy::DownAll,
+        };
+        Self {
+            seeds: s.seeds.clone(),
+            udp_bind: s.udp_bind,
+            udp_advertise: s.udp_advertise,
+            probe_period: s.probe_period,
+            probe_rtt: s.probe_rtt,
+            stable_after: s.stable_after,
+            down_all_when_unstable: s.down_all_when_unstable,
+            downing,
+            shutdown_when_downed: s.shutdown_when_downed,
+            remove_down_after: s.remove_down_after,
+            announce_interval: s.announce_interval,
+            max_packet_size: s.max_packet_size,
+            max_members: s.max_members,
+            event_capacity: s.event_capacity,
+        }
+    }
+}
+
+/// The cluster settings of a system's configuration
+/// ([`SystemConfig::cluster`]).
+///
+/// ```
+/// use actors::cluster::{ClusterConfig, DowningStrategy};
+/// let config = actors::SystemConfig::from_toml_str(r#"
+///     [cluster]
+///     seeds = ["10.0.0.1:2552", "10.0.0.2:2552"]
+///     downing = "static-quorum"
+///     quorum_size = 2
+/// "#)?;
+/// // Changed in code where needed, then `Cluster::join(&system, cluster)`.
+/// let cluster = ClusterConfig::from(&config).shutdown_when_downed(false);
+/// # let _ = (cluster, DowningStrategy::DownAll);
+/// # Ok::<(), actors::ConfigError>(())
+/// ```
+impl From<&SystemConfig> for ClusterConfig {
+    fn from(config: &SystemConfig) -> Self {
+        Self::from(config.cluster())
     }
 }
 
@@ -903,6 +951,26 @@ impl Cluster {
             remoting.cancel_token(),
         ));
         Ok(Self { shared, cmds })
+    }
+
+    /// [`join`](Self::join) with the cluster settings of the system's own
+    /// configuration (the `[cluster]` section of its file and
+    /// `ACTORS_CLUSTER__*` variables, see [`SystemConfig::load`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use actors::{ActorSystem, SystemConfig, cluster::Cluster};
+    /// let config = SystemConfig::load(Some("node.toml".as_ref()))?;
+    /// let system = ActorSystem::with_config("orders", Some("10.0.0.5:2552".parse()?), config).await?;
+    /// let cluster = Cluster::join_configured(&system).await?;
+    /// # let _ = cluster; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// See [`ClusterError`].
+    pub async fn join_configured(system: &ActorSystem) -> Result<Self, ClusterError> {
+        let config = ClusterConfig::from(&system.inner.config);
+        Self::join(system, config).await
     }
 
     /// Contacts `seeds` (replacing the configured list) at once and from

@@ -916,3 +916,32 @@ async fn members_up_hook_and_a_graceful_shutdown_leaves() {
     })
     .await;
 }
+
+/// A node configured by its `[cluster]` section (a file, then `ACTORS_*`
+/// variables) joins with those settings: its seed list alone brings it
+/// into the cluster, whose seed knows nothing of it.
+#[tokio::test]
+async fn a_node_joins_with_the_cluster_section_of_its_configuration() {
+    let seed_system = actor_system("seed").await;
+    let seed = Cluster::join(&seed_system, fast(Duration::from_secs(5)))
+        .await
+        .expect("joins");
+    let mut config = SystemConfig::from_toml_str(&format!(
+        r#"
+        [cluster]
+        seeds = ["{}"]
+        probe_period = "200ms"
+        probe_rtt = "100ms"
+        announce_interval = "50ms"
+        "#,
+        seed.myself().udp
+    ))
+    .expect("a valid [cluster] section");
+    config
+        .apply_env([("ACTORS_CLUSTER__EVENT_CAPACITY".to_owned(), "8".to_owned())])
+        .expect("a valid variable");
+    let system = actor_system_with("configured", config).await;
+    let cluster = Cluster::join_configured(&system).await.expect("joins");
+    let nodes = [(seed_system, seed), (system, cluster)];
+    converged(&nodes, 1).await;
+}
