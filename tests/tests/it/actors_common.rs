@@ -22,7 +22,8 @@ pub(crate) enum Count {
     Panic(String),
     /// Stops the counter (by itself, from its handler).
     Stop,
-    /// Drops the reply ref without answering.
+    /// Keeps the reply ref without answering: the ask waits for its
+    /// timeout (a dropped ref would fail it at once).
     Ignore(ActorRef<u64>),
     /// Fails: the handler returns this error.
     Fail(String),
@@ -36,6 +37,8 @@ impl RemoteMessage for Count {
 #[derive(Debug, Default)]
 pub(crate) struct Counter {
     pub(crate) total: u64,
+    /// The reply refs of `Ignore`, kept unanswered.
+    pub(crate) ignored: Vec<ActorRef<u64>>,
 }
 
 impl Actor for Counter {
@@ -52,7 +55,7 @@ impl Actor for Counter {
             }
             Count::Panic(m) => panic!("{m}"),
             Count::Stop => ctx.stop(),
-            Count::Ignore(_) => {}
+            Count::Ignore(reply) => self.ignored.push(reply),
             Count::Fail(e) => return Err(e.into()),
         }
         Ok(())
