@@ -21,7 +21,7 @@
 //! The deferral exists because a handler that fails drops its message
 //! (and the reply ref in it) while unwinding, before the actor's task
 //! knows why it failed: the drop is held until the handler's result is
-//! known, so that the asker hears "handler failed: <reason>" instead of
+//! known, so that the asker hears `handler failed: <reason>` instead of
 //! "dropped". A drop on any other task (a spawned task that kept the
 //! ref) fails the ask at once.
 //!
