@@ -231,6 +231,18 @@ impl Acceptor {
         Acceptor { conns, errors }
     }
 
+    /// Waits until `n` connections were accepted: their handshakes are
+    /// complete on the server's side too (a slot counts as unproven until
+    /// then, and an unproven one may be evicted for a newcomer).
+    async fn accepted(&self, n: usize) {
+        within("the server accepts the handshaken connections", async {
+            while self.conns.lock().unwrap().len() < n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
+
     async fn next_error(&mut self) -> AcceptError {
         within("an accept error", self.errors.recv())
             .await
@@ -323,7 +335,10 @@ async fn one_address_cannot_take_every_slot() {
     for _ in 0..LIMIT {
         let mut raw = raw_connect_from(ATTACKER, addr, None).await;
         match try_raw_handshake(&mut raw).await {
-            Some(_) => held.push(raw),
+            Some(_) => {
+                held.push(raw);
+                acceptor.accepted(held.len()).await;
+            }
             None => refused += 1,
         }
     }
@@ -381,7 +396,7 @@ async fn idle_connections_are_evicted_for_a_newcomer_when_slots_are_short() {
         .set_idle_eviction_after(Some(IDLE));
     let server = Arc::new(endpoint(config).await);
     let addr = server.local_addr();
-    let _acceptor = Acceptor::start(server.clone());
+    let acceptor = Acceptor::start(server.clone());
 
     // A well-behaved, busy link: a message every 20 ms.
     let busy_client = endpoint(TransportConfig::default()).await;
@@ -432,7 +447,9 @@ async fn idle_connections_are_evicted_for_a_newcomer_when_slots_are_short() {
             }
         })
     };
-    // Full now, and nobody idle long enough: a newcomer is refused.
+    // Full now (every handshake proven), and nobody idle long enough: a
+    // newcomer is refused.
+    acceptor.accepted(LIMIT).await;
     let mut raw = raw_connect_from(ATTACKER, addr, None).await;
     assert!(
         try_raw_handshake(&mut raw).await.is_none(),
