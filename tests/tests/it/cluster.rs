@@ -897,6 +897,8 @@ async fn members_up_hook_and_a_graceful_shutdown_leaves() {
     let config = fast(Duration::from_secs(30));
     let nodes = cluster_of(3, &config).await;
     within("three up", nodes[0].1.when_members_up(3)).await;
+    // Node 2 tells the members it knows: wait until it knows them all.
+    converged(&nodes, 2).await;
     let node = nodes[2].1.myself().node.clone();
     let mut events = nodes[0].1.subscribe();
     nodes[2].0.shutdown_gracefully(Duration::from_secs(5)).await;
