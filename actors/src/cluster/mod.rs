@@ -2134,10 +2134,18 @@ mod tests {
         let warned = |task: &mut Task, down: bool| {
             let out = Captured::default();
             let writer = out.clone();
+            // At debug, like the other test that collects log lines: tests
+            // run in parallel, and a scoped subscriber of a lower level
+            // beside one of a higher level can hide the higher one's events
+            // (tracing's global level hint).
             let subscriber = tracing_subscriber::fmt()
                 .with_writer(move || writer.clone())
+                .with_max_level(tracing::Level::DEBUG)
                 .with_ansi(false)
                 .finish();
+            let _one_at_a_time = suspicion::LOG_CAPTURE
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             tracing::subscriber::with_default(subscriber, || {
                 let b = id("b", 9002, 7, 10);
                 let _ = task.foca.apply_many(

@@ -76,6 +76,10 @@ use super::{
     wire::{self, Codec, Id, KIND_SUSPECTED, KIND_SWIM, WireError},
 };
 
+/// Tests that collect log lines through a scoped subscriber take turns.
+#[cfg(test)]
+pub(crate) static LOG_CAPTURE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// foca as the cluster module runs it.
 pub(crate) type Swim = Foca<Id, Codec, SmallRng, groups::Handler>;
 
@@ -689,6 +693,9 @@ mod tests {
 
     #[test]
     fn probe_failures_suspicions_refutations_and_downs_are_logged_at_debug() {
+        let _one_at_a_time = LOG_CAPTURE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = Captured::default();
         let writer = out.clone();
         let subscriber = tracing_subscriber::fmt()
