@@ -255,6 +255,7 @@ impl<A: Actor> Ctx<A> {
     ///         Ok(())
     ///     }
     /// }
+    /// #[derive(Debug)]
     /// enum Msg { Start(ActorRef<(u64, ActorRef<u64>)>), Doubled(Result<u64, AskError>) }
     /// struct Client(tokio::sync::mpsc::UnboundedSender<u64>);
     /// impl Actor for Client {
