@@ -692,32 +692,7 @@ async fn a_restarted_member_gets_traffic_through_groups_and_routers() {
     let old_uid = old.myself().uid;
     drop(old);
     old_system.shutdown().await;
-    let mut restarted = None;
-    for _ in 0..200 {
-        match ActorSystem::with_config(
-            "n2",
-            Some(addr),
-            integration_tests::secured_system(SystemConfig::default()),
-        )
-        .await
-        {
-            Ok(s) => {
-                restarted = Some(s);
-                break;
-            }
-            Err(_) => tokio::task::yield_now().await,
-        }
-    }
-    let system = restarted.expect("the port is free again");
-    let again = within("join", async {
-        loop {
-            if let Ok(c) = Cluster::join(&system, config.clone().seeds([seed.clone()])).await {
-                return c;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    let (system, again) = restart_on("n2", addr, &config.clone().seeds([seed.clone()])).await;
     assert_ne!(again.myself().uid, old_uid);
     let w = system.spawn(Worker {
         name: "new",
