@@ -705,6 +705,8 @@ impl<M: Send + 'static> ActorRef<M> {
             Err(SendError::Serialization(e)) => return Err(AskError::Serialization(e)),
             // Only a `NamedRef` resolves; a ref's own sends never do.
             Err(SendError::Unresolved(_, e)) => return Err(AskError::Unresolved(*e)),
+            // Only a singleton's ref buffers; a ref's own sends never do.
+            Err(SendError::BufferFull(..)) => return Err(AskError::MailboxFull),
             Err(SendError::ActorGone(_)) => {
                 return Err(match &self.inner {
                     Inner::Remote(r) | Inner::RemoteExt(r) => {

@@ -71,6 +71,14 @@ pub enum SendError<M> {
     /// Boxed, so this rare case does not make every `tell`'s result larger.
     #[error("unresolved: {1}")]
     Unresolved(M, Box<ResolveError>),
+    /// A cluster singleton's ref (`actors::singleton::SingletonRef`) holds its
+    /// `buffer_bytes` of messages while the singleton moves or is not yet
+    /// known: the message comes back and is also counted as a dead letter
+    /// (reason `singleton_buffer_full`). Retry once the singleton runs
+    /// (`SingletonRef::location`), or raise
+    /// `SingletonSettings::buffer_bytes`.
+    #[error("singleton buffer full (at most {1} bytes)")]
+    BufferFull(M, usize),
 }
 
 impl<M> SendError<M> {
@@ -80,7 +88,8 @@ impl<M> SendError<M> {
             Self::MailboxFull(m)
             | Self::LinkFull(m)
             | Self::ActorGone(m)
-            | Self::Unresolved(m, _) => Some(m),
+            | Self::Unresolved(m, _)
+            | Self::BufferFull(m, _) => Some(m),
             Self::Serialization(_) => None,
         }
     }

@@ -76,6 +76,8 @@
 //! - [`cluster`]: membership over authenticated UDP, cluster-wide groups.
 //! - [`router`]: routers in front of groups and pools of routees. Its
 //!   types are also at the crate root.
+//! - [`singleton`]: cluster singletons, one actor in the cluster on its
+//!   oldest hosting member, and refs that buffer while it moves.
 //!
 //! # Layout
 //! Bottom-up: a module imports only modules listed above it, never one
@@ -130,6 +132,9 @@
 //!   ([`ActorSystem::named`]).
 //! - [`cluster`]: [`Cluster`](cluster::Cluster) membership and groups,
 //!   and routers that follow a group.
+//! - [`singleton`]: [`Singleton`](singleton::Singleton): placement and
+//!   handover of a cluster singleton (the decisions pure, in
+//!   `placement`), and [`SingletonRef`](singleton::SingletonRef).
 //!
 //! # Crate feature flags
 //! - `derive` (default): `#[derive(RemoteMessage)]`, from the
@@ -170,6 +175,7 @@ mod remote;
 mod reply;
 pub mod router;
 mod serialization;
+pub mod singleton;
 mod supervision;
 mod system;
 mod telemetry;

@@ -86,6 +86,9 @@ pub(crate) const CLUSTER_BYTES_IN: &str = "actors_cluster_bytes_in_total";
 pub(crate) const CLUSTER_REFUSED: &str = "actors_cluster_refused_total";
 pub(crate) const CLUSTER_MEMBERS: &str = "actors_cluster_members";
 pub(crate) const CLUSTER_GROUP_ENTRIES: &str = "actors_cluster_group_entries";
+pub(crate) const SINGLETON_RUNNING: &str = "actors_singleton_running";
+pub(crate) const SINGLETON_STARTS: &str = "actors_singleton_starts_total";
+pub(crate) const SINGLETON_BUFFERED: &str = "actors_singleton_buffered_bytes";
 
 const PEER: &str = "node, peer";
 
@@ -273,6 +276,27 @@ pub(crate) const METRICS: &[Spec] = &[
         labels: "node",
         help: "Group registry entries (actor refs) this node holds, over every member and group.",
     },
+    Spec {
+        name: SINGLETON_RUNNING,
+        kind: Kind::Gauge,
+        unit: None,
+        labels: "node, singleton",
+        help: "1 while the cluster singleton's instance runs on this node, else 0.",
+    },
+    Spec {
+        name: SINGLETON_STARTS,
+        kind: Kind::Counter,
+        unit: None,
+        labels: "node, singleton",
+        help: "Instances of the cluster singleton started on this node.",
+    },
+    Spec {
+        name: SINGLETON_BUFFERED,
+        kind: Kind::Gauge,
+        unit: Some(Unit::Bytes),
+        labels: "node, singleton",
+        help: "Bytes of messages this node's singleton refs hold while the singleton moves or is not yet known.",
+    },
 ];
 
 /// `actors_cluster_refused_total`'s kinds, in `ClusterMeters::publish`'s
@@ -311,6 +335,7 @@ const DEAD_REASONS: &[(&str, &[&str])] = &[
     ("quarantined", &["quarantined"]),
     ("refused", &["refused"]),
     ("shut_down", &["shut down"]),
+    ("singleton_buffer_full", &["singleton buffer full"]),
     (
         "unreachable",
         &["unreachable", "connect", "resolve", "allow-list"],
@@ -568,6 +593,36 @@ pub(crate) struct ClusterSample {
     /// By [`CLUSTER_MEMBER_STATES`].
     pub(crate) members: [usize; 4],
     pub(crate) group_entries: usize,
+}
+
+/// One cluster singleton's handles on one node, registered once when its
+/// manager or ref is made.
+#[derive(Debug, Clone)]
+pub(crate) struct SingletonMeters {
+    pub(crate) running: Gauge,
+    pub(crate) starts: Counter,
+    pub(crate) buffered: Gauge,
+}
+
+impl SingletonMeters {
+    /// Node `node`'s handles for singleton `name`; `None` without a
+    /// recorder installed.
+    pub(crate) fn new(node: &str, name: &str) -> Option<Self> {
+        if !recorder_installed() {
+            return None;
+        }
+        describe();
+        let labels = [
+            ("node", SharedString::from(node.to_owned())),
+            ("singleton", SharedString::from(name.to_owned())),
+        ];
+        let labels = labels.map(|(k, v)| metrics::Label::new(k, v));
+        Some(Self {
+            running: metrics::gauge!(SINGLETON_RUNNING, labels.to_vec()),
+            starts: metrics::counter!(SINGLETON_STARTS, labels.to_vec()),
+            buffered: metrics::gauge!(SINGLETON_BUFFERED, labels.to_vec()),
+        })
+    }
 }
 
 /// A cluster node's handles, registered once at join, and what was last

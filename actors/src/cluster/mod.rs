@@ -154,6 +154,12 @@ pub struct Member {
     pub udp: SocketAddr,
     /// Its state.
     pub state: MemberState,
+    /// When its membership started, in milliseconds since the Unix epoch
+    /// on its own clock (unique per node and growing even when a system
+    /// leaves and joins again within a millisecond). The lower, the
+    /// older: the age [`DowningStrategy::KeepOldest`] and
+    /// [`crate::singleton`]'s placement compare, ties broken by `node`.
+    pub started_ms: u64,
 }
 
 /// A change of one member's state, in the order this node saw them.
@@ -547,6 +553,9 @@ struct Shared {
     /// Whether any seed but this node is known: a node without one is the
     /// first of its cluster, joined at once.
     seeds_configured: bool,
+    /// `ClusterConfig::stable_after`, for what waits on the downing
+    /// strategy (a singleton's handover margin).
+    stable_after: Duration,
 }
 
 /// The member table as subscribers see it, and this node's own state.
@@ -864,6 +873,7 @@ impl Cluster {
             stats: Stats::default(),
             seed_names: Arc::new(Mutex::new(config.seeds.clone())),
             seeds_configured: !seeds.is_empty(),
+            stable_after: config.stable_after,
         });
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed)
@@ -1049,6 +1059,21 @@ impl Cluster {
         }
     }
 
+    /// Whether this node has joined, as [`joined`](Self::joined) waits
+    /// for: some member answered, or it is the first of its cluster.
+    pub(crate) fn is_joined(&self) -> bool {
+        match lock(&self.shared.view).me {
+            MemberState::Joining => !self.shared.seeds_configured,
+            MemberState::Up | MemberState::Suspect => true,
+            _ => false,
+        }
+    }
+
+    /// [`ClusterConfig::stable_after`] of this node.
+    pub(crate) fn stable_after(&self) -> Duration {
+        self.shared.stable_after
+    }
+
     /// This node as a member.
     pub fn myself(&self) -> Member {
         let me = &self.shared.me;
@@ -1057,6 +1082,7 @@ impl Cluster {
             uid: me.uid,
             udp: me.udp,
             state: lock(&self.shared.view).me,
+            started_ms: me.started_ms,
         }
     }
 
@@ -1076,7 +1102,9 @@ impl Cluster {
             .collect()
     }
 
-    /// Membership changes from now on, in order. A subscriber more than
+    /// Membership changes from now on, in order: other members', and this
+    /// node's own when it leaves ([`Leaving`](MemberState::Leaving), then
+    /// [`Left`](MemberState::Left)) or downs itself. A subscriber more than
     /// [`ClusterConfig::event_capacity`] events behind misses the oldest
     /// (`RecvError::Lagged` says how many); [`members`](Self::members)
     /// is the current view.
@@ -1493,6 +1521,7 @@ impl Task {
                 uid: me.uid,
                 udp: me.udp,
                 state: MemberState::Down,
+                started_ms: me.started_ms,
             },
             from: Some(from),
         });
@@ -1765,7 +1794,9 @@ impl Task {
     }
 
     fn leave(&mut self) {
-        lock(&self.shared.view).me = MemberState::Leaving;
+        // Subscribers on this node hear of its own leave too (a singleton
+        // hosted here stops and hands over on it).
+        self.set_own_state(MemberState::Leaving);
         let notice = wire::encode_leave(&self.shared.me);
         let targets: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().udp).collect();
         for t in targets {
@@ -1773,7 +1804,26 @@ impl Task {
         }
         let _ = self.foca.leave_cluster(&mut self.rt);
         self.drain();
-        lock(&self.shared.view).me = MemberState::Left;
+        self.set_own_state(MemberState::Left);
+    }
+
+    /// Sets this node's own state and tells subscribers.
+    fn set_own_state(&mut self, state: MemberState) {
+        let me = &self.shared.me;
+        let from = std::mem::replace(&mut lock(&self.shared.view).me, state);
+        if from == state {
+            return;
+        }
+        let _ = self.shared.events.send(ClusterEvent {
+            member: Member {
+                node: me.node.clone(),
+                uid: me.uid,
+                udp: me.udp,
+                state,
+                started_ms: me.started_ms,
+            },
+            from: Some(from),
+        });
     }
 
     fn send(&mut self, to: SocketAddr, kind: u8, payload: &[u8]) {
@@ -1886,6 +1936,7 @@ impl Task {
                 uid: id.uid,
                 udp: id.udp,
                 state,
+                started_ms: id.started_ms,
             };
             if state == MemberState::Removed {
                 if self.known.get(&id.node).is_some_and(|(k, _)| *k == id) {
@@ -2018,6 +2069,7 @@ mod tests {
             stats: Stats::default(),
             seed_names: Arc::default(),
             seeds_configured: false,
+            stable_after: Duration::from_secs(10),
         });
         let admission = Arc::new(wire::Admission::new(16, me.udp));
         Task {
