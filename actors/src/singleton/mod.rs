@@ -312,7 +312,12 @@ impl Singleton {
             }));
         let cancel = cancel_token(system);
         tokio::spawn(manager.run(inbox_rx, drain_rx, drain_tx, cancel));
-        Ok(Self::proxy_with(system, cluster, name, settings.buffer_bytes))
+        Ok(Self::proxy_with(
+            system,
+            cluster,
+            name,
+            settings.buffer_bytes,
+        ))
     }
 
     /// A ref to singleton `name`, for a node that does not host it (or
@@ -612,7 +617,10 @@ impl<M> Clone for SingletonRef<M> {
 
 impl<M> fmt::Debug for SingletonRef<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let location = lock(&self.shared.state).target.as_ref().map(|(n, _)| n.clone());
+        let location = lock(&self.shared.state)
+            .target
+            .as_ref()
+            .map(|(n, _)| n.clone());
         f.debug_struct("SingletonRef")
             .field("name", &self.shared.name)
             .field("location", &location)

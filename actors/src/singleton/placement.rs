@@ -207,9 +207,7 @@ impl Placement {
     /// removed.
     pub(crate) fn handle_view(&mut self, now: Instant, hosts: Vec<Host>) {
         for old in &self.hosts {
-            let still = hosts
-                .iter()
-                .any(|h| h.node == old.node && h.uid == old.uid);
+            let still = hosts.iter().any(|h| h.node == old.node && h.uid == old.uid);
             if !still && old.node != self.me {
                 let g = self.gone.entry((old.node.clone(), old.uid)).or_default();
                 g.started_ms = old.started_ms;
@@ -254,7 +252,9 @@ impl Placement {
             return;
         }
         match self.phase {
-            Phase::Idle | Phase::Ended => self.actions.push_back(Action::HandOverDone { node, uid }),
+            Phase::Idle | Phase::Ended => {
+                self.actions.push_back(Action::HandOverDone { node, uid })
+            }
             Phase::Running | Phase::Stopping => {
                 if !self.requesters.iter().any(|(n, u)| *n == node && *u == uid) {
                     self.requesters.push((node, uid));
@@ -309,9 +309,7 @@ impl Placement {
     }
 
     fn me_eligible(&self) -> bool {
-        self.hosts
-            .iter()
-            .any(|h| h.node == self.me && h.eligible())
+        self.hosts.iter().any(|h| h.node == self.me && h.eligible())
     }
 
     /// The oldest eligible hosting member.
@@ -589,7 +587,10 @@ mod tests {
         assert_eq!(actions(&mut b), []);
         b.handle_view(
             now,
-            vec![host("a", 1, MemberState::Left), host("b", 2, MemberState::Up)],
+            vec![
+                host("a", 1, MemberState::Left),
+                host("b", 2, MemberState::Up),
+            ],
         );
         assert_eq!(actions(&mut b), [Action::Start]);
     }
@@ -600,7 +601,10 @@ mod tests {
         let mut b = three("b", now);
         b.handle_view(
             now,
-            vec![host("a", 1, MemberState::Left), host("b", 2, MemberState::Up)],
+            vec![
+                host("a", 1, MemberState::Left),
+                host("b", 2, MemberState::Up),
+            ],
         );
         actions(&mut b);
         b.handle_handover_done(now, "a".into(), 99);
@@ -613,7 +617,10 @@ mod tests {
         let mut b = three("b", now);
         b.handle_view(
             now,
-            vec![host("a", 1, MemberState::Left), host("b", 2, MemberState::Up)],
+            vec![
+                host("a", 1, MemberState::Left),
+                host("b", 2, MemberState::Up),
+            ],
         );
         actions(&mut b);
         b.handle_timeout(now + 5 * SEC - Duration::from_millis(1));
@@ -705,7 +712,10 @@ mod tests {
         // When a leaves, it hands over at once: it has no instance.
         a.handle_view(
             now,
-            vec![host("a", 1, MemberState::Left), host("b", 2, MemberState::Up)],
+            vec![
+                host("a", 1, MemberState::Left),
+                host("b", 2, MemberState::Up),
+            ],
         );
         assert_eq!(actions(&mut a), [done("b", 2)]);
     }

@@ -146,7 +146,10 @@ async fn located(r: &SingletonRef<Cmd>, node: &str) {
 }
 
 /// The next `n` messages handled, in the order they were.
-async fn handled_n(rx: &mut mpsc::UnboundedReceiver<(String, u64)>, n: usize) -> Vec<(String, u64)> {
+async fn handled_n(
+    rx: &mut mpsc::UnboundedReceiver<(String, u64)>,
+    n: usize,
+) -> Vec<(String, u64)> {
     within("messages handled", async {
         let mut got = Vec::with_capacity(n);
         while got.len() < n {
@@ -216,9 +219,17 @@ async fn a_graceful_leave_moves_it_to_the_next_oldest_with_one_instance_at_a_tim
     assert_eq!(proxy.buffered(), 7, "held while the singleton moves");
     assert_eq!(handled_n(&mut rx, 7).await, on(&n1, 4..=10));
     located(proxy, &n1).await;
-    assert!(within("the old node drains", leaving).await.expect("no panic"));
+    assert!(
+        within("the old node drains", leaving)
+            .await
+            .expect("no panic")
+    );
     assert_eq!(*checker.starts.lock().expect("not poisoned"), [n0, n1]);
-    assert_eq!(checker.failures.load(Ordering::SeqCst), 0, "two instances at once");
+    assert_eq!(
+        checker.failures.load(Ordering::SeqCst),
+        0,
+        "two instances at once"
+    );
 }
 
 #[tokio::test]
@@ -246,7 +257,11 @@ async fn an_abrupt_shutdown_of_the_host_moves_it_once_the_host_is_down() {
     assert_eq!(proxy.buffered(), 5);
     assert_eq!(handled_n(&mut rx, 5).await, on(&n1, 2..=6));
     assert_eq!(*checker.starts.lock().expect("not poisoned"), [n0, n1]);
-    assert_eq!(checker.failures.load(Ordering::SeqCst), 0, "two instances at once");
+    assert_eq!(
+        checker.failures.load(Ordering::SeqCst),
+        0,
+        "two instances at once"
+    );
 }
 
 #[tokio::test]
@@ -264,7 +279,10 @@ async fn past_its_buffer_a_ref_refuses_and_counts_a_dead_letter() {
         assert!(held < 64, "the bound holds");
     };
     assert!(held > 0);
-    assert!(matches!(refused, SendError::BufferFull(Cmd::Add(_), 64)), "{refused:?}");
+    assert!(
+        matches!(refused, SendError::BufferFull(Cmd::Add(_), 64)),
+        "{refused:?}"
+    );
     assert_eq!(nodes[1].0.dead_letters(), before + 1);
     assert_eq!(proxy.location(), None);
 }
