@@ -157,8 +157,8 @@ pub struct Member {
     /// When its membership started, in milliseconds since the Unix epoch
     /// on its own clock (unique per node and growing even when a system
     /// leaves and joins again within a millisecond). The lower, the
-    /// older: the age [`DowningStrategy::KeepOldest`] and
-    /// [`crate::singleton`]'s placement compare, ties broken by `node`.
+    /// older: the age [`DowningStrategy::KeepOldest`] and a cluster
+    /// singleton's placement compare, ties broken by `node`.
     pub started_ms: u64,
 }
 
