@@ -140,9 +140,22 @@ async fn a_leaving_node_is_removed_without_a_detector_timeout() {
     let nodes = cluster_of(4, &fast(Duration::from_secs(60))).await;
     converged(&nodes, 3).await;
     let mut events = nodes[0].1.subscribe();
+    let mut own = nodes[3].1.subscribe();
     let leaving = nodes[3].1.myself().node.clone();
     within("leave", nodes[3].1.leave()).await.expect("leaves");
     assert_eq!(nodes[3].1.myself().state, MemberState::Left);
+    // The leaving node's own subscribers hear of it too.
+    let mine: Vec<(Option<MemberState>, MemberState)> = std::iter::from_fn(|| own.try_recv().ok())
+        .filter(|e| e.member.node == leaving)
+        .map(|e| (e.from, e.member.state))
+        .collect();
+    assert_eq!(
+        mine,
+        [
+            (Some(MemberState::Up), MemberState::Leaving),
+            (Some(MemberState::Leaving), MemberState::Left)
+        ]
+    );
     eventually("the others see it left", || {
         nodes[..3].iter().all(|(_, c)| {
             c.members()

@@ -233,6 +233,30 @@ async fn a_graceful_leave_moves_it_to_the_next_oldest_with_one_instance_at_a_tim
 }
 
 #[tokio::test]
+async fn a_host_that_leaves_but_keeps_running_hands_over_when_asked() {
+    let nodes = cluster_of(3, &fast(Duration::from_secs(10))).await;
+    let checker = Arc::new(Checker::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let settings = SingletonSettings::new().handover_timeout(Duration::from_secs(60));
+    let refs = start_on(&nodes, &checker, &tx, &settings);
+    let (n0, n1) = (nodes[0].0.node().to_owned(), nodes[1].0.node().to_owned());
+    located(&refs[2], &n0).await;
+    // Only membership ends; the system, the old manager and its instance
+    // run on until the handover stops the instance.
+    within("leave", nodes[0].1.leave()).await.expect("leaves");
+    located(&refs[2], &n1).await;
+    refs[2].tell(Cmd::Add(1)).expect("sent");
+    assert_eq!(handled_n(&mut rx, 1).await, on(&n1, 1..=1));
+    assert_eq!(*checker.starts.lock().expect("not poisoned"), [n0, n1]);
+    assert_eq!(checker.live.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        checker.failures.load(Ordering::SeqCst),
+        0,
+        "two instances at once"
+    );
+}
+
+#[tokio::test]
 async fn an_abrupt_shutdown_of_the_host_moves_it_once_the_host_is_down() {
     let mut nodes = cluster_of(3, &fast(Duration::from_secs(1))).await;
     let checker = Arc::new(Checker::default());
