@@ -217,6 +217,13 @@ async fn a_graceful_leave_moves_it_to_the_next_oldest_with_one_instance_at_a_tim
         proxy.tell(Cmd::Add(i)).expect("buffered");
     }
     assert_eq!(proxy.buffered(), 7, "held while the singleton moves");
+    // An ask waits for the new instance and goes after the buffer.
+    let at = proxy
+        .ask(Cmd::Where, Duration::from_secs(15))
+        .await
+        .expect("answered by the new instance");
+    assert_eq!(at, n1);
+    assert_eq!(proxy.buffered(), 0);
     assert_eq!(handled_n(&mut rx, 7).await, on(&n1, 4..=10));
     located(proxy, &n1).await;
     assert!(
