@@ -42,7 +42,6 @@ mod net;
 mod outbound;
 mod reliable;
 mod requests;
-mod stage;
 mod system_msg;
 
 use std::{
