@@ -208,6 +208,10 @@ pub use named::NamedRef;
 pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
+/// The envelope writer the links use, for test harnesses that play a
+/// remote node by hand; not an API.
+#[doc(hidden)]
+pub use remote::wire;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use router::{
     RestartLimit, Router, RouterBuilder, RouterError, RouterMsg, RoutingLogic, VIRTUAL_NODES,

@@ -186,13 +186,9 @@ fn encoded(msg: &Count) -> Vec<u8> {
 }
 
 /// A run envelope's body: flags 0x20, `id`, `manifest`, then `records`
-/// as they are.
+/// as they are (the library's own writer).
 fn run_envelope(id: u32, manifest: u32, records: &[u8]) -> Vec<u8> {
-    let mut b = vec![0x20];
-    b.extend_from_slice(&id.to_le_bytes());
-    b.extend_from_slice(&manifest.to_le_bytes());
-    b.extend_from_slice(records);
-    b
+    actors::wire::run(id, manifest, records)
 }
 
 /// Well-formed records of `msgs`.
