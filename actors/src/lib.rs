@@ -145,8 +145,9 @@
     rust_2018_idioms
 )]
 
-// Layers, bottom up; a module imports only modules above it in this list
-// (docs/ARCHITECTURE.md draws it).
+// In alphabetical order. The layers are the `# Layout` list above (bottom
+// up), and the module edges each may import are the `edges actors` block of
+// docs/ARCHITECTURE.md; tests/tests/it/layers.rs holds both to the code.
 mod actor;
 mod actor_ref;
 mod adapter;

@@ -156,7 +156,7 @@ impl Association {
         self.tell_general(&turn, r, tag, encode, None)
     }
 
-    /// The link a stage may gather messages for (`stage`): up, taking
+    /// The link a stage may gather messages for (`link::stage`): up, taking
     /// runs, and with its queue below capacity.
     #[cold]
     fn stage_link(&self) -> Option<Link> {

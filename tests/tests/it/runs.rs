@@ -4,7 +4,7 @@
 //! announce runs never gets one; a run a peer gets wrong is a counted dead
 //! letter that costs the connection nothing else. And what an actor's
 //! handlers send during one poll of its task is staged and handed to the
-//! link at once (`remote::stage`): nothing it sends afterwards overtakes
+//! link at once (`remote::link::stage`): nothing it sends afterwards overtakes
 //! what was staged, and a full link is still reported as full.
 
 use actors::{
