@@ -78,9 +78,9 @@ pub(super) const DUPLICATE: &str = "duplicate connection";
 /// registry's lock.
 ///
 /// `life`, `conns`, `requests.watches`, `requests.identifies`,
-/// `large.queue` and `large.acked` are leaves: nothing else of the association is taken while
-/// one is held (`life` is held while the transport's control lane queues a
-/// heartbeat). Delivering a `Terminated` or failing a waiter happens after
+/// `large.queue` and `large.acked` are leaves: nothing else is taken while
+/// one is held (a heartbeat is queued on the control lane after `life` is
+/// released). Delivering a `Terminated` or failing a waiter happens after
 /// the lock it was taken from is released.
 pub(crate) struct Association {
     pub(crate) node: Arc<str>,
@@ -261,12 +261,13 @@ impl Association {
             let mut life = lock(&self.life);
             // A node judged unreachable is redialed anyway (`liveness`).
             let reconnect = reconnect || (!connecting && life.redials());
-            let tick = life.tick(now, link.is_some(), reconnect);
-            if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
-                sender.send_heartbeat(&seq.to_le_bytes());
-            }
-            tick
+            life.tick(now, link.is_some(), reconnect)
         };
+        // After `life` is released, which stays a leaf: the heartbeat was
+        // recorded as sent at `now`, and its ack cannot come before it goes.
+        if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
+            sender.send_heartbeat(&seq.to_le_bytes());
+        }
         if let Some(phi) = tick.unreachable {
             self.declare_unreachable(&format!(
                 "failure detector: phi {phi:.1} reached the threshold"
