@@ -150,8 +150,9 @@
     rust_2018_idioms
 )]
 
-// Layers, bottom up; a module imports only modules above it in this list
-// (docs/ARCHITECTURE.md draws it).
+// In alphabetical order. The layers are the `# Layout` list above (bottom
+// up), and the module edges each may import are the `edges actors` block of
+// docs/ARCHITECTURE.md; tests/tests/it/layers.rs holds both to the code.
 mod actor;
 mod actor_ref;
 mod adapter;
@@ -214,6 +215,10 @@ pub use named::NamedRef;
 pub use path::{ActorPath, MAX_NAME_LEN, MAX_PATH_ELEMENTS, MAX_PATH_LEN};
 #[doc(hidden)]
 pub use remote::fuzz_decode_envelope;
+/// The envelope writer the links use, for test harnesses that play a
+/// remote node by hand; not an API.
+#[doc(hidden)]
+pub use remote::wire;
 pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
 pub use router::{
     RestartLimit, Router, RouterBuilder, RouterError, RouterMsg, RoutingLogic, VIRTUAL_NODES,

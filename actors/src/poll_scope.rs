@@ -1,6 +1,6 @@
 //! One poll of an actor's task as a scope: what its handlers send to another
 //! node during the poll may be gathered and handed to the link once, at the
-//! end of the poll or when a batch is full (`remote::stage`), instead of
+//! end of the poll or when a batch is full (`remote::link::stage`), instead of
 //! taking the link's locks once per message. Nothing here knows what is
 //! gathered: whoever gathers registers a function to call when the poll
 //! ends.

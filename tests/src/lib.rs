@@ -323,20 +323,16 @@ pub async fn raw_actor_peer(system: &actors::ActorSystem) -> (TcpStream, BytesMu
     (stream, buf)
 }
 
-/// An envelope (the body of a `Message` frame, see `actors/src/remote/envelope.rs`):
-/// recipient `id`, defined as `path` if given, then the manifest id and
-/// the payload.
+/// An envelope (the body of a `Message` frame): recipient `id`, defined
+/// as `path` if given, then the manifest id and the payload. Written by
+/// the library's own envelope writer ([`actors::wire`]), so the harness
+/// keeps no copy of the format.
 pub fn envelope(id: u32, path: Option<&str>, manifest: u32, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.push(u8::from(path.is_some()));
-    b.extend_from_slice(&id.to_le_bytes());
-    if let Some(p) = path {
-        b.extend_from_slice(&(p.len() as u16).to_le_bytes());
-        b.extend_from_slice(p.as_bytes());
-    }
-    b.extend_from_slice(&manifest.to_le_bytes());
-    b.extend_from_slice(payload);
-    b
+    let to = match path {
+        Some(p) => actors::wire::To::Define(id, p),
+        None => actors::wire::To::Id(id),
+    };
+    actors::wire::envelope(to, manifest, false, payload)
 }
 
 /// `body` framed as one transport frame of `kind`.

@@ -35,7 +35,7 @@ use super::{
     inbound::{Dispatch, Peer},
     large::{LaneHost, LargeLane},
     link::{
-        Link, LinkState, Outbox, Pending, Recipient, Sampler, in_encoder, lock, write_envelope,
+        Link, LinkPush, LinkState, Outbox, Pending, Recipient, Sampler, Turn, lock, write_envelope,
         write_stop,
     },
     liveness::{LinkEnd, Liveness, displaced, new_link_wins},
@@ -78,9 +78,9 @@ pub(super) const DUPLICATE: &str = "duplicate connection";
 /// registry's lock.
 ///
 /// `life`, `conns`, `requests.watches`, `requests.identifies`,
-/// `large.queue` and `large.acked` are leaves: nothing else of the association is taken while
-/// one is held (`life` is held while the transport's control lane queues a
-/// heartbeat). Delivering a `Terminated` or failing a waiter happens after
+/// `large.queue` and `large.acked` are leaves: nothing else is taken while
+/// one is held (a heartbeat is queued on the control lane after `life` is
+/// released). Delivering a `Terminated` or failing a waiter happens after
 /// the lock it was taken from is released.
 pub(crate) struct Association {
     pub(crate) node: Arc<str>,
@@ -261,12 +261,13 @@ impl Association {
             let mut life = lock(&self.life);
             // A node judged unreachable is redialed anyway (`liveness`).
             let reconnect = reconnect || (!connecting && life.redials());
-            let tick = life.tick(now, link.is_some(), reconnect);
-            if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
-                sender.send_heartbeat(&seq.to_le_bytes());
-            }
-            tick
+            life.tick(now, link.is_some(), reconnect)
         };
+        // After `life` is released, which stays a leaf: the heartbeat was
+        // recorded as sent at `now`, and its ack cannot come before it goes.
+        if let (Some(seq), Some(sender)) = (tick.heartbeat, &link) {
+            sender.send_heartbeat(&seq.to_le_bytes());
+        }
         if let Some(phi) = tick.unreachable {
             self.declare_unreachable(&format!(
                 "failure detector: phi {phi:.1} reached the threshold"
@@ -681,7 +682,7 @@ impl Association {
         self.requests.inbound().forget_other(uid);
         let was_unreachable = lock(&self.life).on_link_up(Instant::now());
         let link = Link {
-            sender: conn.sender(),
+            sender: LinkPush::new(conn.sender()),
             ids: Arc::new(OutboundIds::new(generation, self.max_recipient_ids)),
             credits: Arc::new(LinkCredits::new(generation, self.window)),
             uid,
@@ -1005,19 +1006,18 @@ impl Association {
 
     /// Queues a system message, connecting if needed.
     pub(super) fn send_system(self: &Arc<Self>, msg: &SysWire) {
-        if in_encoder() {
+        // After what this thread staged; from inside an encoder, by a task.
+        let Ok(turn) = Turn::begin() else {
             return self.defer(msg, Self::send_system);
-        }
-        // After what this thread staged (`stage`).
-        super::stage::flush();
+        };
         let body = msg.encode();
         let mut st = self.state();
         match &mut *st {
-            LinkState::Up(link) => match link.sender.try_send(system_frame(body)) {
+            LinkState::Up(link) => match link.sender.try_send(&turn, system_frame(body)) {
                 Ok(()) => {}
                 // Waits for room in the bounded outbox, not a task each.
                 Err(TrySendFrameError::Full(f)) => {
-                    self.outbox.send(&link.sender, f);
+                    link.sender.park(&turn, &self.outbox, f);
                 }
                 Err(e) => {
                     let body = e.into_inner().map(|f| f.body).unwrap_or_default();
@@ -1105,11 +1105,10 @@ impl Association {
     /// until acknowledged, resent after a reconnect or when unacknowledged
     /// for a heartbeat interval. A full buffer quarantines the peer.
     pub(super) fn send_reliable(self: &Arc<Self>, msg: &SysWire) {
-        if in_encoder() {
+        // After what this thread staged; from inside an encoder, by a task.
+        let Ok(turn) = Turn::begin() else {
             return self.defer(msg, Self::send_reliable);
-        }
-        // After what this thread staged (`stage`).
-        super::stage::flush();
+        };
         let mut out = self.requests.out();
         let frame = match Requests::push_reliable(&mut out, msg.encode()) {
             Ok(frame) => frame,
@@ -1130,7 +1129,7 @@ impl Association {
         let up = match &*self.state() {
             LinkState::Up(link) => {
                 // Full: the resend timer sends it later, in order.
-                let _ = link.sender.try_send(frame);
+                let _ = link.sender.try_send(&turn, frame);
                 true
             }
             _ => false,
@@ -1143,6 +1142,9 @@ impl Association {
 
     /// Resends every unacknowledged system message on the current link.
     pub(super) fn resend_unacked(&self) {
+        // Never inside an encoder (a tick, a link coming up); if it were,
+        // the next tick resends.
+        let Ok(turn) = Turn::begin() else { return };
         let out = self.requests.out();
         if out.len() == 0 {
             return;
@@ -1152,7 +1154,7 @@ impl Association {
         for (seq, body) in out.unacked() {
             if link
                 .sender
-                .try_send(reliable_frame(out.epoch(), *seq, body))
+                .try_send(&turn, reliable_frame(out.epoch(), *seq, body))
                 .is_err()
             {
                 break;

@@ -24,6 +24,8 @@
 //! - `association`: one remote node's link state and transitions, and the
 //!   system messages it puts on the link.
 //! - `outbound`: sending user messages on an association.
+//! - `wire`: the envelope writer for test harnesses (hidden; `envelope`'s
+//!   own writers).
 //! - this file: [`Remoting`], the set of associations of one node.
 
 mod access;
@@ -42,8 +44,8 @@ mod net;
 mod outbound;
 mod reliable;
 mod requests;
-mod stage;
 mod system_msg;
+pub mod wire;
 
 use std::{
     collections::HashMap,

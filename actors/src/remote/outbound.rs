@@ -15,9 +15,11 @@
 //! The encoder is user code (`RemoteMessage::encode` and the `Serialize`
 //! impls it calls) and runs under those two locks. A remote send from
 //! inside it would take them again (or another association's, in the
-//! opposite order on another thread): it is refused with
-//! `SerializationError::Reentrant` instead, and remote stop and watch
-//! from inside it are deferred to a task.
+//! opposite order on another thread): it gets no `link::Turn`, so it is
+//! refused with `SerializationError::Reentrant` instead, and remote stop
+//! and watch from inside it are deferred to a task. Every entry here
+//! begins with its turn, which also hands over what this thread staged
+//! (see `link`, "One push path").
 
 use std::{
     cell::RefCell,
@@ -33,10 +35,9 @@ use super::{
     envelope::{self, Tag},
     large::LargeLane,
     link::{
-        Encode, Link, LinkState, Pending, Recipient, TellError, encode_direct, encode_run_record,
-        in_encoder, lock, run_encoder, write_envelope, write_stop,
+        Encode, Link, LinkState, Pending, Recipient, StageOwner, TellError, Turn, encode_direct,
+        encode_run_record, lock, run_encoder, write_envelope, write_stop,
     },
-    stage,
 };
 use crate::error::SerializationError;
 
@@ -46,7 +47,7 @@ thread_local! {
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(4096));
 }
 
-impl stage::StageOwner for Association {
+impl StageOwner for Association {
     fn staged_lost(&self, n: u64, why: &str) {
         if let Some(r) = self.registry() {
             r.dead_letters_n(n, "(queued on a lost link)", &self.node, why);
@@ -140,29 +141,22 @@ impl Association {
         manifest: u32,
         encode: &impl Encode,
     ) -> Result<bool, TellError> {
-        if in_encoder() {
-            return Err(TellError::Serialization(SerializationError::Reentrant));
-        }
-        if crate::poll_scope::active() {
-            // Inside an actor's poll: a plain message may be staged (see
-            // `stage`); anything else goes after what was.
-            if !EXT {
-                let room = self.large.threshold().saturating_sub(r.overhead());
-                let open = || self.stage_link();
-                if let Some(done) = stage::tell(self, open, r, manifest, room, encode) {
-                    return done;
-                }
-            }
-            stage::flush();
-        }
-        if let Some(done) = self.tell_direct::<EXT>(r, manifest, encode) {
+        let room = self.large.threshold().saturating_sub(r.overhead());
+        // Inside an actor's poll a plain message may be staged (see
+        // `link`); anything else goes after what was.
+        let open = || self.stage_link();
+        let turn = match Turn::begin_tell::<EXT, _>(self, open, r, manifest, room, encode) {
+            Ok(turn) => turn,
+            Err(done) => return done,
+        };
+        if let Some(done) = self.tell_direct::<EXT>(&turn, r, manifest, room, encode) {
             return done;
         }
         let tag = Tag { manifest, ext: EXT };
-        self.tell_general(r, tag, encode, None)
+        self.tell_general(&turn, r, tag, encode, None)
     }
 
-    /// The link a stage may gather messages for (`stage`): up, taking
+    /// The link a stage may gather messages for (`link::stage`): up, taking
     /// runs, and with its queue below capacity.
     #[cold]
     fn stage_link(&self) -> Option<Link> {
@@ -186,10 +180,9 @@ impl Association {
         encode: &impl Encode,
         reply: &str,
     ) -> Result<(), TellError> {
-        if in_encoder() {
-            return Err(TellError::Serialization(SerializationError::Reentrant));
-        }
-        self.tell_general(r, tag, encode, Some(reply)).map(|_| ())
+        let turn = Turn::begin().map_err(TellError::Serialization)?;
+        self.tell_general(&turn, r, tag, encode, Some(reply))
+            .map(|_| ())
     }
 
     /// `tell` by way of the thread's scratch buffer: the message is
@@ -198,13 +191,12 @@ impl Association {
     #[inline(never)]
     fn tell_general(
         self: &Arc<Self>,
+        turn: &Turn,
         r: &Arc<Recipient>,
         tag: Tag,
         encode: &impl Encode,
         reply: Option<&str>,
     ) -> Result<bool, TellError> {
-        // Nothing this thread staged may be overtaken.
-        stage::flush();
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             self.encode_bounded(r, &mut scratch, encode)?;
@@ -218,7 +210,7 @@ impl Association {
                 if !link.serves(r.uid) {
                     return Err(TellError::Gone);
                 }
-                let res = link.sender.try_push_with(FrameKind::Message, |b| {
+                let res = link.sender.try_push_with(turn, FrameKind::Message, |b| {
                     write_envelope(b, r, link, tag, &scratch, true, reply)
                 });
                 match res {
@@ -252,20 +244,16 @@ impl Association {
         r: &Arc<Recipient>,
         manifest: u32,
     ) -> Result<(), TellError> {
-        if in_encoder() {
-            return Err(TellError::Serialization(SerializationError::Reentrant));
-        }
         // It comes after what this thread staged.
-        stage::flush();
+        let turn = Turn::begin().map_err(TellError::Serialization)?;
         let mut st = self.state();
         if let LinkState::Up(link) = &*st {
             if !link.serves(r.uid) {
                 return Err(TellError::Gone);
             }
-            match link
-                .sender
-                .try_push_with(FrameKind::Message, |b| write_stop(b, r, link, manifest))
-            {
+            match link.sender.try_push_with(&turn, FrameKind::Message, |b| {
+                write_stop(b, r, link, manifest)
+            }) {
                 Ok(_) => return Ok(()),
                 Err(TrySendFrameError::Full(_)) => return Err(TellError::Full),
                 Err(TrySendFrameError::TooLarge(e)) => {
@@ -291,8 +279,10 @@ impl Association {
     #[inline]
     fn tell_direct<const EXT: bool>(
         &self,
+        turn: &Turn,
         r: &Recipient,
         manifest: u32,
+        room: usize,
         encode: &impl Encode,
     ) -> Option<Result<bool, TellError>> {
         let st = self.state();
@@ -303,7 +293,6 @@ impl Association {
             return Some(Err(TellError::Gone));
         }
         let id = link.ids.lookup(&r.id)?;
-        let room = self.large.threshold().saturating_sub(r.overhead());
         let mut failed = None;
         let no_credit = std::cell::Cell::new(false);
         let flow = &*r.flow;
@@ -313,6 +302,7 @@ impl Association {
             // Ids are never 0 (`compression`).
             let key = std::num::NonZeroU64::new(u64::from(id) << 32 | u64::from(manifest))?;
             let pushed = link.sender.try_push_run_with(
+                turn,
                 FrameKind::Message,
                 key,
                 link.run_limit,
@@ -327,7 +317,7 @@ impl Association {
             );
             unit_err(pushed)
         } else {
-            let pushed = link.sender.try_push_with(FrameKind::Message, |b| {
+            let pushed = link.sender.try_push_with(turn, FrameKind::Message, |b| {
                 if !flow.has_credit() {
                     no_credit.set(true);
                     return false;
@@ -404,9 +394,9 @@ impl Association {
         r: &Arc<Recipient>,
         encode: &impl Encode,
     ) -> Result<Bytes, TellError> {
-        if in_encoder() {
-            return Err(TellError::Serialization(SerializationError::Reentrant));
-        }
+        // The send begins here (its push follows later, with a turn of
+        // its own): refused inside an encoder.
+        Turn::begin().map_err(TellError::Serialization)?;
         let mut payload = BytesMut::new();
         self.encode_bounded(r, &mut payload, encode)?;
         Ok(payload.freeze())

@@ -237,14 +237,8 @@ async fn send_raw(system: &ActorSystem, body: Vec<u8>) -> tokio::net::TcpStream 
 /// An envelope for `/user/{name}` with the extension flag and `block`.
 fn ext_envelope(name: &str, manifest: &str, block: &[u8], payload: &[u8]) -> Vec<u8> {
     let path = format!("/user/{name}");
-    let mut b = vec![1 | 16];
-    b.extend_from_slice(&1u32.to_le_bytes());
-    b.extend_from_slice(&(path.len() as u16).to_le_bytes());
-    b.extend_from_slice(path.as_bytes());
-    b.extend_from_slice(&manifest_id(manifest).to_le_bytes());
-    b.extend_from_slice(block);
-    b.extend_from_slice(payload);
-    b
+    let to = actors::wire::To::Define(1, &path);
+    actors::wire::envelope(to, manifest_id(manifest), true, &[block, payload].concat())
 }
 
 #[tokio::test(flavor = "current_thread")]

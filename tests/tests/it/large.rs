@@ -10,8 +10,7 @@ use actors::{
 };
 use bytes::BytesMut;
 use integration_tests::{
-    actor_path, actor_system, actor_system_with, envelope, eventually, frame_bytes, raw_actor_peer,
-    within,
+    actor_path, actor_system, actor_system_with, eventually, frame_bytes, raw_actor_peer, within,
 };
 use serde::{Deserialize, Serialize};
 use tokio::{io::AsyncWriteExt, sync::mpsc};
@@ -361,8 +360,8 @@ async fn a_failing_serialize_to_a_known_recipient_is_reported_and_nothing_is_sen
     assert_eq!(b.dead_letters(), 0);
 }
 
-/// A fragment envelope by hand: `envelope` with the fragment flag and
-/// header (message id, total, offset) in front of `piece`.
+/// A fragment envelope by hand (message id, total, offset, `piece`),
+/// framed, from the library's own writer.
 fn fragment(
     id: u32,
     path: Option<&str>,
@@ -371,13 +370,11 @@ fn fragment(
     offset: u32,
     piece: &[u8],
 ) -> Vec<u8> {
-    let mut payload = Vec::new();
-    payload.extend_from_slice(&msg.to_le_bytes());
-    payload.extend_from_slice(&total.to_le_bytes());
-    payload.extend_from_slice(&offset.to_le_bytes());
-    payload.extend_from_slice(piece);
-    let mut env = envelope(id, path, manifest_id(Big::MANIFEST), &payload);
-    env[0] |= 2;
+    let to = match path {
+        Some(p) => actors::wire::To::Define(id, p),
+        None => actors::wire::To::Id(id),
+    };
+    let env = actors::wire::fragment(to, manifest_id(Big::MANIFEST), msg, total, offset, piece);
     frame_bytes(FrameKind::Message, &env)
 }
 

@@ -1,6 +1,7 @@
 //! The layering of the two library crates, checked: module imports form a
-//! DAG (no module imports one that imports it back), as
-//! `docs/ARCHITECTURE.md` draws them. Reads the sources as text: every
+//! DAG (no module imports one that imports it back), and every import is
+//! an edge that `docs/ARCHITECTURE.md` allows (its `edges <crate>`
+//! blocks), no more and no fewer. Reads the sources as text: every
 //! `crate::` path and every `super::` path of a child module names a
 //! module it depends on. Test modules (`#[cfg(test)] mod tests`) are left
 //! out: they may use anything.
@@ -13,6 +14,10 @@ use std::{
 
 /// Module name (`remote::link`) → the modules of the same crate it names.
 type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// Where an edge of the graph is in the code: the importing file (from
+/// the crate's folder) and the line of its first mention of the module.
+type Where = BTreeMap<(String, String), (String, usize)>;
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("readable source folder") {
@@ -78,33 +83,43 @@ fn group_heads(text: &str, open: usize) -> Vec<String> {
 }
 
 /// Identifiers that follow `prefix` in `text` (`crate::` → `remote`), and
-/// the heads of `prefix{ ... }` groups.
-fn names_after(text: &str, prefix: &str) -> Vec<String> {
+/// the heads of `prefix{ ... }` groups, each with the line it is on.
+fn names_after(text: &str, prefix: &str) -> Vec<(String, usize)> {
     let mut names = Vec::new();
     for (at, _) in text.match_indices(prefix) {
+        let line = text[..at].lines().count().max(1);
         let rest = &text[at + prefix.len()..];
         if rest.starts_with('{') {
-            names.extend(group_heads(text, at + prefix.len()));
+            names.extend(
+                group_heads(text, at + prefix.len())
+                    .into_iter()
+                    .map(|n| (n, line)),
+            );
             continue;
         }
         let end = rest
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
         if end > 0 {
-            names.push(rest[..end].to_owned());
+            names.push((rest[..end].to_owned(), line));
         }
     }
     names
 }
 
 fn graph(crate_dir: &str) -> Graph {
+    graph_where(crate_dir).0
+}
+
+/// The crate's module graph, and where each edge is in the code.
+fn graph_where(crate_dir: &str) -> (Graph, Where) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join(crate_dir)
         .join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let sources: BTreeMap<String, String> = files
+    let sources: BTreeMap<String, (String, String)> = files
         .iter()
         .filter_map(|f| {
             let name = module_name(&src, f)?;
@@ -112,31 +127,39 @@ fn graph(crate_dir: &str) -> Graph {
             if let Some(at) = text.find("#[cfg(test)]\nmod tests") {
                 text.truncate(at);
             }
-            Some((name, text))
+            let file = format!(
+                "{crate_dir}/src/{}",
+                f.strip_prefix(&src).expect("under src").display()
+            );
+            Some((name, (file, text)))
         })
         .collect();
     let known: BTreeSet<&String> = sources.keys().collect();
     let mut graph = Graph::new();
-    for (name, text) in &sources {
+    let mut at = Where::new();
+    for (name, (file, text)) in &sources {
         let parent = name.rsplit_once("::").map(|(p, _)| p.to_owned());
-        let mut deps = BTreeSet::new();
-        for dep in names_after(text, "crate::") {
-            deps.insert(dep);
-        }
+        let mut deps = names_after(text, "crate::");
         if let Some(parent) = &parent {
-            for dep in names_after(text, "super::") {
-                deps.insert(format!("{parent}::{dep}"));
+            for (dep, line) in names_after(text, "super::") {
+                deps.push((format!("{parent}::{dep}"), line));
             }
         }
-        let deps = deps
-            .into_iter()
-            .filter(|d| d != name && known.contains(d))
+        let mut kept = BTreeSet::new();
+        for (d, line) in deps {
             // A module's own ancestors hold it; naming them is structure.
-            .filter(|d| !name.starts_with(&format!("{d}::")))
-            .collect();
-        graph.insert(name.clone(), deps);
+            if d == *name || !known.contains(&d) || name.starts_with(&format!("{d}::")) {
+                continue;
+            }
+            let first = at
+                .entry((name.clone(), d.clone()))
+                .or_insert((file.clone(), line));
+            first.1 = first.1.min(line);
+            kept.insert(d);
+        }
+        graph.insert(name.clone(), kept);
     }
-    graph
+    (graph, at)
 }
 
 /// A cycle through the graph, if there is one.
@@ -169,6 +192,194 @@ fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
     graph
         .keys()
         .find_map(|n| visit(graph, n, &mut Vec::new(), &mut done))
+}
+
+/// `docs/ARCHITECTURE.md`, where the map is.
+fn architecture() -> String {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ARCHITECTURE.md");
+    fs::read_to_string(doc).expect("readable docs/ARCHITECTURE.md")
+}
+
+/// The edges a map allows for `krate`: the lines of its ```` ```edges
+/// <krate> ```` block in `doc`, `module -> dep, dep, ...` (a module that
+/// imports nothing: `module ->`). A line that starts with blanks goes on
+/// with the list above it; `#` starts a comment.
+fn map_edges(doc: &str, krate: &str) -> Result<Graph, String> {
+    let fence = format!("```edges {krate}");
+    let start = doc
+        .lines()
+        .position(|l| l.trim() == fence)
+        .ok_or_else(|| format!("docs/ARCHITECTURE.md has no block opening with {fence}"))?;
+    let mut map = Graph::new();
+    let mut current: Option<String> = None;
+    for (i, raw) in doc.lines().enumerate().skip(start + 1) {
+        if raw.trim_start().starts_with("```") {
+            return Ok(map);
+        }
+        let line = raw.split('#').next().unwrap_or_default();
+        if line.trim().is_empty() {
+            continue;
+        }
+        let list = if line.starts_with(char::is_whitespace) {
+            current
+                .as_ref()
+                .ok_or_else(|| format!("line {}: a continuation with no module", i + 1))?;
+            line
+        } else {
+            let (module, list) = line
+                .split_once("->")
+                .ok_or_else(|| format!("line {}: `module -> deps` expected: {raw}", i + 1))?;
+            let module = module.trim().to_owned();
+            map.entry(module.clone()).or_default();
+            current = Some(module);
+            list
+        };
+        let module = current.as_ref().expect("set above");
+        for dep in list.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            map.get_mut(module)
+                .expect("entered above")
+                .insert(dep.to_owned());
+        }
+    }
+    Err(format!("the `{fence}` block is not closed"))
+}
+
+/// What differs between the code's edges and the map's: an edge in the
+/// code the map does not allow (named with its file and line), a module
+/// the map does not list, and what the map lists that the code does not
+/// have (so the map shows the layers as they are). Modules whose first
+/// segment is in `skip` (test-only modules) are left out.
+fn compare(code: &Graph, at: &Where, map: &Graph, skip: &[&str]) -> Vec<String> {
+    let skipped = |m: &str| skip.contains(&m.split("::").next().unwrap_or(m));
+    let mut problems = Vec::new();
+    for (m, deps) in code.iter().filter(|(m, _)| !skipped(m)) {
+        let Some(allowed) = map.get(m) else {
+            problems.push(format!("module `{m}` has no line in the map"));
+            continue;
+        };
+        for d in deps.iter().filter(|d| !allowed.contains(*d)) {
+            let (file, line) = &at[&(m.clone(), d.clone())];
+            problems.push(format!(
+                "`{m} -> {d}` ({file}:{line}) is an edge the map does not allow"
+            ));
+        }
+    }
+    for (m, allowed) in map {
+        let Some(deps) = code.get(m) else {
+            problems.push(format!("the map lists `{m}`, which is no module"));
+            continue;
+        };
+        for d in allowed.iter().filter(|d| !deps.contains(*d)) {
+            problems.push(format!(
+                "the map allows `{m} -> {d}`, which the code does not have (remove it)"
+            ));
+        }
+    }
+    problems
+}
+
+/// `graph` as map lines, bottom up (a module after everything it
+/// imports), wrapped at 78 columns: what the block should say.
+fn render(graph: &Graph, skip: &[&str]) -> String {
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    let mut out = String::new();
+    let mut left: Vec<&String> = graph
+        .keys()
+        .filter(|m| !skip.contains(&m.split("::").next().unwrap_or(m)))
+        .collect();
+    while !left.is_empty() {
+        // The first (by name) whose imports are all placed; on a cycle,
+        // the first left.
+        let i = left
+            .iter()
+            .position(|m| {
+                graph[*m]
+                    .iter()
+                    .all(|d| done.contains(d.as_str()) || skip.contains(&d.as_str()))
+            })
+            .unwrap_or(0);
+        let m = left.remove(i);
+        done.insert(m);
+        let mut line = format!("{m} ->");
+        let deps: Vec<&String> = graph[m].iter().collect();
+        for (k, d) in deps.iter().enumerate() {
+            let item = if k + 1 < deps.len() {
+                format!(" {d},")
+            } else {
+                format!(" {d}")
+            };
+            if line.len() + item.len() > 78 {
+                out.push_str(&line);
+                out.push('\n');
+                line = "   ".to_owned();
+            }
+            line.push_str(&item);
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Checks `krate`'s imports against its map in `docs/ARCHITECTURE.md`.
+fn check_map(krate: &str, skip: &[&str]) -> Result<(), String> {
+    let (code, at) = graph_where(krate);
+    let problems = match map_edges(&architecture(), krate) {
+        Ok(map) => compare(&code, &at, &map, skip),
+        Err(e) => vec![e],
+    };
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{krate}: the module map in docs/ARCHITECTURE.md and the code differ:\n- {}\n\
+         the code's edges, as the `edges {krate}` block would list them:\n{}",
+        problems.join("\n- "),
+        render(&code, skip)
+    ))
+}
+
+#[test]
+fn the_map_check_names_an_edge_the_map_does_not_allow() {
+    let code: Graph = [
+        ("a".to_owned(), ["b".to_owned()].into()),
+        ("b".to_owned(), BTreeSet::new()),
+    ]
+    .into();
+    let at: Where = [(("a".into(), "b".into()), ("x/src/a.rs".into(), 7))].into();
+    let doc = "text\n```edges x\n# comment\nb ->\na -> b\n```\n";
+    let map = map_edges(doc, "x").expect("a map");
+    assert_eq!(compare(&code, &at, &map, &[]), Vec::<String>::new());
+    // The map forgot the edge.
+    let map = map_edges("```edges x\na ->\nb ->\n```", "x").expect("a map");
+    assert_eq!(
+        compare(&code, &at, &map, &[]),
+        ["`a -> b` (x/src/a.rs:7) is an edge the map does not allow"]
+    );
+    // A module the map does not know, and an edge the code lost.
+    let map = map_edges("```edges x\nb -> a\n```", "x").expect("a map");
+    assert_eq!(
+        compare(&code, &at, &map, &[]),
+        [
+            "module `a` has no line in the map",
+            "the map allows `b -> a`, which the code does not have (remove it)"
+        ]
+    );
+    // Continuation lines, and the rendering reads back as the same map.
+    let wide: Graph = [("m".to_owned(), (0..30).map(|i| format!("dep{i}")).collect())].into();
+    let text = format!("```edges w\n{}```", render(&wide, &[]));
+    assert!(text.lines().all(|l| l.len() <= 78), "{text}");
+    assert_eq!(map_edges(&text, "w").expect("a map")["m"], wide["m"]);
+}
+
+#[test]
+fn actors_imports_are_edges_the_map_allows() {
+    check_map("actors", &["differential"]).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn transport_imports_are_edges_the_map_allows() {
+    check_map("transport", &[]).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! announce runs never gets one; a run a peer gets wrong is a counted dead
 //! letter that costs the connection nothing else. And what an actor's
 //! handlers send during one poll of its task is staged and handed to the
-//! link at once (`remote::stage`): nothing it sends afterwards overtakes
+//! link at once (`remote::link::stage`): nothing it sends afterwards overtakes
 //! what was staged, and a full link is still reported as full.
 
 use actors::{
@@ -186,13 +186,9 @@ fn encoded(msg: &Count) -> Vec<u8> {
 }
 
 /// A run envelope's body: flags 0x20, `id`, `manifest`, then `records`
-/// as they are.
+/// as they are (the library's own writer).
 fn run_envelope(id: u32, manifest: u32, records: &[u8]) -> Vec<u8> {
-    let mut b = vec![0x20];
-    b.extend_from_slice(&id.to_le_bytes());
-    b.extend_from_slice(&manifest.to_le_bytes());
-    b.extend_from_slice(records);
-    b
+    actors::wire::run(id, manifest, records)
 }
 
 /// Well-formed records of `msgs`.

@@ -29,17 +29,21 @@
 //!
 //! A lone message in a poll (request-response) takes the direct path
 //! unchanged: the stage opens at the second message to the same node.
+//!
+//! Private to `link`: a send reaches the stage only through
+//! `Turn::begin_tell`, and every other send hands it over first through
+//! `Turn::begin` (or the async sends of `LinkPush`).
 
 use std::{cell::RefCell, sync::Arc};
 
 use bytes::{BufMut, BytesMut};
 use transport::{FrameKind, frame};
 
-use super::link::{Encode, Link, Recipient, TellError, encode_run_record};
+use super::{Encode, Link, Recipient, TellError, encode_run_record};
 
 /// Whom a stage belongs to (an association): told of what a stage lost
 /// because its link closed before the hand-over.
-pub(super) trait StageOwner: Send + Sync {
+pub(in crate::remote) trait StageOwner: Send + Sync {
     /// `n` staged messages were lost: `why`.
     fn staged_lost(&self, n: u64, why: &str);
 }

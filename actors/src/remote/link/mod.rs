@@ -1,16 +1,47 @@
 //! What a link is made of, shared by the units that send on it: the
 //! recipient as a link sees it, the link itself, an association's link
-//! state, what waits while it connects, and the guard for the user code
-//! (message encoders) that runs under a link's locks.
+//! state, what waits while it connects, and the one way onto a link's
+//! queue.
+//!
+//! # One push path
+//! Every frame an association puts on its link (a tell, an ask's request,
+//! a graceful stop, a watch or any other system message, a large
+//! message's fragments, what waited while the link connected) goes
+//! through [`LinkPush`], the link's sender: the transport `Sender` is a
+//! private field of it, so no other module can queue on a link by
+//! another way. Its methods that queue from a caller's thread take a
+//! [`Turn`], and a turn is made only by [`Turn::begin`] (or
+//! [`Turn::begin_tell`]), which
+//! - refuses inside a message encoder (the encoder guard: an encoder runs
+//!   under the association's state lock and the link's queue lock, so a
+//!   remote send from inside it would take them again), and
+//! - hands this thread's stage (`stage`: what an actor's poll gathered)
+//!   to its link first, so nothing overtakes what was staged.
+//!
+//! A turn is a zero-sized value and not `Send`: it holds on the thread
+//! that made it and costs nothing to pass around. The async methods (a
+//! task's sends: what waited while connecting, a large message's
+//! fragments) hand the stage over themselves; an encoder cannot await, so
+//! they need no guard. The heartbeat goes on the control lane, which
+//! overtakes everything by design, and needs neither.
+
+mod stage;
 
 use std::{
     cell::Cell,
     collections::VecDeque,
+    marker::PhantomData,
+    num::NonZeroU64,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 use bytes::{BufMut, Bytes, BytesMut};
-use transport::{Frame, Sender, TrySendFrameError};
+use transport::{
+    Frame, FrameKind, PushFramesError, Pushed, PushedFrames, SendFrameError, Sender,
+    TrySendFrameError,
+};
+
+pub(super) use self::stage::StageOwner;
 
 use super::{
     compression::{CompressedId, OutboundIds},
@@ -101,7 +132,8 @@ pub(crate) enum TellError {
 /// The connection messages go out on.
 #[derive(Clone)]
 pub(super) struct Link {
-    pub(super) sender: Sender,
+    /// The only way onto the connection's queue (see the module docs).
+    pub(super) sender: LinkPush,
     /// This link's recipient ids (and its generation).
     pub(super) ids: Arc<OutboundIds>,
     /// Its recipients' credit (see `flow`).
@@ -122,6 +154,174 @@ impl Link {
     #[inline]
     pub(super) fn serves(&self, uid: u64) -> bool {
         uid == self.uid || uid == 0
+    }
+}
+
+/// A link's sender: the only holder of the connection's transport
+/// `Sender` (a private field), so the only way onto the link's queue
+/// (see the module docs). Its methods that queue from a caller's thread
+/// take a [`Turn`]; the rest say why they need none.
+#[derive(Clone)]
+pub(super) struct LinkPush {
+    sender: Sender,
+}
+
+impl LinkPush {
+    /// The sender of a connection that becomes a link.
+    pub(super) fn new(sender: Sender) -> Self {
+        Self { sender }
+    }
+
+    /// `Sender::try_push_with`, in this thread's turn. Inlined into the
+    /// caller's encode loop, as the transport's is (the hot path).
+    #[inline(always)]
+    pub(super) fn try_push_with<F: FnOnce(&mut BytesMut) -> bool>(
+        &self,
+        _turn: &Turn,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<Pushed, TrySendFrameError<F>> {
+        self.sender.try_push_with(kind, encode)
+    }
+
+    /// `Sender::try_push_run_with`, in this thread's turn (the hot path).
+    #[inline(always)]
+    pub(super) fn try_push_run_with<F: FnOnce(&mut BytesMut, bool) -> bool>(
+        &self,
+        _turn: &Turn,
+        kind: FrameKind,
+        key: NonZeroU64,
+        max_run: usize,
+        encode: F,
+    ) -> Result<Pushed, TrySendFrameError<F>> {
+        self.sender.try_push_run_with(kind, key, max_run, encode)
+    }
+
+    /// `Sender::try_send` of a system frame, in this thread's turn.
+    pub(super) fn try_send(&self, _turn: &Turn, frame: Frame) -> Result<(), TrySendFrameError> {
+        self.sender.try_send(frame)
+    }
+
+    /// A system frame the queue had no room for, through `outbox` (sent
+    /// by its task in order as room frees up), in this thread's turn.
+    /// False if it was dropped (see [`Outbox::send`]).
+    pub(super) fn park(&self, _turn: &Turn, outbox: &Arc<Outbox>, frame: Frame) -> bool {
+        outbox.send(&self.sender, frame)
+    }
+
+    /// `Sender::send_with`, from a task: waits for room. What this thread
+    /// staged goes first (inside an actor's poll; elsewhere the stage is
+    /// empty). No encoder guard: an encoder cannot await.
+    pub(super) async fn send_with<F: FnOnce(&mut BytesMut)>(
+        &self,
+        kind: FrameKind,
+        encode: F,
+    ) -> Result<(), SendFrameError> {
+        flush_stage();
+        self.sender.send_with(kind, encode).await
+    }
+
+    /// `Sender::send`, from a task, as [`send_with`](Self::send_with).
+    pub(super) async fn send(&self, frame: Frame) -> Result<(), SendFrameError> {
+        flush_stage();
+        self.sender.send(frame).await
+    }
+
+    /// The stage's hand-over (`stage`), which is the flush itself: private
+    /// to this module and the stage.
+    fn push_frames(
+        &self,
+        frames: &mut BytesMut,
+        room: usize,
+    ) -> Result<PushedFrames, PushFramesError> {
+        self.sender.push_frames(frames, room)
+    }
+
+    /// A heartbeat on the control lane, which overtakes queued messages by
+    /// design: it needs no turn.
+    pub(super) fn send_heartbeat(&self, body: &[u8]) -> bool {
+        self.sender.send_heartbeat(body)
+    }
+
+    /// Bytes queued (for metrics).
+    pub(super) fn queued_bytes(&self) -> usize {
+        self.sender.queued_bytes()
+    }
+
+    /// The queue is at its capacity.
+    pub(super) fn is_full(&self) -> bool {
+        self.sender.is_full()
+    }
+
+    /// The connection is closing or closed.
+    pub(super) fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
+    /// Waits until the writer has taken what is queued.
+    pub(super) async fn wait_taken(&self) {
+        self.sender.wait_taken().await;
+    }
+}
+
+/// Proof that this thread may queue on a link now: it is not inside a
+/// message encoder, and what it staged in this poll has been handed to
+/// its link (see the module docs). Made only by [`Turn::begin`] and
+/// [`Turn::begin_tell`]; zero-sized, and not `Send`, since the stage it
+/// flushed is this thread's.
+pub(super) struct Turn {
+    _here: PhantomData<*const ()>,
+}
+
+impl Turn {
+    /// The start of every send from a caller's thread, before any lock is
+    /// taken: refused with `Reentrant` inside an encoder (which may hold
+    /// this association's locks), else this thread's stage goes to its
+    /// link first.
+    #[inline(always)]
+    pub(super) fn begin() -> Result<Self, SerializationError> {
+        if in_encoder() {
+            return Err(SerializationError::Reentrant);
+        }
+        flush_stage();
+        Ok(Self { _here: PhantomData })
+    }
+
+    /// [`begin`](Self::begin) for a `tell` to `r` on `owner`'s link:
+    /// inside an actor's poll a plain message (`!EXT`) may be staged
+    /// instead (see `stage`), which ends the send: `Err` then carries its
+    /// result, as it carries the refusal inside an encoder. `open` gives
+    /// the link a stage may open for; `room`: the most the message may
+    /// take.
+    #[inline(always)]
+    pub(super) fn begin_tell<const EXT: bool, T: StageOwner + 'static>(
+        owner: &Arc<T>,
+        open: impl FnOnce() -> Option<Link>,
+        r: &Recipient,
+        manifest: u32,
+        room: usize,
+        encode: &impl Encode,
+    ) -> Result<Self, Result<bool, TellError>> {
+        if in_encoder() {
+            return Err(Err(TellError::Serialization(SerializationError::Reentrant)));
+        }
+        if crate::poll_scope::active() {
+            if !EXT && let Some(done) = stage::tell(owner, open, r, manifest, room, encode) {
+                return Err(done);
+            }
+            stage::flush();
+        }
+        Ok(Self { _here: PhantomData })
+    }
+}
+
+/// Hands this thread's stage to its link. Outside an actor's poll there
+/// is nothing to hand over (a stage is handed over when its poll ends),
+/// so that case costs one thread-local read.
+#[inline(always)]
+fn flush_stage() {
+    if crate::poll_scope::active() {
+        stage::flush();
     }
 }
 
@@ -315,7 +515,7 @@ thread_local! {
 }
 
 /// Runs a message encoder, marking this thread as inside one until it
-/// returns or unwinds. Remote sends check [`in_encoder`] first.
+/// returns or unwinds. A send from inside gets no [`Turn`].
 #[inline(always)]
 pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
     struct Reset;
@@ -334,9 +534,10 @@ pub(super) fn run_encoder<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Whether this thread is inside a message encoder.
+/// Whether this thread is inside a message encoder: read only by
+/// [`Turn`], the one place that enforces the guard.
 #[inline(always)]
-pub(super) fn in_encoder() -> bool {
+fn in_encoder() -> bool {
     IN_ENCODER.get()
 }
 
@@ -409,4 +610,54 @@ pub(super) fn encode_run_record(
     let len = (b.len() - head - 4) as u32;
     b[head..head + 4].copy_from_slice(&len.to_le_bytes());
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stage owner that is never asked: nothing is staged here.
+    struct NoOwner;
+    impl StageOwner for NoOwner {
+        fn staged_lost(&self, _: u64, _: &str) {
+            unreachable!("nothing staged")
+        }
+    }
+
+    fn no_encode(_: &mut BytesMut, _: usize) -> Result<(), SerializationError> {
+        Ok(())
+    }
+
+    #[test]
+    fn no_turn_inside_an_encoder() {
+        assert!(Turn::begin().is_ok());
+        let r = Recipient::new(
+            ActorPath::parse("tcp://b@127.0.0.1:1/user/a").expect("a path"),
+            0,
+        );
+        let owner = Arc::new(NoOwner);
+        let inside = run_encoder(|| {
+            let plain = Turn::begin();
+            let tell = Turn::begin_tell::<false, _>(&owner, || None, &r, 1, 100, &no_encode);
+            (plain.is_err(), tell.err())
+        });
+        assert!(inside.0, "a turn inside an encoder");
+        assert!(
+            matches!(
+                inside.1,
+                Some(Err(TellError::Serialization(SerializationError::Reentrant)))
+            ),
+            "a tell's turn inside an encoder"
+        );
+        // The guard ends with the encoder, even one that panics.
+        assert!(Turn::begin().is_ok());
+        let _ = std::panic::catch_unwind(|| run_encoder(|| panic!("encoder failed")));
+        assert!(Turn::begin().is_ok());
+        assert!(Turn::begin_tell::<false, _>(&owner, || None, &r, 1, 100, &no_encode).is_ok());
+    }
+
+    #[test]
+    fn a_turn_costs_nothing_to_hold() {
+        assert_eq!(std::mem::size_of::<Turn>(), 0);
+    }
 }
