@@ -440,7 +440,7 @@ fn figment_error(
                 key = format!("{key}.{first}");
             }
             ConfigError::UnknownKey {
-                suggestion: nearest_key(&key).map(|k| dotted(k)),
+                suggestion: nearest_key(&key).map(dotted),
                 key: dotted(&key),
                 origin: at,
             }

@@ -453,30 +453,33 @@ impl Settings {
             tls,
             cluster,
         } = self;
-        let mut c = SystemConfig::default();
-        c.mailbox_capacity = m.capacity;
-        c.mailbox_bytes = m.bytes.get();
-        c.advertised = (!r.advertised_address.is_empty()).then_some(r.advertised_address);
-        c.resolve_timeout = r.resolve_timeout;
-        c.pending_capacity = r.pending_capacity;
-        c.max_message_size = r.max_message_size.get();
-        c.system_buffer = r.system_message_buffer;
-        c.max_malformed_per_second = r.max_malformed_per_second;
-        c.max_associations = r.max_associations;
-        c.association_idle_timeout = r.association_idle_timeout;
-        c.refused_connect_grace = r.refused_connect_grace;
-        c.max_concurrent_dials = r.max_concurrent_dials;
-        c.max_recipient_ids = r.max_recipient_ids;
-        c.recipient_window = r.recipient_window.get();
-        c.max_parked_bytes = r.max_parked_bytes.get();
-        c.routes = r.routes.into_iter().collect();
-        c.dial_allow_list = r.dial_allow_list;
-        c.untrusted_mode = r.untrusted_mode;
-        c.trace_propagation = r.trace_propagation;
-        c.message_runs = r.message_runs;
-        c.lookup_paths = r.lookup_paths;
-        c.heartbeat = heartbeat.config();
-        c.backoff = Backoff::new(b.min, b.max, b.jitter);
+        let mut c = SystemConfig {
+            mailbox_capacity: m.capacity,
+            mailbox_bytes: m.bytes.get(),
+            advertised: (!r.advertised_address.is_empty()).then_some(r.advertised_address),
+            resolve_timeout: r.resolve_timeout,
+            pending_capacity: r.pending_capacity,
+            max_message_size: r.max_message_size.get(),
+            system_buffer: r.system_message_buffer,
+            max_malformed_per_second: r.max_malformed_per_second,
+            max_associations: r.max_associations,
+            association_idle_timeout: r.association_idle_timeout,
+            refused_connect_grace: r.refused_connect_grace,
+            max_concurrent_dials: r.max_concurrent_dials,
+            max_recipient_ids: r.max_recipient_ids,
+            recipient_window: r.recipient_window.get(),
+            max_parked_bytes: r.max_parked_bytes.get(),
+            routes: r.routes.into_iter().collect(),
+            dial_allow_list: r.dial_allow_list,
+            untrusted_mode: r.untrusted_mode,
+            trace_propagation: r.trace_propagation,
+            message_runs: r.message_runs,
+            lookup_paths: r.lookup_paths,
+            heartbeat: heartbeat.config(),
+            backoff: Backoff::new(b.min, b.max, b.jitter),
+            cluster,
+            ..SystemConfig::default()
+        };
         let u32_of = |b: ByteSize| u32::try_from(b.0).expect("validated against u32::MAX");
         let tc = &mut c.transport;
         tc.set_max_frame_size(t.max_frame_size.get())
@@ -514,7 +517,6 @@ impl Settings {
         }
         #[cfg(not(feature = "tls"))]
         let _ = tls;
-        c.cluster = cluster;
         c
     }
 }
