@@ -4,7 +4,10 @@
 use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
 use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 use transport::{Backoff, HeartbeatConfig, TransportConfig};
+
+use crate::config_file::{ConfigError, Invalid, within};
 
 /// Default mailbox capacity: 65,536 messages, a dozen 5,000-message bursts.
 pub const DEFAULT_MAILBOX_CAPACITY: usize = 64 * 1024;
@@ -139,12 +142,38 @@ impl Default for SystemConfig {
     }
 }
 
+/// The setters: `&mut Self` for those that take any value, `Result<&mut
+/// Self, ConfigError>` for those with a range, which they check with
+/// [`validate`](Self::validate) (the rules the configuration loader
+/// applies) and leave the configuration unchanged on an error:
+///
+/// ```
+/// let mut config = actors::SystemConfig::default();
+/// config.set_mailbox_capacity(4096)?.set_trace_propagation(true);
+/// let e = config.set_max_associations(0).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "invalid value for \"remote.max_associations\" set in code: must be at least 1, found 0"
+/// );
+/// # Ok::<(), actors::ConfigError>(())
+/// ```
 impl SystemConfig {
+    /// Applies `change` if the result is valid.
+    fn checked(&mut self, change: impl FnOnce(&mut Self)) -> Result<&mut Self, ConfigError> {
+        let mut next = self.clone();
+        change(&mut next);
+        next.validate()?;
+        *self = next;
+        Ok(self)
+    }
+
     /// User messages a mailbox holds before `tell` reports `MailboxFull`,
     /// `send` waits and remote reading pauses. Default 65,536.
-    pub fn set_mailbox_capacity(&mut self, n: usize) -> &mut Self {
-        self.mailbox_capacity = n.max(1);
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_mailbox_capacity(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.mailbox_capacity = n)
     }
 
     /// Bytes of remote messages (as they arrived, encoded) a mailbox queues
@@ -154,15 +183,19 @@ impl SystemConfig {
     /// read's batch (or one large message) may overshoot it. Local
     /// messages are bounded by their count only. Cost: this much memory
     /// per busy actor at most.
-    pub fn set_mailbox_bytes(&mut self, bytes: usize) -> &mut Self {
-        self.mailbox_bytes = bytes.max(1);
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_mailbox_bytes(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.mailbox_bytes = bytes)
     }
 
     /// How long `resolve` waits for a remote node. Default 5 s.
-    pub fn set_resolve_timeout(&mut self, t: Duration) -> &mut Self {
-        self.resolve_timeout = t;
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_resolve_timeout(&mut self, t: Duration) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.resolve_timeout = t)
     }
 
     /// Messages buffered per node while connecting. Default 16,384.
@@ -216,9 +249,11 @@ impl SystemConfig {
     /// System messages kept per node until acknowledged. Default 20,000
     /// ([`DEFAULT_SYSTEM_MESSAGE_BUFFER`]); overflowing it quarantines the
     /// node. Cost: the encoded messages (tens of bytes each).
-    pub fn set_system_message_buffer(&mut self, n: usize) -> &mut Self {
-        self.system_buffer = n.max(1);
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_system_message_buffer(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.system_buffer = n)
     }
 
     /// The largest remote message, envelope included, this node sends or
@@ -241,9 +276,11 @@ impl SystemConfig {
     /// connection, in a buffer that grows as fragments arrive. Cost:
     /// nothing per small message beyond one size comparison. Both nodes
     /// should use the same limit.
-    pub fn set_max_message_size(&mut self, n: usize) -> &mut Self {
-        self.max_message_size = n.min(MAX_MESSAGE_SIZE_LIMIT);
-        self
+    ///
+    /// # Errors
+    /// Zero, or more than `i32::MAX`. The configuration is left unchanged.
+    pub fn set_max_message_size(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.max_message_size = n)
     }
 
     /// Propagates W3C trace contexts ([`TraceContext`](crate::TraceContext))
@@ -322,9 +359,11 @@ impl SystemConfig {
     /// fails with `ResolveError::Unreachable`, and an inbound connection
     /// from one is closed; each is logged (sampled). Cost: a few kilobytes
     /// per association.
-    pub fn set_max_associations(&mut self, n: usize) -> &mut Self {
-        self.max_associations = n.max(1);
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_max_associations(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.max_associations = n)
     }
 
     /// How long an association nothing uses (no ref to the node, no
@@ -337,16 +376,20 @@ impl SystemConfig {
     /// [`set_max_associations`](Self::set_max_associations)), so a node
     /// that restarted is still recognised. What is lost is cached state
     /// only: the node's last known incarnation and reconnect backoff.
-    pub fn set_association_idle_timeout(&mut self, t: Duration) -> &mut Self {
-        self.association_idle_timeout = t;
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_association_idle_timeout(&mut self, t: Duration) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.association_idle_timeout = t)
     }
 
     /// The most connection attempts in flight at once; further ones wait
     /// for a slot. Default 16 ([`DEFAULT_MAX_CONCURRENT_DIALS`]).
-    pub fn set_max_concurrent_dials(&mut self, n: usize) -> &mut Self {
-        self.max_concurrent_dials = n.max(1);
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_max_concurrent_dials(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.max_concurrent_dials = n)
     }
 
     /// The networks this system may dial at all (`10.0.0.0/8`,
@@ -369,9 +412,11 @@ impl SystemConfig {
     /// past it as malformed, so both nodes should use the same value. Ask
     /// reply slots are never compressed (each is used about once), so a
     /// link lives forever under any rate of asks.
-    pub fn set_max_recipient_ids(&mut self, n: usize) -> &mut Self {
-        self.max_recipient_ids = n.clamp(1, u32::MAX as usize - 1);
-        self
+    ///
+    /// # Errors
+    /// Zero, or `u32::MAX` or more. The configuration is left unchanged.
+    pub fn set_max_recipient_ids(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.max_recipient_ids = n)
     }
 
     /// Flow control per recipient: the envelope bytes this node lets a
@@ -389,9 +434,11 @@ impl SystemConfig {
     /// [`set_max_parked_bytes`](Self::set_max_parked_bytes). Ask reply
     /// slots, recipients past [`set_max_recipient_ids`](Self::set_max_recipient_ids)
     /// and large messages are not windowed (see `docs/FAILURE_SEMANTICS.md`).
-    pub fn set_recipient_window(&mut self, bytes: usize) -> &mut Self {
-        self.recipient_window = bytes.max(1);
-        self
+    ///
+    /// # Errors
+    /// Zero. The configuration is left unchanged.
+    pub fn set_recipient_window(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.recipient_window = bytes)
     }
 
     /// The most bytes one connection holds for mailboxes that are full
@@ -469,11 +516,12 @@ impl SystemConfig {
 /// #     type Msg = String;
 /// #     async fn handle(&mut self, _: String, _: &mut Ctx<Self>) -> ActorResult { Ok(()) }
 /// # }
-/// # #[tokio::main] async fn main() {
+/// # #[tokio::main] async fn main() -> Result<(), actors::ConfigError> {
 /// let system = ActorSystem::local("doc").unwrap();
 /// // A slow sink: a short queue, so producers feel its pace at once.
-/// let audit = system.spawn_with(Audit, SpawnOptions::default().set_mailbox_capacity(16));
+/// let audit = system.spawn_with(Audit, SpawnOptions::default().set_mailbox_capacity(16)?);
 /// # let _ = audit;
+/// # Ok::<(), actors::ConfigError>(())
 /// # }
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -487,17 +535,25 @@ impl SpawnOptions {
     /// `MailboxFull` (see [`SystemConfig::set_mailbox_capacity`]). Default:
     /// the system's. A small mailbox pushes back on producers sooner; a
     /// large one absorbs bursts at the cost of memory and latency.
-    pub fn set_mailbox_capacity(&mut self, n: usize) -> &mut Self {
-        self.mailbox_capacity = Some(n.max(1));
-        self
+    ///
+    /// # Errors
+    /// Zero, as [`SystemConfig::set_mailbox_capacity`].
+    pub fn set_mailbox_capacity(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        within("mailbox.capacity", n as u64, 1, u64::MAX).map_err(Invalid::in_code)?;
+        self.mailbox_capacity = Some(n);
+        Ok(self)
     }
 
     /// Bytes of remote messages this actor's mailbox queues before it is
     /// full (see [`SystemConfig::set_mailbox_bytes`]). Default: the
     /// system's.
-    pub fn set_mailbox_bytes(&mut self, bytes: usize) -> &mut Self {
-        self.mailbox_bytes = Some(bytes.max(1));
-        self
+    ///
+    /// # Errors
+    /// Zero, as [`SystemConfig::set_mailbox_bytes`].
+    pub fn set_mailbox_bytes(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        within("mailbox.bytes", bytes as u64, 1, u64::MAX).map_err(Invalid::in_code)?;
+        self.mailbox_bytes = Some(bytes);
+        Ok(self)
     }
 
     /// The mailbox bounds for an actor of a system configured by `system`.
@@ -576,27 +632,38 @@ impl Downing {
 /// has a builder method for each; the same names, defaults and bounds.
 ///
 /// The configuration loader is the only way to change them, and it
-/// refuses values out of range, so they are always valid (a static
-/// quorum always has its size).
-#[derive(Debug, Clone, PartialEq)]
+/// refuses values out of range ([`validate`](Self::validate)), so they
+/// are always valid (a static quorum always has its size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClusterSettings {
     pub(crate) seeds: Vec<String>,
+    #[serde(with = "crate::config_file::no_addr")]
     pub(crate) udp_bind: Option<SocketAddr>,
+    #[serde(with = "crate::config_file::no_addr")]
     pub(crate) udp_advertise: Option<SocketAddr>,
+    #[serde(with = "humantime_serde")]
     pub(crate) probe_period: Duration,
+    #[serde(with = "humantime_serde")]
     pub(crate) probe_rtt: Duration,
+    #[serde(with = "humantime_serde")]
     pub(crate) stable_after: Duration,
     pub(crate) downing: Downing,
     /// `Some` exactly when `downing` is `StaticQuorum`.
+    #[serde(with = "crate::config_file::none_count")]
     pub(crate) quorum_size: Option<usize>,
     /// Used when `downing` is `KeepOldest`; `true` otherwise.
     pub(crate) down_if_alone: bool,
     /// `None`: the default, derived from `stable_after`; `Some(None)`:
     /// off.
+    #[serde(with = "crate::config_file::unstable")]
     pub(crate) down_all_when_unstable: Option<Option<Duration>>,
     pub(crate) shutdown_when_downed: bool,
+    #[serde(with = "humantime_serde")]
     pub(crate) remove_down_after: Duration,
+    #[serde(with = "humantime_serde")]
     pub(crate) announce_interval: Duration,
+    #[serde(with = "crate::config_file::bytes")]
     pub(crate) max_packet_size: usize,
     pub(crate) max_members: usize,
     pub(crate) event_capacity: usize,
@@ -632,17 +699,116 @@ impl Default for ClusterSettings {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::{SpawnOptions, SystemConfig};
 
     #[test]
     fn spawn_options_override_the_system_only_where_set() {
         let mut system = SystemConfig::default();
-        system.set_mailbox_capacity(10).set_mailbox_bytes(1000);
+        system
+            .set_mailbox_capacity(10)
+            .unwrap()
+            .set_mailbox_bytes(1000)
+            .unwrap();
         assert_eq!(SpawnOptions::default().mailbox(&system), (10, 1000));
         let mut one = SpawnOptions::default();
-        one.set_mailbox_bytes(5);
+        one.set_mailbox_bytes(5).unwrap();
         assert_eq!(one.mailbox(&system), (10, 5));
-        one.set_mailbox_capacity(0);
-        assert_eq!(one.mailbox(&system), (1, 5), "at least one message");
+        let e = one.set_mailbox_capacity(0).unwrap_err();
+        assert!(e.to_string().contains("\"mailbox.capacity\""), "{e}");
+        assert_eq!(
+            one.mailbox(&system),
+            (10, 5),
+            "a refused value changes nothing"
+        );
+    }
+
+    /// The setters refuse what the file refuses, with the same words, and
+    /// leave the configuration as it was.
+    #[test]
+    fn setters_check_the_loader_rules() {
+        let mut config = SystemConfig::default();
+        let before = format!("{config:?}");
+        for (e, key, says) in [
+            (
+                config.set_mailbox_capacity(0).unwrap_err(),
+                "mailbox.capacity",
+                "at least 1",
+            ),
+            (
+                config.set_mailbox_bytes(0).unwrap_err(),
+                "mailbox.bytes",
+                "at least 1",
+            ),
+            (
+                config.set_resolve_timeout(Duration::ZERO).unwrap_err(),
+                "remote.resolve_timeout",
+                "greater than zero",
+            ),
+            (
+                config.set_system_message_buffer(0).unwrap_err(),
+                "remote.system_message_buffer",
+                "at least 1",
+            ),
+            (
+                config.set_max_message_size(1 << 31).unwrap_err(),
+                "remote.max_message_size",
+                "at most 2147483647, found 2147483648",
+            ),
+            (
+                config.set_max_associations(0).unwrap_err(),
+                "remote.max_associations",
+                "at least 1",
+            ),
+            (
+                config
+                    .set_association_idle_timeout(Duration::ZERO)
+                    .unwrap_err(),
+                "remote.association_idle_timeout",
+                "greater than zero",
+            ),
+            (
+                config.set_max_concurrent_dials(0).unwrap_err(),
+                "remote.max_concurrent_dials",
+                "at least 1",
+            ),
+            (
+                config.set_max_recipient_ids(u32::MAX as usize).unwrap_err(),
+                "remote.max_recipient_ids",
+                "at most 4294967294",
+            ),
+            (
+                config.set_recipient_window(0).unwrap_err(),
+                "remote.recipient_window",
+                "at least 1",
+            ),
+        ] {
+            let message = e.to_string();
+            assert!(
+                message.starts_with(&format!("invalid value for \"{key}\" set in code: ")),
+                "{message}"
+            );
+            assert!(message.contains(says), "{message} lacks {says}");
+            let file = format!(
+                "[{}]\n{} = 0",
+                key.split('.').next().unwrap(),
+                key.split('.').nth(1).unwrap()
+            );
+            if says.contains("at least 1") {
+                let from_file = SystemConfig::from_toml_str(&file).unwrap_err().to_string();
+                assert!(
+                    from_file.ends_with(": must be at least 1, found 0"),
+                    "{from_file}"
+                );
+            }
+        }
+        assert_eq!(format!("{config:?}"), before);
+        config
+            .set_max_message_size(i32::MAX as usize)
+            .unwrap()
+            .set_max_recipient_ids(u32::MAX as usize - 1)
+            .unwrap();
+        config.validate().unwrap();
     }
 }

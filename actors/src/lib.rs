@@ -100,9 +100,11 @@
 //!   their handles.
 //! - `config`: [`SystemConfig`] and its defaults; [`ClusterSettings`],
 //!   the cluster's settings as data.
-//! - `config_file`: [`SystemConfig::load`] and friends, from TOML and
-//!   `ACTORS_*` variables; every key is in `actors/reference.toml`
-//!   ([`REFERENCE_CONFIG`]).
+//! - `config_file`: [`SystemConfig::load`] and friends: serde section
+//!   structs loaded through [`figment`] from TOML, `ACTORS_*` variables
+//!   ([`ActorsEnv`]) or an application's own figment
+//!   ([`SystemConfig::from_section`]); every key is in
+//!   `actors/reference.toml` ([`REFERENCE_CONFIG`]).
 //! - `supervision`: [`SupervisorStrategy`], [`Directive`], the restart
 //!   window and backoff (pure), what children tell their parent.
 //! - `timer`: an actor's timers ([`TimerKey`]), one schedule per actor.
@@ -205,10 +207,16 @@ pub use config::{
     DEFAULT_PENDING_CAPACITY, DEFAULT_RECIPIENT_WINDOW, DEFAULT_REFUSED_CONNECT_GRACE,
     DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SpawnOptions, SystemConfig,
 };
-pub use config_file::{ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG};
+pub use config_file::{
+    ActorsEnv, ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG, STRICT_ENV,
+};
 pub use error::{
     AskError, ResolveError, SendError, SerializationError, SpawnError, StopError, SystemError,
 };
+/// The layered configuration library [`SystemConfig::from_figment`] and
+/// [`SystemConfig::from_section`] take, re-exported so that an
+/// application builds its figment with the same version.
+pub use figment;
 pub use ipnet::IpNet;
 pub use lifecycle::{StopReason, Terminated};
 pub use named::NamedRef;

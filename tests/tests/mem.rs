@@ -122,7 +122,8 @@ fn config() -> SystemConfig {
         .set_pending_capacity(PENDING)
         // These tests fill the link itself (a peer that stopped reading):
         // a recipient's window larger than the queue lets them.
-        .set_recipient_window(1 << 40);
+        .set_recipient_window(1 << 40)
+        .unwrap();
     c.transport_mut().set_queue_capacity(QUEUE);
     c
 }
@@ -377,7 +378,7 @@ async fn asks_never_use_up_a_link_and_memory_stays_flat() {
     // here the limit is scaled down to 1,000 so that 20 times past it is
     // quick).
     let mut c = config();
-    c.set_max_recipient_ids(LIMIT);
+    c.set_max_recipient_ids(LIMIT).unwrap();
     let a = actor_system_with("a", c.clone()).await;
     let b = actor_system_with("b", c).await;
     b.spawn_named("echo", Echo::default()).expect("free");

@@ -78,7 +78,7 @@ fn status_kib(field: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_gib_to_a_slow_consumer_keeps_memory_bounded() {
     let mut config = SystemConfig::default();
-    config.set_mailbox_capacity(MAILBOX);
+    config.set_mailbox_capacity(MAILBOX).unwrap();
     let b = actor_system_with("b", config).await;
     let a = actor_system("a").await;
     let permits = Arc::new(Semaphore::new(0));

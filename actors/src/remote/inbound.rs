@@ -1475,7 +1475,8 @@ mod tests {
         let mut config = SystemConfig::default();
         config
             .set_max_malformed_per_second(1_000)
-            .set_max_recipient_ids(1_000);
+            .set_max_recipient_ids(1_000)
+            .unwrap();
         let d = Dispatch::new(registry.clone(), &config, peer.clone(), 3, 42, proven);
         (d, peer, target, registry)
     }
@@ -1639,7 +1640,7 @@ mod tests {
         let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
         let target = Arc::new(FakeTarget::default());
         let mut config = SystemConfig::default();
-        config.set_max_recipient_ids(K as usize + 1);
+        config.set_max_recipient_ids(K as usize + 1).unwrap();
         let mut d = Dispatch::new(
             registry.clone(),
             &config,

@@ -17,7 +17,7 @@ use crate::{
 fn process_config(opts: &RunOpts, node: &str) -> Result<actors::SystemConfig> {
     let mut config = actors::SystemConfig::default();
     *config.transport_mut() = opts.transport()?;
-    config.set_resolve_timeout(Duration::from_secs(opts.stall_timeout.min(10)));
+    config.set_resolve_timeout(Duration::from_secs(opts.stall_timeout.min(10)))?;
     config.set_message_runs(!opts.no_message_runs);
     if opts.tls {
         let dir = opts

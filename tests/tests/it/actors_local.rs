@@ -88,7 +88,7 @@ async fn held_actor(
     mpsc::UnboundedReceiver<u64>,
 ) {
     let mut config = SystemConfig::default();
-    config.set_mailbox_capacity(cap);
+    config.set_mailbox_capacity(cap).unwrap();
     let sys = ActorSystem::with_config("held", None, config)
         .await
         .expect("local system");

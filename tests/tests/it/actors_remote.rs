@@ -192,7 +192,7 @@ async fn resolving_a_silent_node_times_out() {
     let port = silent.local_addr().expect("bound").port();
     let limit = Duration::from_millis(300);
     let mut config = SystemConfig::default();
-    config.set_resolve_timeout(limit);
+    config.set_resolve_timeout(limit).unwrap();
     let a = actor_system_with("a", config).await;
     let path = format!("tcp://ghost@127.0.0.1:{port}/user/x");
     match within("resolve", a.resolve::<Count>(&path)).await {

@@ -17,7 +17,7 @@ fn bytes_out(system: &actors::ActorSystem) -> u64 {
 async fn ask_reply_slots_take_no_recipient_ids() {
     const LIMIT: usize = 100;
     let mut config = SystemConfig::default();
-    config.set_max_recipient_ids(LIMIT);
+    config.set_max_recipient_ids(LIMIT).unwrap();
     let a = actor_system_with("a", config.clone()).await;
     let b = actor_system_with("b", config).await;
     b.spawn_named("counter", Counter::default()).expect("free");
@@ -59,7 +59,7 @@ async fn ask_reply_slots_take_no_recipient_ids() {
 async fn recipients_past_the_id_limit_still_receive() {
     const LIMIT: usize = 50;
     let mut config = SystemConfig::default();
-    config.set_max_recipient_ids(LIMIT);
+    config.set_max_recipient_ids(LIMIT).unwrap();
     let a = actor_system_with("a", config.clone()).await;
     let b = actor_system_with("b", config).await;
     let (out, mut got) = mpsc::unbounded_channel();
@@ -166,7 +166,9 @@ async fn a_mailbox_is_bounded_in_bytes_as_well_as_messages() {
     let mut config = SystemConfig::default();
     config
         .set_mailbox_capacity(1_000_000)
-        .set_mailbox_bytes(BYTES);
+        .unwrap()
+        .set_mailbox_bytes(BYTES)
+        .unwrap();
     let b = actor_system_with("b", config.clone()).await;
     let (open, gate) = tokio::sync::oneshot::channel();
     let slow = b
@@ -221,7 +223,7 @@ async fn resolve_eventually(from: &actors::ActorSystem, path: &str) -> ActorRef<
 async fn peers_that_come_and_go_do_not_fill_the_association_table() {
     let mut config = SystemConfig::default();
     // One for b, which stays, and one for the peers that come and go.
-    config.set_max_associations(2);
+    config.set_max_associations(2).unwrap();
     let a = actor_system_with("a", config).await;
     let b = actor_system_with("b", SystemConfig::default()).await;
     b.spawn_named("counter", Counter::default()).expect("free");
@@ -252,7 +254,7 @@ async fn strangers_that_connect_and_leave_do_not_fill_the_association_table() {
     use integration_tests::{loopback, secured};
     use transport::{Endpoint, TransportConfig};
     let mut config = SystemConfig::default();
-    config.set_max_associations(3);
+    config.set_max_associations(3).unwrap();
     let a = actor_system_with("a", config).await;
     let a_addr = a.local_addr().expect("remoting");
     // Twenty nodes nobody refers to, each holding the shared secret and
@@ -294,8 +296,12 @@ async fn dead_address() -> std::net::SocketAddr {
 async fn unused_associations_are_dropped_after_the_idle_timeout() {
     use std::time::Duration;
     let mut config = SystemConfig::default();
-    config.set_association_idle_timeout(Duration::from_millis(200));
-    config.set_resolve_timeout(Duration::from_millis(500));
+    config
+        .set_association_idle_timeout(Duration::from_millis(200))
+        .unwrap();
+    config
+        .set_resolve_timeout(Duration::from_millis(500))
+        .unwrap();
     let a = actor_system_with("a", config).await;
     let b = actor_system_with("b", SystemConfig::default()).await;
     b.spawn_named("counter", Counter::default()).expect("free");
@@ -327,7 +333,9 @@ async fn unused_associations_are_dropped_after_the_idle_timeout() {
 #[tokio::test]
 async fn associations_share_one_timer_task() {
     let mut config = SystemConfig::default();
-    config.set_resolve_timeout(std::time::Duration::from_secs(2));
+    config
+        .set_resolve_timeout(std::time::Duration::from_secs(2))
+        .unwrap();
     let a = actor_system_with("a", config).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();

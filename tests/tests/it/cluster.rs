@@ -916,7 +916,11 @@ async fn a_node_joins_with_the_cluster_section_of_its_configuration() {
     let seed = Cluster::join(&seed_system, fast(Duration::from_secs(5)))
         .await
         .expect("joins");
-    let mut config = SystemConfig::from_toml_str(&format!(
+    use actors::figment::{
+        Figment,
+        providers::{Format, Toml},
+    };
+    let file = Toml::string(&format!(
         r#"
         [cluster]
         seeds = ["{}"]
@@ -925,11 +929,14 @@ async fn a_node_joins_with_the_cluster_section_of_its_configuration() {
         announce_interval = "50ms"
         "#,
         seed.myself().udp
-    ))
-    .expect("a valid [cluster] section");
-    config
-        .apply_env([("ACTORS_CLUSTER__EVENT_CAPACITY".to_owned(), "8".to_owned())])
-        .expect("a valid variable");
+    ));
+    let env = actors::ActorsEnv::from_vars(
+        [("ACTORS_CLUSTER__EVENT_CAPACITY".to_owned(), "8".to_owned())],
+        true,
+    )
+    .expect("a known variable");
+    let config = SystemConfig::from_figment(&Figment::from(file).merge(env))
+        .expect("a valid [cluster] section and variable");
     let system = actor_system_with("configured", config).await;
     let cluster = Cluster::join_configured(&system).await.expect("joins");
     let nodes = [(seed_system, seed), (system, cluster)];

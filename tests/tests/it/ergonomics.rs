@@ -217,14 +217,16 @@ async fn busy(
 #[tokio::test]
 async fn mailbox_capacity_is_per_actor() {
     let mut config = actors::SystemConfig::default();
-    config.set_mailbox_capacity(4);
+    config.set_mailbox_capacity(4).unwrap();
     let system = actors::ActorSystem::with_config("cap", None, config)
         .await
         .expect("builds");
     // Its own capacity: 2 queued, the third refused.
     let (small, open_small) = busy(
         &system,
-        actors::SpawnOptions::default().set_mailbox_capacity(2),
+        actors::SpawnOptions::default()
+            .set_mailbox_capacity(2)
+            .unwrap(),
     )
     .await;
     small.tell(1).expect("room");
@@ -233,7 +235,9 @@ async fn mailbox_capacity_is_per_actor() {
     // Larger than the system's.
     let (large, open_large) = busy(
         &system,
-        actors::SpawnOptions::default().set_mailbox_capacity(8),
+        actors::SpawnOptions::default()
+            .set_mailbox_capacity(8)
+            .unwrap(),
     )
     .await;
     for i in 1..=8 {
@@ -251,7 +255,9 @@ async fn mailbox_capacity_is_per_actor() {
         .spawn_named_with(
             "named",
             Total(0),
-            actors::SpawnOptions::default().set_mailbox_capacity(1),
+            actors::SpawnOptions::default()
+                .set_mailbox_capacity(1)
+                .unwrap(),
         )
         .expect("free");
     let _ = (

@@ -119,10 +119,10 @@ async fn messages_lost_when_an_unreachable_link_is_aborted_are_counted_as_dead_l
         .set_handshake_timeout(Duration::from_millis(500));
     // Room in b's counter for all a can send (a 4 MiB queue of 8-byte
     // frames), so that the asks counting them are never refused.
-    config.set_mailbox_capacity(1 << 20);
+    config.set_mailbox_capacity(1 << 20).unwrap();
     // A window larger than the queue, so the queue fills (with the default
     // one, credit stops a after a megabyte, all of which reaches b).
-    config.set_recipient_window(1 << 40);
+    config.set_recipient_window(1 << 40).unwrap();
     let p = Proxied::new(config).await;
     let mut events = p.a.subscribe_remote_events();
     let local =

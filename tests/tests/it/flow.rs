@@ -99,7 +99,9 @@ async fn a_recipient_out_of_credit_is_full_while_others_on_the_link_flow() {
     let mut config = SystemConfig::default();
     config
         .set_recipient_window(WINDOW)
-        .set_mailbox_capacity(CAPACITY);
+        .unwrap()
+        .set_mailbox_capacity(CAPACITY)
+        .unwrap();
     let r = actor_system_with("r", config.clone()).await;
     let s = actor_system_with("s", config).await;
     let (open, gate) = watch::channel(false);
@@ -176,7 +178,9 @@ async fn a_saturated_actor_slows_only_its_own_senders() {
     config
         .set_heartbeat(hb)
         .set_mailbox_capacity(100)
-        .set_recipient_window(16 * 1024);
+        .unwrap()
+        .set_recipient_window(16 * 1024)
+        .unwrap();
     let r = actor_system_with("r", config.clone()).await;
     let s = actor_system_with("s", config).await;
     let mut r_events = r.subscribe_remote_events();
@@ -294,8 +298,10 @@ async fn a_peer_that_ignores_its_window_meets_the_park_bound() {
     let mut config = SystemConfig::default();
     config
         .set_recipient_window(4096)
+        .unwrap()
         .set_max_parked_bytes(PARK)
-        .set_mailbox_capacity(4);
+        .set_mailbox_capacity(4)
+        .unwrap();
     let r = actor_system_with("r", config.clone()).await;
     let (_open, gate) = watch::channel(false);
     let got = Arc::new(AtomicU64::new(0));

@@ -187,7 +187,7 @@ async fn small_messages_overtake_a_twenty_megabyte_message() {
 async fn messages_over_the_maximum_size_are_refused_and_the_link_stays_up() {
     const MAX: usize = 1 << 20;
     let mut small = SystemConfig::default();
-    small.set_max_message_size(MAX);
+    small.set_max_message_size(MAX).unwrap();
     let (_a, b, sink, counter, mut seen) = nodes(small.clone(), small).await;
 
     let err = sink
@@ -262,7 +262,7 @@ async fn messages_over_the_maximum_size_are_refused_and_the_link_stays_up() {
 async fn a_known_recipient_still_gets_the_large_lane_and_the_size_check() {
     const MAX: usize = 1 << 20;
     let mut small = SystemConfig::default();
-    small.set_max_message_size(MAX);
+    small.set_max_message_size(MAX).unwrap();
     let (a, b, sink, _counter, mut seen) = nodes(small.clone(), small).await;
     // A small message defines the sink on the link.
     sink.tell(Big(vec![1; 10].into())).expect("room");

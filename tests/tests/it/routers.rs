@@ -345,7 +345,7 @@ async fn broadcast_reaches_every_routee() {
 #[tokio::test]
 async fn a_full_routee_makes_the_router_try_the_next_and_all_full_comes_back() {
     let mut config = SystemConfig::default();
-    config.set_mailbox_capacity(2);
+    config.set_mailbox_capacity(2).unwrap();
     let sys = ActorSystem::with_config("full", None, config)
         .await
         .expect("a local system");
@@ -865,7 +865,7 @@ async fn a_pool_over_two_nodes_replaces_a_remote_worker_that_panics() {
 #[tokio::test]
 async fn a_routed_message_that_does_not_encode_is_reported() {
     let mut small = SystemConfig::default();
-    small.set_max_message_size(1024);
+    small.set_max_message_size(1024).unwrap();
     let a = actor_system_with("a", small).await;
     let b = actor_system("b").await;
     b.spawn_named("count", LocalCount(0)).expect("spawned");

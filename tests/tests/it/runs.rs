@@ -162,7 +162,7 @@ async fn credit_comes_back_for_runs_under_a_small_window() {
     // Credit returned for runs must match what their messages spent, or
     // `send` waits for ever.
     let mut config = runs(true);
-    config.set_recipient_window(1024);
+    config.set_recipient_window(1024).unwrap();
     let b = actor_system_with("b", config.clone()).await;
     b.spawn_named("x", SeqCheck::default()).expect("free");
     let a = actor_system_with("a", config).await;
@@ -388,8 +388,8 @@ async fn a_handler_that_never_waits_still_finds_the_link_full() {
     // may exceed its 64 KiB by one stage (64 KiB), no more.
     let mut config = runs(true);
     config.transport_mut().set_queue_capacity(64 * 1024);
-    config.set_recipient_window(1 << 30);
-    config.set_mailbox_capacity(1 << 20);
+    config.set_recipient_window(1 << 30).unwrap();
+    config.set_mailbox_capacity(1 << 20).unwrap();
     let b = actor_system_with("b", config.clone()).await;
     b.spawn_named("x", SeqCheck::default()).expect("free");
     let a = actor_system_with("a", config).await;
@@ -478,7 +478,7 @@ async fn a_handler_waiting_for_credit_hands_over_what_it_staged() {
     // dozen messages, and the credit comes back only for messages that
     // left, so the stage must go to the link when the handler waits.
     let mut config = runs(true);
-    config.set_recipient_window(1024);
+    config.set_recipient_window(1024).unwrap();
     let b = actor_system_with("b", config.clone()).await;
     b.spawn_named("x", SeqCheck::default()).expect("free");
     let a = actor_system_with("a", config).await;

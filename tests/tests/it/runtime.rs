@@ -242,7 +242,7 @@ async fn held_summer(
     oneshot::Receiver<u64>,
 ) {
     let mut config = SystemConfig::default();
-    config.set_mailbox_capacity(cap);
+    config.set_mailbox_capacity(cap).unwrap();
     let sys = ActorSystem::with_config("graceful", None, config)
         .await
         .expect("local system");
@@ -321,7 +321,7 @@ async fn a_message_behind_a_graceful_stop_is_a_dead_letter_and_those_before_it_r
 /// message, its mailbox filled to `cap`.
 async fn full_probe(cap: usize) -> (ActorSystem, ActorRef<P>, oneshot::Sender<()>) {
     let mut config = SystemConfig::default();
-    config.set_mailbox_capacity(cap);
+    config.set_mailbox_capacity(cap).unwrap();
     let sys = ActorSystem::with_config("full", None, config)
         .await
         .expect("local system");
@@ -459,7 +459,7 @@ async fn tell_until_refused(remote: &ActorRef<Job>) -> (u64, SendError<Job>) {
 /// that `a` has a ref to and that is held in its first message.
 async fn gated_pair() -> (ActorSystem, ActorSystem, ActorRef<Job>, oneshot::Sender<()>) {
     let mut config = SystemConfig::default();
-    config.set_recipient_window(16 * 1024);
+    config.set_recipient_window(16 * 1024).unwrap();
     let b = actor_system_with("b", config.clone()).await;
     let (open, gate) = oneshot::channel();
     b.spawn_named(
@@ -603,7 +603,7 @@ async fn a_remote_graceful_stop_buffered_while_connecting_keeps_its_place() {
 #[tokio::test]
 async fn a_remote_graceful_stop_is_not_held_back_by_a_full_mailbox() {
     let mut config = SystemConfig::default();
-    config.set_recipient_window(16 * 1024);
+    config.set_recipient_window(16 * 1024).unwrap();
     let (_a, _b, remote, open, count) = gate_reporting(config).await;
     let (sent, refused) = tell_until_refused(&remote).await;
     assert!(matches!(refused, SendError::MailboxFull(_)), "{refused:?}");
@@ -622,7 +622,7 @@ async fn a_remote_graceful_stop_is_not_held_back_by_a_full_mailbox() {
 async fn a_full_link_is_link_full_not_mailbox_full() {
     let mut config = SystemConfig::default();
     // A window far larger than the link's queue, so the queue fills first.
-    config.set_recipient_window(1 << 40);
+    config.set_recipient_window(1 << 40).unwrap();
     config
         .transport_mut()
         .set_queue_capacity(64 * 1024)

@@ -730,6 +730,7 @@ async fn actor_systems_talk_over_mutual_tls() {
         let mut c = actors::SystemConfig::default();
         c.set_tls(tls)
             .set_resolve_timeout(Duration::from_secs(3))
+            .unwrap()
             .transport_mut()
             .set_handshake_timeout(HANDSHAKE_TIMEOUT);
         actors::ActorSystem::with_config(name, Some(loopback()), secured_system(c))

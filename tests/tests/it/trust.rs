@@ -303,7 +303,9 @@ async fn refs_naming_many_nodes_open_at_most_the_configured_dials() {
     let mut config = SystemConfig::default();
     config
         .set_max_concurrent_dials(DIALS)
-        .set_resolve_timeout(Duration::from_secs(2));
+        .unwrap()
+        .set_resolve_timeout(Duration::from_secs(2))
+        .unwrap();
     config
         .transport_mut()
         .set_handshake_timeout(Duration::from_secs(30));
@@ -340,7 +342,7 @@ async fn refs_beyond_the_association_limit_are_dead_ends() {
     let (port, open, _) = tarpit().await;
     let mut config = SystemConfig::default();
     // b and 3 more.
-    config.set_max_associations(4);
+    config.set_max_associations(4).unwrap();
     let a = actor_system_with("a", config).await;
     a.spawn_named("replier", Replier).expect("free");
     let b = actor_system("b").await;

@@ -111,7 +111,11 @@ impl Actor for Gated {
 #[tokio::test]
 async fn an_ask_that_waited_for_credit_still_hears_why_it_is_undeliverable() {
     let mut config = SystemConfig::default();
-    config.set_recipient_window(2048).set_mailbox_capacity(4);
+    config
+        .set_recipient_window(2048)
+        .unwrap()
+        .set_mailbox_capacity(4)
+        .unwrap();
     let a = actor_system_with("a", config.clone()).await;
     let b = actor_system_with("b", config).await;
     let (open, gate) = tokio::sync::watch::channel(false);
