@@ -19,6 +19,7 @@ use crate::{
     actor_ref::ActorRef,
     cell::Cell,
     config::SpawnOptions,
+    dead_letter::DeadLetterReason,
     error::{AskError, SpawnError},
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Queued, SystemMsg, next_record, next_record_ext, stop_in_batch},
@@ -750,7 +751,7 @@ impl ActorSystem {
                 left,
                 std::any::type_name::<A::Msg>(),
                 &cell.path,
-                "left in mailbox at stop",
+                &DeadLetterReason::LeftInMailbox,
             );
             if cell.registered.load(Ordering::Acquire) {
                 registry.unregister(cell.path.elements());
@@ -849,7 +850,7 @@ fn handler_failed(
     path: &crate::path::ActorPath,
     type_name: &str,
 ) {
-    registry.dead_letter(type_name, path, "handler failed");
+    registry.dead_letter(type_name, path, &DeadLetterReason::HandlerFailed);
 }
 
 /// A remote message that did not decode: a dead letter that says why.
@@ -863,7 +864,7 @@ fn undecodable<M>(
     registry.dead_letter(
         std::any::type_name::<M>(),
         path,
-        &format!("remote message does not decode: {e}"),
+        &DeadLetterReason::Undecodable(e.to_string().into()),
     );
 }
 
@@ -1500,7 +1501,7 @@ async fn run_actor<A: Actor>(
         left,
         std::any::type_name::<A::Msg>(),
         &path,
-        "left in mailbox at stop",
+        &DeadLetterReason::LeftInMailbox,
     );
     let reason = if shutting_down {
         StopReason::SystemShutdown

@@ -38,7 +38,7 @@ use super::{
     },
     stage,
 };
-use crate::error::SerializationError;
+use crate::{dead_letter::DeadLetterReason, error::SerializationError};
 
 thread_local! {
     /// Where `tell` serializes a message that does not go straight into
@@ -49,7 +49,8 @@ thread_local! {
 impl stage::StageOwner for Association {
     fn staged_lost(&self, n: u64, why: &str) {
         if let Some(r) = self.registry() {
-            r.dead_letters_n(n, "(queued on a lost link)", &self.node, why);
+            let why = DeadLetterReason::LinkLost(why.to_owned().into());
+            r.dead_letters_n(n, "(queued on a lost link)", &self.node, &why);
         }
     }
 }
