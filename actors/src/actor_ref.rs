@@ -667,6 +667,21 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Remote(r) | Inner::RemoteExt(r) => Some(r.assoc.watch_downs()),
             _ => None,
         };
+        // A verdict that came before the subscription: the judged link may
+        // still be up, being torn down, and would lose the request.
+        if let Inner::Remote(r) | Inner::RemoteExt(r) = &self.inner
+            && r.assoc.judged_unreachable(&r.recipient)
+        {
+            let node = r.recipient.path.node().to_owned();
+            if let Some(registry) = self.registry() {
+                registry.dead_letter(
+                    std::any::type_name::<M>(),
+                    self.path(),
+                    &DeadLetterReason::Unreachable("its node is judged unreachable".into()),
+                );
+            }
+            return Err(AskError::NodeUnreachable(node));
+        }
         // A remote request carries its reply slot's path, so that the node
         // can say at once why it is a dead letter there.
         let reply_path = matches!(self.inner, Inner::Remote(_) | Inner::RemoteExt(_))

@@ -363,6 +363,15 @@ impl Association {
         self.downs.subscribe()
     }
 
+    /// Whether a request to `r` fails at once because the node is judged
+    /// unreachable (see `liveness`). An ask checks it after subscribing to
+    /// downs: a verdict before the subscription is seen here, one after it
+    /// fires the subscription, so none is missed while the judged link is
+    /// still being torn down (and would take the request only to lose it).
+    pub(crate) fn judged_unreachable(&self, r: &Recipient) -> bool {
+        lock(&self.life).fails_fast(r.uid)
+    }
+
     /// Resolves with the reason when the node goes down for recipient
     /// `r` (unreachable, a failed connect, or `r`'s incarnation
     /// quarantined).
