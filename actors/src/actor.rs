@@ -19,9 +19,12 @@ use crate::{
     actor_ref::ActorRef,
     cell::Cell,
     config::SpawnOptions,
+    dead_letter::DeadLetterReason,
     error::{AskError, SpawnError},
     lifecycle::{StopReason, Terminated},
-    mailbox::{Mailbox, Queued, SystemMsg, next_record, next_record_ext, stop_in_batch},
+    mailbox::{
+        Mailbox, Queued, STOP_RECORD, SystemMsg, next_record, next_record_ext, stop_in_batch,
+    },
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
     reply::{self, NoReply},
@@ -750,7 +753,7 @@ impl ActorSystem {
                 left,
                 std::any::type_name::<A::Msg>(),
                 &cell.path,
-                "left in mailbox at stop",
+                &DeadLetterReason::LeftInMailbox,
             );
             if cell.registered.load(Ordering::Acquire) {
                 registry.unregister(cell.path.elements());
@@ -849,7 +852,7 @@ fn handler_failed(
     path: &crate::path::ActorPath,
     type_name: &str,
 ) {
-    registry.dead_letter(type_name, path, "handler failed");
+    registry.dead_letter(type_name, path, &DeadLetterReason::HandlerFailed);
 }
 
 /// A remote message that did not decode: a dead letter that says why.
@@ -863,8 +866,60 @@ fn undecodable<M>(
     registry.dead_letter(
         std::any::type_name::<M>(),
         path,
-        &format!("remote message does not decode: {e}"),
+        &DeadLetterReason::Undecodable(e.to_string().into()),
     );
+}
+
+/// Drops the messages an actor that stopped never handled, and says how
+/// many there were, for one dead-letter count.
+///
+/// A remote batch is decoded first, message by message, each dropped at
+/// once: a remote ask's reply ref travels inside its request, so
+/// decoding is the only way to find it, and dropping it (inside the
+/// caller's `reply::collect`) sends the asker's node the failure at once
+/// (`SysWire::NoReply`) instead of leaving the asker to its timeout.
+/// What does not decode is not a second dead letter; a panicking
+/// `Deserialize` ends the decoding (the asks after it wait for their
+/// timeout) but not the count.
+#[cold]
+#[inline(never)]
+fn drop_unhandled<M: Send + 'static>(
+    user: &mut VecDeque<Queued<M>>,
+    decoders: Option<&crate::serialization::Decoders<M>>,
+    scope: Option<&Arc<dyn Any + Send + Sync>>,
+) -> u64 {
+    let mut left = 0;
+    for queued in user.drain(..) {
+        left += queued.count() as u64;
+        let (Queued::Batch(bytes, _), Some(decoders)) = (queued, decoders) else {
+            continue;
+        };
+        let decode_all = || {
+            let mut pos = 0;
+            loop {
+                while let Some((range, ext)) = next_record_ext(&bytes, &mut pos) {
+                    if ext {
+                        drop((decoders.ext)(&bytes[range]));
+                    } else {
+                        drop((decoders.plain)(&bytes[range]));
+                    }
+                }
+                // A graceful stop's marker: the records after it too.
+                if bytes.get(pos..pos + 4) != Some(&STOP_RECORD.to_le_bytes()[..]) {
+                    return;
+                }
+                pos += 4;
+            }
+        };
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| match scope {
+            Some(scope) => with_decode_scope(scope, &bytes, decode_all),
+            None => decode_all(),
+        }));
+        if let Err(p) = decoded {
+            tracing::warn!(panic = %panic_message(&*p), "a message's Deserialize panicked while the asks queued for a stopped actor were failed");
+        }
+    }
+    left
 }
 
 /// Decodes the rest of a remote batch from `pos`, where a record with an
@@ -1488,19 +1543,22 @@ async fn run_actor<A: Actor>(
     let shutting_down = sys_inner.shutting_down.load(Ordering::Acquire);
     let mut left = run.decoded.len() as u64;
     left += run.traced.len() as u64;
+    // What is still in the mailbox joins what was taken from it: once
+    // closed, senders are refused (a remote ask then hears why at once),
+    // and what it held is failed and counted here, once.
+    let queued = run.cell.mailbox.close_taking();
+    run.user.extend(queued);
     // The asks among them fail now, as the actor is gone.
     reply::collect(&mut held, || {
         run.decoded.clear();
         run.traced.clear();
-        for env in run.user.drain(..) {
-            left += env.count() as u64;
-        }
+        left += drop_unhandled(&mut run.user, run.cell.decode.get(), run.scope.as_ref());
     });
     run.registry.dead_letters_n(
         left,
         std::any::type_name::<A::Msg>(),
         &path,
-        "left in mailbox at stop",
+        &DeadLetterReason::LeftInMailbox,
     );
     let reason = if shutting_down {
         StopReason::SystemShutdown

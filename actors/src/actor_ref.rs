@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     cell::{Answer, Cell, Promise},
+    dead_letter::DeadLetterReason,
     error::{AskError, ResolveError, SendError, SerializationError, StopError},
     lifecycle::{StopReason, Terminated},
     mailbox::{Queued, Refused, SystemMsg},
@@ -403,7 +404,7 @@ impl<M: Send + 'static> ActorRef<M> {
         }
     }
 
-    fn gone(&self, msg: M, why: &str) -> SendError<M> {
+    fn gone(&self, msg: M, why: &DeadLetterReason) -> SendError<M> {
         if let Some(registry) = self.registry() {
             registry.dead_letter(std::any::type_name::<M>(), self.path(), why);
         }
@@ -435,7 +436,9 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Local(c) => match c.mailbox.push(Queued::Local(msg)) {
                 Ok(()) => Ok(false),
                 Err((Refused::Full, Queued::Local(m))) => Err(SendError::MailboxFull(m)),
-                Err((Refused::Closed, Queued::Local(m))) => Err(self.gone(m, "actor stopped")),
+                Err((Refused::Closed, Queued::Local(m))) => {
+                    Err(self.gone(m, &DeadLetterReason::ActorStopped))
+                }
                 Err((_, _)) => unreachable!("pushed a local envelope"),
             },
             // A local reply comes in the context its sender runs in, as a
@@ -443,7 +446,7 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Promise(p) => p
                 .complete(msg, TraceContext::current())
                 .map(|()| false)
-                .map_err(|m| self.gone(m, crate::remote::LATE_REPLY)),
+                .map_err(|m| self.gone(m, &DeadLetterReason::AskDone)),
             // Its own variant, so a plain ref pays no test for it.
             Inner::RemoteExt(r) => self.tell_ext(r, msg),
             Inner::Remote(r) => {
@@ -456,7 +459,7 @@ impl<M: Send + 'static> ActorRef<M> {
                     Err(e) => Err(self.remote_error(e, msg)),
                 }
             }
-            Inner::Dead(..) => Err(self.gone(msg, "no such actor")),
+            Inner::Dead(..) => Err(self.gone(msg, &DeadLetterReason::NoActor)),
         }
     }
 
@@ -527,7 +530,7 @@ impl<M: Send + 'static> ActorRef<M> {
         match &self.inner {
             Inner::Local(c) => match c.mailbox.push_wait(Queued::Local(msg)).await {
                 Ok(()) => Ok(()),
-                Err(Queued::Local(m)) => Err(self.gone(m, "actor stopped")),
+                Err(Queued::Local(m)) => Err(self.gone(m, &DeadLetterReason::ActorStopped)),
                 Err(_) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) | Inner::RemoteExt(r) => {
@@ -563,8 +566,11 @@ impl<M: Send + 'static> ActorRef<M> {
             // The recipient used its window: its mailbox is full.
             TellError::NoCredit => SendError::MailboxFull(msg),
             TellError::Full => SendError::LinkFull(msg),
-            TellError::Gone => self.gone(msg, "its node's incarnation is quarantined"),
-            TellError::Unreachable => self.gone(msg, "its node is judged unreachable"),
+            TellError::Gone => self.gone(msg, &DeadLetterReason::Quarantined),
+            TellError::Unreachable => self.gone(
+                msg,
+                &DeadLetterReason::Unreachable("its node is judged unreachable".into()),
+            ),
             TellError::Serialization(e) => SendError::Serialization(e),
         }
     }
@@ -661,6 +667,21 @@ impl<M: Send + 'static> ActorRef<M> {
             Inner::Remote(r) | Inner::RemoteExt(r) => Some(r.assoc.watch_downs()),
             _ => None,
         };
+        // A verdict that came before the subscription: the judged link may
+        // still be up, being torn down, and would lose the request.
+        if let Inner::Remote(r) | Inner::RemoteExt(r) = &self.inner
+            && r.assoc.judged_unreachable(&r.recipient)
+        {
+            let node = r.recipient.path.node().to_owned();
+            if let Some(registry) = self.registry() {
+                registry.dead_letter(
+                    std::any::type_name::<M>(),
+                    self.path(),
+                    &DeadLetterReason::Unreachable("its node is judged unreachable".into()),
+                );
+            }
+            return Err(AskError::NodeUnreachable(node));
+        }
         // A remote request carries its reply slot's path, so that the node
         // can say at once why it is a dead letter there.
         let reply_path = matches!(self.inner, Inner::Remote(_) | Inner::RemoteExt(_))

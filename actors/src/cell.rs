@@ -16,6 +16,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
+    dead_letter::DeadLetterReason,
     error::AskError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Refused, SystemMsg, next_record_ext},
@@ -197,9 +198,9 @@ impl<M: RemoteMessage> Target for Promise<M> {
                 let why = match decode_record::<M>(&batch[range], ext) {
                     Ok((m, trace)) => match self.complete(m, trace) {
                         Ok(()) => continue,
-                        Err(_) => crate::remote::LATE_REPLY.to_owned(),
+                        Err(_) => DeadLetterReason::AskDone,
                     },
-                    Err(e) => format!("reply does not decode: {e}"),
+                    Err(e) => DeadLetterReason::Undecodable(format!("reply: {e}").into()),
                 };
                 registry.dead_letter(std::any::type_name::<M>(), &self.path, &why);
             }

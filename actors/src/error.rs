@@ -74,7 +74,7 @@ pub enum SendError<M> {
     /// A cluster singleton's ref (`actors::singleton::SingletonRef`) holds its
     /// `buffer_bytes` of messages while the singleton moves or is not yet
     /// known: the message comes back and is also counted as a dead letter
-    /// (reason `singleton_buffer_full`). Retry once the singleton runs
+    /// (reason `buffer_full`). Retry once the singleton runs
     /// (`SingletonRef::location`), or raise
     /// `SingletonSettings::buffer_bytes`.
     #[error("singleton buffer full (at most {1} bytes)")]

@@ -85,7 +85,8 @@
 //! where the hot path runs and gives the lock order; a test checks this
 //! order against the imports).
 //! - `error`: the error types. `path`: [`ActorPath`]. `lifecycle`:
-//!   [`StopReason`], [`Terminated`].
+//!   [`StopReason`], [`Terminated`]. `dead_letter`: [`DeadLetterReason`]
+//!   and [`MalformedKind`], the typed reasons logs and metrics label by.
 //! - `reply`: what fails an ask at once when its reply ref is dropped
 //!   unanswered (the handler failed, the actor stopped).
 //! - `bincode_format`: bincode 2's message format, our serializer and
@@ -163,6 +164,7 @@ mod cell;
 pub mod cluster;
 mod config;
 mod config_file;
+mod dead_letter;
 #[cfg(test)]
 mod differential;
 mod error;
@@ -210,6 +212,7 @@ pub use config::{
 pub use config_file::{
     ActorsEnv, ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG, STRICT_ENV,
 };
+pub use dead_letter::{DeadLetterReason, MalformedKind};
 pub use error::{
     AskError, ResolveError, SendError, SerializationError, SpawnError, StopError, SystemError,
 };

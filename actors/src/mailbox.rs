@@ -422,6 +422,21 @@ impl<M> Mailbox<M> {
         n
     }
 
+    /// Closes the mailbox as [`close`](Self::close) does, but hands over
+    /// the user messages it held instead of dropping them: an actor that
+    /// stops fails the asks among them (see `actor::drop_unhandled`).
+    pub(crate) fn close_taking(&self) -> VecDeque<Queued<M>> {
+        let mut st = self.lock();
+        st.closed = true;
+        st.queued = 0;
+        st.queued_bytes = 0;
+        let user = std::mem::take(&mut st.user);
+        st.system.clear();
+        drop(st);
+        self.space.notify_waiters();
+        user
+    }
+
     /// User messages queued now.
     pub(crate) fn len(&self) -> usize {
         self.lock().queued

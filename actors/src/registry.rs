@@ -19,6 +19,7 @@ use bytes::Bytes;
 use transport::{LogLimit, PeerText};
 
 use crate::{
+    dead_letter::DeadLetterReason,
     mailbox::Refused,
     path::ActorPath,
     telemetry::SystemMeters,
@@ -200,16 +201,22 @@ impl Registry {
     /// Counts a dead letter and logs it (sampled: a peer can cause any
     /// number; its recipient path is the peer's text, escaped; `msg_type`
     /// is always this node's own label).
-    pub(crate) fn dead_letter(&self, msg_type: &str, recipient: &dyn fmt::Display, why: &str) {
+    pub(crate) fn dead_letter(
+        &self,
+        msg_type: &str,
+        recipient: &dyn fmt::Display,
+        why: &DeadLetterReason,
+    ) {
         let n = self.dead_letters.fetch_add(1, Ordering::Relaxed) + 1;
-        self.meters.dead_letters(1, msg_type, why);
+        self.meters.dead_letters(1, why);
         if let Some(s) = self.dead_letter_log.sample() {
             let recipient = recipient.to_string();
             tracing::warn!(
                 system = %self.name,
                 msg_type,
                 recipient = %PeerText(&recipient),
-                reason = %Reason(why),
+                reason = %Reason(&why.to_string()),
+                label = why.label(),
                 total = n,
                 suppressed = s.suppressed,
                 "dead letter"
@@ -223,16 +230,16 @@ impl Registry {
         n: u64,
         msg_type: &str,
         recipient: &dyn fmt::Display,
-        why: &str,
+        why: &DeadLetterReason,
     ) {
         if n == 0 {
             return;
         }
         let total = self.dead_letters.fetch_add(n, Ordering::Relaxed) + n;
-        self.meters.dead_letters(n, msg_type, why);
+        self.meters.dead_letters(n, why);
         if let Some(s) = self.dead_letter_log.sample() {
             let recipient = recipient.to_string();
-            tracing::warn!(system = %self.name, msg_type, recipient = %PeerText(&recipient), reason = %Reason(why), count = n, total, suppressed = s.suppressed, "dead letters");
+            tracing::warn!(system = %self.name, msg_type, recipient = %PeerText(&recipient), reason = %Reason(&why.to_string()), label = why.label(), count = n, total, suppressed = s.suppressed, "dead letters");
         }
     }
 }

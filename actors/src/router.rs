@@ -112,6 +112,7 @@ use tokio::sync::watch;
 use crate::{
     actor::{Actor, ActorError, ActorResult, Ctx},
     actor_ref::ActorRef,
+    dead_letter::DeadLetterReason,
     error::{AskError, SendError, SpawnError},
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
@@ -1065,7 +1066,11 @@ impl<M: Send + 'static> Shared<M> {
     #[cold]
     fn no_routees(&self, msg: M) -> SendError<M> {
         if let (Some(registry), Some(path)) = (self.registry.upgrade(), self.path.get()) {
-            registry.dead_letter(std::any::type_name::<M>(), path, "router has no routees");
+            registry.dead_letter(
+                std::any::type_name::<M>(),
+                path,
+                &DeadLetterReason::NoRoutee,
+            );
         }
         SendError::ActorGone(msg)
     }
@@ -1189,7 +1194,7 @@ impl<M: Send + 'static> Actor for RouterActor<M> {
                             registry.dead_letter(
                                 std::any::type_name::<M>(),
                                 ctx.myself().path(),
-                                &format!("routed message does not encode: {e}"),
+                                &DeadLetterReason::Unencodable(e.to_string().into()),
                             );
                         }
                     }

@@ -42,6 +42,8 @@ use std::{
 use metrics::{Counter, Gauge, Histogram, SharedString, Unit};
 use transport::ConnStats;
 
+use crate::dead_letter::{DeadLetterReason, MalformedKind};
+
 /// What a metric is, for [`METRICS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -197,7 +199,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: None,
         labels: "node, kind",
-        help: "Malformed input from peers by kind: envelope, extension_block, recipient, fragment, system_message, other.",
+        help: "Malformed input from peers by kind: envelope, extension_block, recipient, fragment, system_message.",
     },
     Spec {
         name: DEAD_LETTERS,
@@ -305,74 +307,6 @@ pub(crate) const CLUSTER_REFUSED_KINDS: [&str; 3] = ["malformed", "unauthenticat
 /// `actors_cluster_members`'s states, in `ClusterMeters::publish`'s order.
 pub(crate) const CLUSTER_MEMBER_STATES: [&str; 4] = ["up", "suspect", "down", "left"];
 
-/// Dead-letter reasons: the label, and the phrases of the (free-form)
-/// reasons and message kinds that map to it, first match wins. Free-form
-/// reasons carry numbers and peer text; labels must stay few.
-const DEAD_REASONS: &[(&str, &[&str])] = &[
-    ("malformed", &["(malformed envelope)"]),
-    (
-        "link_lost",
-        &[
-            "(queued on a lost link)",
-            "link closed",
-            "connection closed",
-        ],
-    ),
-    ("handler_failed", &["handler failed"]),
-    // Before `no_actor` and `actor_stopped`: a late reply, local or
-    // remote, is this whatever else its reason says.
-    ("ask_done", &["ask already answered"]),
-    ("no_actor", &["no such actor"]),
-    (
-        "actor_stopped",
-        &["actor stopped", "left in mailbox at stop"],
-    ),
-    ("wrong_type", &["actor takes"]),
-    ("undecodable", &["does not decode"]),
-    ("mailbox_full", &["mailbox full"]),
-    ("too_large", &["exceeds the maximum message size"]),
-    ("restarted", &["incarnation restarted"]),
-    ("quarantined", &["quarantined"]),
-    ("refused", &["refused"]),
-    ("shut_down", &["shut down"]),
-    ("singleton_buffer_full", &["singleton buffer full"]),
-    (
-        "unreachable",
-        &["unreachable", "connect", "resolve", "allow-list"],
-    ),
-];
-
-/// Malformed-input kinds, as `DEAD_REASONS`.
-const MALFORMED_KINDS: &[(&str, &[&str])] = &[
-    ("fragment", &["fragment", "large message"]),
-    (
-        "recipient",
-        &["recipient id", "unknown recipient", "MAX_PATH_LEN"],
-    ),
-    (
-        "system_message",
-        &["system message", "reliable stream", "Undeliverable"],
-    ),
-    // Before `envelope`: "truncated extension block" is this kind.
-    ("extension_block", &["extension block", "trace context"]),
-    ("envelope", &["envelope", "truncated", "utf-8"]),
-];
-
-const OTHER: &str = "other";
-
-/// The index in `table` of the first label whose phrases `texts` contain;
-/// `table.len()` for "other".
-fn classify(table: &[(&str, &[&str])], texts: &[&str]) -> usize {
-    table
-        .iter()
-        .position(|(_, phrases)| phrases.iter().any(|p| texts.iter().any(|t| t.contains(p))))
-        .unwrap_or(table.len())
-}
-
-fn label(table: &[(&'static str, &[&str])], i: usize) -> &'static str {
-    table.get(i).map_or(OTHER, |(l, _)| l)
-}
-
 /// Whether a recorder (global, or local to this thread) is installed now.
 ///
 /// The facade says so nowhere; its no-op recorder is the only zero-sized
@@ -423,14 +357,15 @@ impl SystemMeters {
             };
         }
         describe();
-        let by = |name: &'static str, key: &'static str, table: &[(&'static str, &[&str])]| {
-            (0..=table.len())
-                .map(|i| metrics::counter!(name, "node" => node.clone(), key => label(table, i)))
+        let by = |name: &'static str, key: &'static str, labels: &[&'static str]| {
+            labels
+                .iter()
+                .map(|&l| metrics::counter!(name, "node" => node.clone(), key => l))
                 .collect()
         };
         Self {
-            dead: by(DEAD_LETTERS, "reason", DEAD_REASONS),
-            malformed: by(MALFORMED, "kind", MALFORMED_KINDS),
+            dead: by(DEAD_LETTERS, "reason", &DeadLetterReason::LABELS),
+            malformed: by(MALFORMED, "kind", &MalformedKind::LABELS),
             associations: metrics::gauge!(ASSOCIATIONS, "node" => node.clone()),
             node,
             enabled,
@@ -443,17 +378,17 @@ impl SystemMeters {
         self.enabled
     }
 
-    /// `n` dead letters of kind `what` for reason `why`.
-    pub(crate) fn dead_letters(&self, n: u64, what: &str, why: &str) {
+    /// `n` dead letters for reason `why`.
+    pub(crate) fn dead_letters(&self, n: u64, why: &DeadLetterReason) {
         if self.enabled {
-            self.dead[classify(DEAD_REASONS, &[what, why])].increment(n);
+            self.dead[why.slot()].increment(n);
         }
     }
 
-    /// One malformed input from a peer, `why` as the dispatcher says it.
-    pub(crate) fn malformed(&self, why: &str) {
+    /// One malformed input of `kind` from a peer.
+    pub(crate) fn malformed(&self, kind: MalformedKind) {
         if self.enabled {
-            self.malformed[classify(MALFORMED_KINDS, &[why])].increment(1);
+            self.malformed[kind.slot()].increment(1);
         }
     }
 
@@ -837,7 +772,10 @@ mod tests {
             })
             .collect();
         assert_eq!(rows, expected);
-        for (label, _) in DEAD_REASONS.iter().chain(MALFORMED_KINDS) {
+        for label in DeadLetterReason::LABELS
+            .iter()
+            .chain(&MalformedKind::LABELS)
+        {
             assert!(
                 readme.contains(&format!("`{label}`")),
                 "{label} is documented"
@@ -859,82 +797,6 @@ mod tests {
             "Wrap<Msg, Vec<u8>>"
         );
         assert_eq!(short_type_name("Plain"), "Plain");
-    }
-
-    #[test]
-    fn reasons_map_to_few_labels() {
-        let dead =
-            |what: &str, why: &str| label(DEAD_REASONS, classify(DEAD_REASONS, &[what, why]));
-        assert_eq!(dead("x::Msg", "no such actor"), "no_actor");
-        assert_eq!(dead("x::Msg", "actor stopped"), "actor_stopped");
-        assert_eq!(dead("x::Msg", "left in mailbox at stop"), "actor_stopped");
-        assert_eq!(
-            dead("(queued on a lost link)", "node unreachable"),
-            "link_lost"
-        );
-        assert_eq!(
-            dead("(malformed envelope)", "unknown recipient id 7"),
-            "malformed"
-        );
-        assert_eq!(
-            dead("x::Msg", "remote message does not decode: unexpected end"),
-            "undecodable"
-        );
-        assert_eq!(
-            dead(
-                "m",
-                "actor takes a::B, message is another or unregistered type"
-            ),
-            "wrong_type"
-        );
-        assert_eq!(
-            dead("x::Msg", "its node's incarnation is quarantined"),
-            "quarantined"
-        );
-        assert_eq!(
-            dead("(remote message)", "connect to 127.0.0.1:1: refused"),
-            "refused"
-        );
-        assert_eq!(
-            dead("(remote message)", "cannot resolve h:1: no"),
-            "unreachable"
-        );
-        assert_eq!(dead("x::Msg", "handler failed"), "handler_failed");
-        // A late reply is one reason, local or remote, early or late
-        // (after its slot was unregistered, its type may be unknown).
-        assert_eq!(dead("u64", crate::remote::LATE_REPLY), "ask_done");
-        assert_eq!(
-            dead(
-                "unknown type (manifest 0x554400f7)",
-                crate::remote::LATE_REPLY
-            ),
-            "ask_done"
-        );
-        assert_eq!(
-            dead("x::Msg", "its node is judged unreachable"),
-            "unreachable"
-        );
-        assert_eq!(dead("x", "something new"), "other");
-        let kind = |why: &str| label(MALFORMED_KINDS, classify(MALFORMED_KINDS, &[why]));
-        assert_eq!(kind("envelope shorter than its header"), "envelope");
-        assert_eq!(kind("truncated recipient path"), "envelope");
-        assert_eq!(kind("unknown recipient id 9"), "recipient");
-        assert_eq!(kind("recipient id beyond the per-link limit"), "recipient");
-        assert_eq!(kind("undecodable system message"), "system_message");
-        assert_eq!(
-            kind("fragment at offset 3 of large message 1, which never started"),
-            "fragment"
-        );
-        assert_eq!(kind("truncated extension block"), "extension_block");
-        assert_eq!(
-            kind("invalid trace context (an all-zero id)"),
-            "extension_block"
-        );
-        assert_eq!(
-            kind("unknown envelope flags (a newer node's feature?)"),
-            "envelope"
-        );
-        assert_eq!(kind("???"), "other");
     }
 
     #[test]

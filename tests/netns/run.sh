@@ -7,13 +7,16 @@
 # event; this script reads those lines and checks that
 #   - the blackhole is detected (failure detector: "event unreachable"),
 #   - the reset is seen ("event disconnected"),
+#   - a silent host (every packet dropped, no RST), once judged
+#     unreachable, fails every new ask at once with NodeUnreachable instead
+#     of each waiting for a dial's handshake timeout (the figures printed),
 #   - after every heal, asks succeed again within a bounded time.
 #
 # Needs root, `ip` (iproute2) with netns support, and `nft` (installed with
 # apt-get if missing). Where any of that is not available it prints
 # "NOT RUN: <reason>" and exits 77: reported, never silently skipped.
 # Exit 0: all phases passed; 1: a phase failed (the logs are printed).
-# Takes about 20 s (plus the peer binary's build, and installing nftables,
+# Takes about 30 s (plus the peer binary's build, and installing nftables,
 # if needed).
 #
 # Usage: tests/netns/run.sh       (from anywhere; CARGO_TARGET_DIR honoured)
@@ -180,6 +183,48 @@ ok=$(count 'ask ok' "${down:-$from}" "$to")
 echo "  while reset: $ok asks ok, $(count 'ask err' "$from" "$to") failed"
 if [ "$ok" = 0 ]; then pass "tcp reset: no ask got through while reset"; else fail "tcp reset: $ok asks got through the reset"; fi
 recovers "tcp reset" "$to"
+
+echo "phase 4: silent host (every packet dropped, no RST) for 4 s after the verdict"
+# The host neither answers nor refuses: each dial would wait for its
+# handshake timeout (5 s). Asks before the verdict wait for it (they time
+# out, or fail with NodeDown at the verdict); once the node is judged
+# unreachable every new ask must fail at once with NodeUnreachable while
+# one background redial looks for the node.
+from=$(lines)
+t0=$SECONDS
+rules drop
+if wait_for "event unreachable" "$from" 15; then
+  pass "silent host: judged unreachable after $((SECONDS - t0)) s"
+else
+  fail "silent host: no unreachable event within 15 s"
+fi
+verdict=$(grep -n "event unreachable" "$LOG" | tail -n 1 | cut -d: -f1)
+verdict=${verdict:-$(lines)}
+sleep 4
+to=$(lines)
+heal
+# ms=N of each ask err line in (FROM, TO] (matching PATTERN, or not with -v).
+ask_ms() {
+  tail -n +"$(($1 + 1))" "$LOG" | head -n "$(($2 - $1))" | grep -- "ask err" \
+    | grep $3 -- "down while the ask waited" | sed -n 's/.* ms=\([0-9]*\).*/\1/p' || true
+}
+# Asks that started before the verdict: timed out, or failed with NodeDown
+# at the verdict (printed just after its event line).
+before=$(ask_ms "$from" "$verdict" -v | sort -n | tr '\n' ' ')
+at_verdict=$(ask_ms "$from" "$to" "" | sort -n | tr '\n' ' ')
+after=$(ask_ms "$verdict" "$to" -v | sort -n)
+n_after=$(printf '%s\n' "$after" | grep -c . || true)
+max_after=$(printf '%s\n' "$after" | tail -n 1)
+median_after=$(printf '%s\n' "$after" | sed -n "$(((n_after + 1) / 2))p")
+unreachable_after=$(tail -n +"$((verdict + 1))" "$LOG" | head -n "$((to - verdict))" | grep -c -- "ask err node unreachable" || true)
+echo "  before the verdict: asks timed out after [ ${before}] ms (ask timeout 1000 ms); in flight at the verdict: NodeDown after [ ${at_verdict}] ms"
+echo "  after the verdict: $n_after asks failed, $unreachable_after with NodeUnreachable, median ${median_after:-?} ms, max ${max_after:-?} ms"
+if [ "$n_after" -ge 10 ] && [ "$unreachable_after" = "$n_after" ] && [ "${max_after:-9999}" -lt 100 ]; then
+  pass "silent host: every ask after the verdict failed at once with NodeUnreachable (max ${max_after} ms)"
+else
+  fail "silent host: asks after the verdict did not all fail at once with NodeUnreachable ($n_after asks, $unreachable_after unreachable, max ${max_after:-?} ms)"
+fi
+recovers "silent host" "$to"
 
 echo "--- client log (last 15 lines) ---"
 tail -n 15 "$LOG"

@@ -44,6 +44,7 @@ use super::{
     system_msg::{SysWire, reliable_frame, system_frame},
 };
 use crate::{
+    dead_letter::DeadLetterReason,
     error::ResolveError,
     lifecycle::{StopReason, Terminated},
     path::ActorPath,
@@ -195,7 +196,12 @@ impl Association {
         }
     }
 
-    pub(super) fn dead_letter(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
+    pub(super) fn dead_letter(
+        &self,
+        what: &str,
+        to: &dyn std::fmt::Display,
+        why: &DeadLetterReason,
+    ) {
         if let Some(r) = self.registry() {
             r.dead_letter(what, to, why);
         }
@@ -356,6 +362,15 @@ impl Association {
     /// missed. See `requests::Downs`.
     pub(crate) fn watch_downs(&self) -> AskWatch {
         self.downs.subscribe()
+    }
+
+    /// Whether a request to `r` fails at once because the node is judged
+    /// unreachable (see `liveness`). An ask checks it after subscribing to
+    /// downs: a verdict before the subscription is seen here, one after it
+    /// fires the subscription, so none is missed while the judged link is
+    /// still being torn down (and would take the request only to lose it).
+    pub(crate) fn judged_unreachable(&self, r: &Recipient) -> bool {
+        lock(&self.life).fails_fast(r.uid)
     }
 
     /// Resolves with the reason when the node goes down for recipient
@@ -748,11 +763,7 @@ impl Association {
             for p in chunk {
                 let ok = match p {
                     Pending::User(r, ..) | Pending::Stop(r, _) if !link.serves(r.uid) => {
-                        self.dead_letter(
-                            "(remote message)",
-                            &r.path,
-                            "the recipient's incarnation restarted",
-                        );
+                        self.dead_letter("(remote message)", &r.path, &DeadLetterReason::Restarted);
                         true
                     }
                     Pending::User(r, manifest, payload) => link
@@ -774,7 +785,11 @@ impl Association {
                 if !ok {
                     // The new link died while flushing; its close handler
                     // reports the rest.
-                    self.dead_letter("(pending)", &self.node, "link closed while flushing");
+                    self.dead_letter(
+                        "(pending)",
+                        &self.node,
+                        &DeadLetterReason::LinkLost("link closed while flushing".into()),
+                    );
                 }
             }
         }
@@ -856,7 +871,14 @@ impl Association {
         };
         let users = pending.iter().filter(|p| p.is_user()).count() as u64;
         if let Some(r) = self.registry() {
-            r.dead_letters_n(users, "(remote message)", &self.node, reason);
+            let why = if self.shut_down() {
+                DeadLetterReason::ShutDown
+            } else if refused {
+                DeadLetterReason::Refused(reason.to_owned().into())
+            } else {
+                DeadLetterReason::Unreachable(reason.to_owned().into())
+            };
+            r.dead_letters_n(users, "(remote message)", &self.node, &why);
         }
         let verdict =
             lock(&self.life).on_connect_failed(Instant::now(), refused, transport::random_uid());
@@ -1246,21 +1268,25 @@ impl LaneHost for Association {
         host: &Arc<Self>,
         r: &Recipient,
         cancel: &CancellationToken,
-    ) -> Result<Link, &'static str> {
+    ) -> Result<Link, DeadLetterReason> {
         let mut asked = false;
         loop {
             let notified = host.up.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if host.is_quarantined(r.uid) {
-                return Err("its node's incarnation is quarantined");
+                return Err(DeadLetterReason::Quarantined);
             }
             match &*host.state() {
                 LinkState::Up(link) if !link.serves(r.uid) => {
-                    return Err("the recipient's incarnation restarted");
+                    return Err(DeadLetterReason::Restarted);
                 }
                 LinkState::Up(link) => return Ok(link.clone()),
-                LinkState::Idle if asked => return Err("connecting to its node failed"),
+                LinkState::Idle if asked => {
+                    return Err(DeadLetterReason::Unreachable(
+                        "connecting to its node failed".into(),
+                    ));
+                }
                 LinkState::Idle | LinkState::Connecting { .. } => {}
             }
             if !asked {
@@ -1270,12 +1296,12 @@ impl LaneHost for Association {
             }
             tokio::select! {
                 () = notified => {}
-                () = cancel.cancelled() => return Err("actor system shut down"),
+                () = cancel.cancelled() => return Err(DeadLetterReason::ShutDown),
             }
         }
     }
 
-    fn lane_dead_letter(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
+    fn lane_dead_letter(&self, what: &str, to: &dyn std::fmt::Display, why: &DeadLetterReason) {
         self.dead_letter(what, to, why);
     }
 
@@ -1291,7 +1317,10 @@ impl LaneHost for Association {
 /// `node`, for `why`: a link's losses are never silent.
 pub(super) fn count_dropped(registry: &Registry, node: &str, conn: &Connection, why: &str) {
     let lost = conn.stats().frames_dropped;
-    registry.dead_letters_n(lost, "(queued on a lost link)", &node, why);
+    if lost > 0 {
+        let why = DeadLetterReason::LinkLost(why.to_owned().into());
+        registry.dead_letters_n(lost, "(queued on a lost link)", &node, &why);
+    }
 }
 
 /// Why a connect attempt failed, and whether the node's address refused

@@ -44,7 +44,97 @@
 //! [`APP_RUNS`] in its handshake, so a node that does not know them never
 //! gets one. Bit 7 is unknown: an envelope with it is malformed.
 
+use std::fmt;
+
 use bytes::{Buf, BufMut, BytesMut};
+
+use crate::dead_letter::MalformedKind;
+
+/// Why an envelope does not parse. Never allocates; `Display` is the
+/// text a dead letter and a log line show, [`label`](Self::label) a name
+/// that stays put when the text is reworded.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EnvelopeError {
+    /// Fewer bytes than flags and recipient id.
+    Short,
+    /// A flag beyond [`PLAIN_FLAGS`], from [`parse_plain`]: not malformed
+    /// yet; read the envelope again with [`parse_unusual`].
+    Unusual,
+    /// A flag this node does not know (a newer node's feature?).
+    UnknownFlags,
+    /// The recipient path's length or bytes are cut off.
+    TruncatedRecipient,
+    /// The recipient path is not UTF-8.
+    RecipientNotUtf8,
+    /// The reply path's length or bytes are cut off.
+    TruncatedReply,
+    /// The reply path is not UTF-8.
+    ReplyNotUtf8,
+    /// No room for the manifest.
+    NoManifest,
+    /// [`ENV_RUN`] with another flag.
+    RunWithFlags,
+    /// [`ENV_STOP`] with a payload or a fragment.
+    StopWithPayload,
+    /// A fragment header cut off.
+    TruncatedFragment,
+    /// The message's extension block does not parse; what
+    /// `serialization::Ext::parse` says of it.
+    ExtensionBlock(&'static str),
+}
+
+impl EnvelopeError {
+    /// A short stable name of the fault, for logs and tests.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Short => "short",
+            Self::Unusual => "unusual",
+            Self::UnknownFlags => "unknown_flags",
+            Self::TruncatedRecipient => "truncated_recipient",
+            Self::RecipientNotUtf8 => "recipient_not_utf8",
+            Self::TruncatedReply => "truncated_reply",
+            Self::ReplyNotUtf8 => "reply_not_utf8",
+            Self::NoManifest => "no_manifest",
+            Self::RunWithFlags => "run_with_flags",
+            Self::StopWithPayload => "stop_with_payload",
+            Self::TruncatedFragment => "truncated_fragment",
+            Self::ExtensionBlock(_) => "extension_block",
+        }
+    }
+
+    /// What a malformed envelope is counted as.
+    pub(crate) fn kind(self) -> MalformedKind {
+        match self {
+            Self::ExtensionBlock(_) => MalformedKind::ExtensionBlock,
+            _ => MalformedKind::Envelope,
+        }
+    }
+
+    /// The human text.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Short => "envelope shorter than its header",
+            Self::Unusual => "envelope flags beyond the plain ones",
+            Self::UnknownFlags => "unknown envelope flags (a newer node's feature?)",
+            Self::TruncatedRecipient => "truncated recipient path",
+            Self::RecipientNotUtf8 => "recipient path is not utf-8",
+            Self::TruncatedReply => "truncated reply path",
+            Self::ReplyNotUtf8 => "reply path is not utf-8",
+            Self::NoManifest => "envelope has no manifest",
+            Self::RunWithFlags => "a run envelope with other flags",
+            Self::StopWithPayload => "a stop envelope with a payload",
+            Self::TruncatedFragment => "truncated fragment header",
+            Self::ExtensionBlock(why) => why,
+        }
+    }
+}
+
+impl fmt::Display for EnvelopeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Flag: the envelope defines its recipient id with a path.
 pub(crate) const ENV_DEFINE: u8 = 1;
@@ -167,93 +257,83 @@ pub(crate) fn overhead(path_len: usize) -> usize {
 /// Parses an envelope; the error says what is malformed. Never panics,
 /// never allocates.
 #[inline]
-pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+pub(crate) fn parse(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
     match parse_plain(body) {
-        Err(why) if is_unusual(why) => parse_unusual(body),
+        Err(EnvelopeError::Unusual) => parse_unusual(body),
         parsed => parsed,
     }
 }
 
-/// What [`parse_plain`] says of an envelope with a flag beyond
-/// [`PLAIN_FLAGS`] (see [`is_unusual`]). A `static`, so that every use
-/// is one address.
-static UNUSUAL: &str = "envelope flags beyond the plain ones";
-
 /// `parse` of the envelopes on the hot path: an envelope with a flag
 /// beyond [`PLAIN_FLAGS`] (the extension block's, or one this node does
-/// not know) is refused with an error for which [`is_unusual`] holds; the
-/// caller then reads it with [`parse_unusual`], out of line. So a plain
+/// not know) is refused with [`EnvelopeError::Unusual`]; the caller then
+/// reads it with [`parse_unusual`], out of line. So a plain
 /// envelope costs one test of its flags more than before the block
 /// existed, and its `ext` is a constant `false`.
 #[inline]
-pub(crate) fn parse_plain(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+pub(crate) fn parse_plain(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
     parse_as::<false>(body)
-}
-
-/// Whether `parse_plain`'s error means "read it with `parse_unusual`".
-pub(crate) fn is_unusual(why: &'static str) -> bool {
-    std::ptr::eq(why, UNUSUAL)
 }
 
 /// `parse` of an envelope with a flag beyond [`PLAIN_FLAGS`]: the
 /// extension block's, or one this node does not know (malformed).
 #[cold]
 #[inline(never)]
-pub(crate) fn parse_unusual(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+pub(crate) fn parse_unusual(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
     if body[0] & !KNOWN_FLAGS != 0 {
-        return Err("unknown envelope flags (a newer node's feature?)");
+        return Err(EnvelopeError::UnknownFlags);
     }
     let env = parse_as::<true>(body)?;
     if !matches!(env.kind, Kind::Fragment(_)) {
         // Checked here, so a malformed block counts against the peer like
         // any malformed envelope; the actor's task reads it again.
-        crate::serialization::Ext::parse(env.payload)?;
+        crate::serialization::Ext::parse(env.payload).map_err(EnvelopeError::ExtensionBlock)?;
     }
     Ok(env)
 }
 
 /// The envelope's fields; `CHECKED`: the flags were checked by
 /// `parse_unusual`, else any flag beyond [`PLAIN_FLAGS`] is refused with
-/// [`UNUSUAL`].
+/// [`EnvelopeError::Unusual`].
 #[inline(always)]
-fn parse_as<const CHECKED: bool>(body: &[u8]) -> Result<Envelope<'_>, &'static str> {
+fn parse_as<const CHECKED: bool>(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
     let mut b = body;
     if b.len() < 5 {
-        return Err("envelope shorter than its header");
+        return Err(EnvelopeError::Short);
     }
     let flags = b.get_u8();
     if !CHECKED && flags & !PLAIN_FLAGS != 0 {
-        return Err(UNUSUAL);
+        return Err(EnvelopeError::Unusual);
     }
     let id = b.get_u32_le();
     let mut define = None;
     let inline = flags & ENV_INLINE != 0;
     if flags & (ENV_DEFINE | ENV_INLINE) != 0 {
         if b.len() < 2 {
-            return Err("truncated recipient path");
+            return Err(EnvelopeError::TruncatedRecipient);
         }
         let len = usize::from(b.get_u16_le());
         if b.len() < len {
-            return Err("truncated recipient path");
+            return Err(EnvelopeError::TruncatedRecipient);
         }
-        let path = std::str::from_utf8(&b[..len]).map_err(|_| "recipient path is not utf-8")?;
+        let path = std::str::from_utf8(&b[..len]).map_err(|_| EnvelopeError::RecipientNotUtf8)?;
         define = Some(path);
         b.advance(len);
     }
     let mut reply = None;
     if flags & ENV_REPLY != 0 {
         if b.len() < 2 {
-            return Err("truncated reply path");
+            return Err(EnvelopeError::TruncatedReply);
         }
         let len = usize::from(b.get_u16_le());
         if b.len() < len {
-            return Err("truncated reply path");
+            return Err(EnvelopeError::TruncatedReply);
         }
-        reply = Some(std::str::from_utf8(&b[..len]).map_err(|_| "reply path is not utf-8")?);
+        reply = Some(std::str::from_utf8(&b[..len]).map_err(|_| EnvelopeError::ReplyNotUtf8)?);
         b.advance(len);
     }
     if b.len() < 4 {
-        return Err("envelope has no manifest");
+        return Err(EnvelopeError::NoManifest);
     }
     let manifest = b.get_u32_le();
     let kind = if flags & (ENV_FRAGMENT | ENV_STOP | ENV_RUN) == 0 {
@@ -279,18 +359,18 @@ fn parse_as<const CHECKED: bool>(body: &[u8]) -> Result<Envelope<'_>, &'static s
 /// The kind of an envelope with `ENV_FRAGMENT` or `ENV_STOP`, reading a
 /// fragment's header from `b`.
 #[cold]
-fn special(flags: u8, b: &mut &[u8]) -> Result<Kind, &'static str> {
+fn special(flags: u8, b: &mut &[u8]) -> Result<Kind, EnvelopeError> {
     if flags & ENV_RUN != 0 {
-        return Err("a run envelope with other flags");
+        return Err(EnvelopeError::RunWithFlags);
     }
     if flags & ENV_STOP != 0 {
         if flags & ENV_FRAGMENT != 0 || !b.is_empty() {
-            return Err("a stop envelope with a payload");
+            return Err(EnvelopeError::StopWithPayload);
         }
         return Ok(Kind::Stop);
     }
     if b.len() < FRAGMENT_HEADER {
-        return Err("truncated fragment header");
+        return Err(EnvelopeError::TruncatedFragment);
     }
     Ok(Kind::Fragment(Fragment {
         msg: b.get_u32_le(),
@@ -544,10 +624,10 @@ mod tests {
             // A payload, or a fragment header, makes it malformed.
             let mut with_payload = b.clone();
             with_payload.extend_from_slice(b"x");
-            assert_eq!(parse(&with_payload), Err("a stop envelope with a payload"));
+            assert_eq!(parse(&with_payload), Err(EnvelopeError::StopWithPayload));
             b[0] |= ENV_FRAGMENT;
             b.extend_from_slice(&[0; FRAGMENT_HEADER]);
-            assert_eq!(parse(&b), Err("a stop envelope with a payload"));
+            assert_eq!(parse(&b), Err(EnvelopeError::StopWithPayload));
         }
         // A message is not a stop.
         assert_eq!(
@@ -558,24 +638,24 @@ mod tests {
 
     #[test]
     fn malformed_input_is_named() {
-        assert_eq!(parse(&[0; 4]), Err("envelope shorter than its header"));
+        assert_eq!(parse(&[0; 4]), Err(EnvelopeError::Short));
         assert_eq!(
             parse(&[ENV_DEFINE, 1, 0, 0, 0, 5, 0, b'a']),
-            Err("truncated recipient path")
+            Err(EnvelopeError::TruncatedRecipient)
         );
         assert_eq!(
             parse(&[ENV_DEFINE, 1, 0, 0, 0, 1, 0, 0xff, 0, 0, 0, 0]),
-            Err("recipient path is not utf-8")
+            Err(EnvelopeError::RecipientNotUtf8)
         );
-        assert_eq!(parse(&[0, 1, 0, 0, 0, 1]), Err("envelope has no manifest"));
+        assert_eq!(parse(&[0, 1, 0, 0, 0, 1]), Err(EnvelopeError::NoManifest));
         assert_eq!(
             parse(&[ENV_FRAGMENT, 1, 0, 0, 0, 1, 0, 0, 0, 1]),
-            Err("truncated fragment header")
+            Err(EnvelopeError::TruncatedFragment)
         );
         for unknown in [128, 128 | ENV_RUN] {
             assert_eq!(
                 parse(&[unknown, 1, 0, 0, 0, 1, 0, 0, 0]),
-                Err("unknown envelope flags (a newer node's feature?)")
+                Err(EnvelopeError::UnknownFlags)
             );
         }
         // A block that does not parse, in a whole message.
@@ -586,13 +666,30 @@ mod tests {
             (&[1], "truncated extension block"),
             (&[2, 1, 1], "truncated extension block"),
         ] {
-            assert_eq!(parse(&[&head[..], block].concat()), Err(why), "{block:?}");
+            assert_eq!(
+                parse(&[&head[..], block].concat()),
+                Err(EnvelopeError::ExtensionBlock(why)),
+                "{block:?}"
+            );
         }
         let zero_trace = [&head[..], &[2], &[0; 25]].concat();
         assert_eq!(
             parse(&zero_trace),
-            Err("invalid trace context (an all-zero id)")
+            Err(EnvelopeError::ExtensionBlock(
+                "invalid trace context (an all-zero id)"
+            ))
         );
+        // What a malformed envelope is counted as, and its text.
+        assert_eq!(EnvelopeError::Short.kind(), MalformedKind::Envelope);
+        assert_eq!(
+            EnvelopeError::ExtensionBlock("truncated extension block").kind(),
+            MalformedKind::ExtensionBlock
+        );
+        assert_eq!(
+            EnvelopeError::UnknownFlags.to_string(),
+            "unknown envelope flags (a newer node's feature?)"
+        );
+        assert_eq!(EnvelopeError::UnknownFlags.label(), "unknown_flags");
     }
 
     #[test]

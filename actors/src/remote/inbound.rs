@@ -4,6 +4,7 @@
 //! actor's own task decodes them. System messages are answered here.
 
 use std::{
+    borrow::Cow,
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
@@ -15,7 +16,7 @@ use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 use super::{
     access::Access,
     compression::InboundIds,
-    envelope::{self, Fragment, Kind},
+    envelope::{self, EnvelopeError, Fragment, Kind},
     flow::{ParkBudget, ParkedBatch, Windowed},
     large::{Reassembly, Step},
     link::{Outbox, Sampler, lock},
@@ -24,6 +25,7 @@ use super::{
 };
 use crate::{
     config::SystemConfig,
+    dead_letter::{DeadLetterReason, MalformedKind},
     lifecycle::{StopReason, Terminated},
     mailbox::{RECORD_EXT, Refused, STOP_RECORD},
     path::MAX_PATH_LEN,
@@ -445,7 +447,7 @@ impl Dispatch {
         &self.registry
     }
 
-    fn dead(&self, what: &str, to: &dyn std::fmt::Display, why: &str) {
+    fn dead(&self, what: &str, to: &dyn std::fmt::Display, why: &DeadLetterReason) {
         self.registry().dead_letter(what, to, why);
     }
 
@@ -454,9 +456,10 @@ impl Dispatch {
     /// number within a second: a peer that keeps sending garbage is broken
     /// or hostile, and every malformed envelope costs a log line.
     #[cold]
-    fn malformed(&mut self, why: &str) {
-        self.registry.meters().malformed(why);
-        self.dead("(malformed envelope)", &self.peer.node().clone(), why);
+    fn malformed(&mut self, kind: MalformedKind, why: impl Into<Cow<'static, str>>) {
+        self.registry.meters().malformed(kind);
+        let why = DeadLetterReason::malformed(kind, why);
+        self.dead("(malformed envelope)", &self.peer.node().clone(), &why);
         let now = Instant::now();
         match self.malformed_since {
             Some(t) if now.duration_since(t) < MALFORMED_WINDOW => self.malformed_count += 1,
@@ -482,6 +485,15 @@ impl Dispatch {
         }
     }
 
+    /// An envelope that does not parse: counted by its kind, logged (at
+    /// debug: the dead letter's log line is the sampled warning) by its
+    /// fault's label.
+    #[cold]
+    fn malformed_envelope(&mut self, why: EnvelopeError) {
+        tracing::debug!(node = %transport::PeerText(self.peer.node()), fault = why.label(), "malformed envelope");
+        self.malformed(why.kind(), why.as_str());
+    }
+
     fn on_envelope(&mut self, body: &[u8]) {
         if self.misbehaving {
             // Aborted: the rest of this read is not worth parsing.
@@ -489,8 +501,8 @@ impl Dispatch {
         }
         match envelope::parse_plain(body) {
             Ok(env) => self.on_parsed::<false>(env, body),
-            Err(why) if envelope::is_unusual(why) => self.on_unusual(body),
-            Err(why) => self.malformed(why),
+            Err(EnvelopeError::Unusual) => self.on_unusual(body),
+            Err(why) => self.malformed_envelope(why),
         }
     }
 
@@ -502,7 +514,7 @@ impl Dispatch {
         match envelope::parse_unusual(body) {
             Ok(env) if env.ext => self.on_parsed::<true>(env, body),
             Ok(env) => self.on_parsed::<false>(env, body),
-            Err(why) => self.malformed(why),
+            Err(why) => self.malformed_envelope(why),
         }
     }
 
@@ -513,34 +525,40 @@ impl Dispatch {
         let (mut id, manifest, b, reply) = (env.id, env.manifest, env.payload, env.reply);
         if let Some(path) = env.define {
             if path.len() > MAX_PATH_LEN {
-                return self.malformed("recipient path longer than MAX_PATH_LEN");
+                return self.malformed(
+                    MalformedKind::Recipient,
+                    "recipient path longer than MAX_PATH_LEN",
+                );
             }
             let target = self.registry().lookup(path);
             if env.inline {
                 id = INLINE_ID;
                 self.inline = Some(Entry::new(path.into(), target, None));
             } else if id == INLINE_ID {
-                return self.malformed("recipient id reserved");
+                return self.malformed(MalformedKind::Recipient, "recipient id reserved");
             } else {
                 let win = Arc::new(Windowed::new(self.window));
                 if let Err(why) = self
                     .ids
                     .define(id, Entry::new(path.into(), target, Some(win)))
                 {
-                    return self.malformed(why);
+                    return self.malformed(MalformedKind::Recipient, why);
                 }
             }
         } else if id == INLINE_ID {
-            return self.malformed("recipient id reserved");
+            return self.malformed(MalformedKind::Recipient, "recipient id reserved");
         }
         let run = match env.kind {
             Kind::Message => None,
             Kind::Run => match run_records(b) {
                 Ok(_) if !self.takes_runs => {
-                    return self.malformed("a run envelope, which this node did not announce");
+                    return self.malformed(
+                        MalformedKind::Envelope,
+                        "a run envelope, which this node did not announce",
+                    );
                 }
                 Ok(n) => Some(n),
-                Err(why) => return self.malformed(why),
+                Err(why) => return self.malformed(MalformedKind::Envelope, why),
             },
             Kind::Fragment(f) => return self.on_fragment(id, manifest, EXT, f, b),
             Kind::Stop => return self.on_stop(id, manifest, body.len()),
@@ -554,7 +572,10 @@ impl Dispatch {
         };
         let Some(entry) = entry else {
             // Ids are defined in-stream before use: this is a broken peer.
-            return self.malformed(&format!("unknown recipient id {id}"));
+            return self.malformed(
+                MalformedKind::Recipient,
+                format!("unknown recipient id {id}"),
+            );
         };
         // An ask's request to an actor that stopped is looked up again
         // now, so that the asker hears at once why it is a dead letter
@@ -566,12 +587,11 @@ impl Dispatch {
                 let why = match &entry.target {
                     // An ask's reply slot is unregistered when the ask
                     // ends: a reply after that is late, not misaddressed.
-                    None if entry.path.starts_with("/temp/") => super::LATE_REPLY.to_owned(),
-                    None => "no such actor".to_owned(),
-                    Some(t) => format!(
-                        "actor takes {}, message is another or unregistered type",
-                        t.manifest_name()
-                    ),
+                    None if entry.path.starts_with("/temp/") => DeadLetterReason::AskDone,
+                    None => DeadLetterReason::NoActor,
+                    Some(t) => DeadLetterReason::WrongType {
+                        takes: t.manifest_name(),
+                    },
                 };
                 let to = self.registry.path(&entry.path);
                 // One per message of a run; the log is sampled there.
@@ -612,16 +632,17 @@ impl Dispatch {
         self.refresh_target(id, manifest);
         let Some(entry) = self.entry(id) else {
             // Ids are defined in-stream before use: this is a broken peer.
-            return self.malformed(&format!("unknown recipient id {id}"));
+            return self.malformed(
+                MalformedKind::Recipient,
+                format!("unknown recipient id {id}"),
+            );
         };
         let why = match &entry.target {
-            _ if !self.access.may_stop() => "refused: untrusted mode".to_owned(),
-            None => "no such actor".to_owned(),
-            Some(t) if t.manifest() != manifest => format!(
-                "actor takes {}, the stop was sent to one taking {}",
-                t.manifest_name(),
-                manifests::label(manifest)
-            ),
+            _ if !self.access.may_stop() => DeadLetterReason::Refused(UNTRUSTED.into()),
+            None => DeadLetterReason::NoActor,
+            Some(t) if t.manifest() != manifest => DeadLetterReason::WrongType {
+                takes: t.manifest_name(),
+            },
             Some(_) => {
                 let entry = entry.clone();
                 return self.runs.push_stop(id, &entry, credit);
@@ -672,22 +693,24 @@ impl Dispatch {
     fn large_target(&mut self, id: u32, manifest: u32) -> Option<LargeTarget> {
         self.refresh_target(id, manifest);
         let Some(entry) = self.entry(id) else {
-            self.malformed(&format!("unknown recipient id {id}"));
+            self.malformed(
+                MalformedKind::Recipient,
+                format!("unknown recipient id {id}"),
+            );
             return None;
         };
         let what = format!("large message, {}", manifests::label(manifest));
         match &entry.target {
             None => {
                 let to = self.registry().path(&entry.path);
-                self.dead(&what, &to, "no such actor");
+                self.dead(&what, &to, &DeadLetterReason::NoActor);
                 None
             }
             Some(t) if t.manifest() != manifest => {
                 let to = self.registry().path(&entry.path);
-                let why = format!(
-                    "actor takes {}, message is another or unregistered type",
-                    t.manifest_name()
-                );
+                let why = DeadLetterReason::WrongType {
+                    takes: t.manifest_name(),
+                };
                 self.dead(&what, &to, &why);
                 None
             }
@@ -705,7 +728,7 @@ impl Dispatch {
         if f.offset == 0
             && let Some(why) = self.large.abandon_for(f.msg)
         {
-            self.malformed(&why);
+            self.malformed(MalformedKind::Fragment, why);
         }
         let max = self.max_message;
         let mut large = std::mem::take(&mut self.large);
@@ -715,7 +738,7 @@ impl Dispatch {
         match step {
             Step::Pending => {}
             Step::Complete((path, target), batch) => self.ready.push((path, target, batch)),
-            Step::Malformed(why) => self.malformed(&why),
+            Step::Malformed(why) => self.malformed(MalformedKind::Fragment, why),
             Step::TooLarge { total, max } => {
                 let to = self
                     .entry(id)
@@ -724,7 +747,10 @@ impl Dispatch {
                 self.dead(
                     &format!("large message of {total} bytes"),
                     &to,
-                    &format!("exceeds the maximum message size of {max} bytes"),
+                    &DeadLetterReason::TooLarge {
+                        size: total as u64,
+                        max: max as u64,
+                    },
                 );
             }
         }
@@ -737,7 +763,7 @@ impl Dispatch {
                 // Counted as malformed: the peer is closed past the limit,
                 // and that is logged.
                 tracing::debug!(node = %transport::PeerText(self.peer.node()), error = %e, "undecodable system message dropped");
-                self.malformed("undecodable system message");
+                self.malformed(MalformedKind::SystemMessage, "undecodable system message");
             }
         }
     }
@@ -766,11 +792,17 @@ impl Dispatch {
                             Ok(inner) if inner.is_reliable_kind() => self.on_system_msg(inner),
                             Ok(_) => {
                                 tracing::debug!(node = %transport::PeerText(self.peer.node()), "unexpected message in the reliable stream dropped");
-                                self.malformed("unexpected message in the reliable stream");
+                                self.malformed(
+                                    MalformedKind::SystemMessage,
+                                    "unexpected message in the reliable stream",
+                                );
                             }
                             Err(e) => {
                                 tracing::debug!(node = %transport::PeerText(self.peer.node()), error = %e, "undecodable system message dropped");
-                                self.malformed("undecodable system message");
+                                self.malformed(
+                                    MalformedKind::SystemMessage,
+                                    "undecodable system message",
+                                );
                             }
                         }
                         Some(seq)
@@ -802,7 +834,10 @@ impl Dispatch {
     /// one.
     fn on_undeliverable(&mut self, reply: &str, reason: &str) {
         if !reply.starts_with("/temp/") {
-            return self.malformed("Undeliverable for a path that is no ask's");
+            return self.malformed(
+                MalformedKind::SystemMessage,
+                "Undeliverable for a path that is no ask's",
+            );
         }
         if let Some(t) = self.registry().lookup(reply) {
             t.fail(&transport::PeerText(reason).to_string());
@@ -814,7 +849,10 @@ impl Dispatch {
     /// with why (a peer's text shown truncated and escaped).
     fn on_no_reply(&mut self, reply: &str, why: NoReply) {
         if !reply.starts_with("/temp/") {
-            return self.malformed("NoReply for a path that is no ask's");
+            return self.malformed(
+                MalformedKind::SystemMessage,
+                "NoReply for a path that is no ask's",
+            );
         }
         let why = match why {
             NoReply::HandlerFailed(t) => {
@@ -864,7 +902,9 @@ impl Dispatch {
                             self.dead(
                                 "(remote watch)",
                                 &to,
-                                "refused: this node holds too many watches on the actor",
+                                &DeadLetterReason::Refused(
+                                    "this node holds too many watches on the actor".into(),
+                                ),
                             );
                         }
                     }
@@ -888,7 +928,11 @@ impl Dispatch {
             SysWire::Stop { path } => {
                 if !self.access.may_stop() {
                     let to = self.registry().path(&path);
-                    return self.dead("(remote stop)", &to, "refused: untrusted mode");
+                    return self.dead(
+                        "(remote stop)",
+                        &to,
+                        &DeadLetterReason::Refused(UNTRUSTED.into()),
+                    );
                 }
                 if let Some(t) = self.registry().lookup(&path) {
                     t.stop();
@@ -947,7 +991,7 @@ impl Dispatch {
                             self.dead(
                                 target.manifest_name(),
                                 &self.registry().path(&path),
-                                "actor stopped",
+                                &DeadLetterReason::ActorStopped,
                             );
                             break;
                         }
@@ -970,7 +1014,7 @@ impl Dispatch {
             self.dead(
                 target.manifest_name(),
                 &self.registry().path(&path),
-                PARK_FULL,
+                &mailbox_full(PARK_FULL),
             );
             return false;
         }
@@ -1026,7 +1070,7 @@ impl Dispatch {
             // Behind what is parked already.
             let len = b.batch.len();
             if !self.budget.take(len) {
-                self.lose(id, Some(w), path, &target, &b, PARK_FULL);
+                self.lose(id, Some(w), path, &target, &b, &mailbox_full(PARK_FULL));
                 return None;
             }
             match w.park.append_if_active(b) {
@@ -1055,7 +1099,14 @@ impl Dispatch {
                         replaced = Some(t);
                     }
                     None => {
-                        self.lose(id, win.as_deref(), path, &target, &b, "actor stopped");
+                        self.lose(
+                            id,
+                            win.as_deref(),
+                            path,
+                            &target,
+                            &b,
+                            &DeadLetterReason::ActorStopped,
+                        );
                         return replaced;
                     }
                 },
@@ -1071,7 +1122,7 @@ impl Dispatch {
         path: &Arc<str>,
         target: &Arc<dyn Target>,
         b: &ParkedBatch,
-        why: &str,
+        why: &DeadLetterReason,
     ) {
         self.registry.dead_letters_n(
             b.n as u64,
@@ -1094,10 +1145,10 @@ impl Dispatch {
         b: ParkedBatch,
     ) {
         let Some(win) = win else {
-            return self.lose(id, None, path, &target, &b, INLINE_FULL);
+            return self.lose(id, None, path, &target, &b, &mailbox_full(INLINE_FULL));
         };
         if !self.budget.take(b.batch.len()) {
-            return self.lose(id, Some(&win), path, &target, &b, PARK_FULL);
+            return self.lose(id, Some(&win), path, &target, &b, &mailbox_full(PARK_FULL));
         }
         if win.park.start(b) {
             tokio::spawn(
@@ -1117,9 +1168,19 @@ impl Dispatch {
 }
 
 /// Why a batch for a full mailbox was dropped: the connection's bound.
-const PARK_FULL: &str = "mailbox full, and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
+const PARK_FULL: &str =
+    "and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
 /// Why a batch for a full mailbox was dropped: no window.
-const INLINE_FULL: &str = "mailbox full, and the recipient came inline (past the link's recipient ids): no window to wait in";
+const INLINE_FULL: &str =
+    "and the recipient came inline (past the link's recipient ids): no window to wait in";
+
+/// Why a batch for a full mailbox was dropped, as a dead letter's reason.
+fn mailbox_full(why: &'static str) -> DeadLetterReason {
+    DeadLetterReason::MailboxFull(why.into())
+}
+
+/// Why a remote stop was refused.
+const UNTRUSTED: &str = "untrusted mode";
 
 /// The actor that lives at `path` now in place of `old`, if it takes the
 /// same type.
@@ -1168,7 +1229,7 @@ impl Unpark {
                                 b.n as u64,
                                 self.target.manifest_name(),
                                 &self.registry.path(&self.path),
-                                "actor stopped",
+                                &DeadLetterReason::ActorStopped,
                             );
                         }
                     }
@@ -1222,7 +1283,7 @@ impl LargeUnpark {
                         self.registry.dead_letter(
                             target.manifest_name(),
                             &self.registry.path(path),
-                            "actor stopped",
+                            &DeadLetterReason::ActorStopped,
                         );
                     }
                 }
@@ -1300,7 +1361,9 @@ impl Handler for Dispatch {
 
     fn on_close(&mut self, reason: &CloseReason) {
         if let Some(((path, _), received, total)) = self.large.take_partial() {
-            let why = format!("connection closed after {received} of {total} bytes");
+            let why = DeadLetterReason::LinkLost(
+                format!("connection closed after {received} of {total} bytes").into(),
+            );
             self.dead(
                 &format!("large message of {total} bytes"),
                 &self.registry().path(&path),

@@ -39,7 +39,7 @@ use super::{
     envelope::{self, FRAGMENT_HEADER, Fragment, Tag},
     link::{Link, Recipient, lock},
 };
-use crate::mailbox::RECORD_EXT;
+use crate::{dead_letter::DeadLetterReason, mailbox::RECORD_EXT};
 
 /// A remote message whose envelope (its encoded size plus the recipient's
 /// path and about a dozen bytes) is larger than this, 256 KiB, travels on
@@ -65,9 +65,9 @@ pub(super) trait LaneHost: Send + Sync + Sized + 'static {
         host: &Arc<Self>,
         r: &Recipient,
         cancel: &CancellationToken,
-    ) -> impl Future<Output = Result<Link, &'static str>> + Send;
+    ) -> impl Future<Output = Result<Link, DeadLetterReason>> + Send;
     /// Counts a large message the lane gave up on.
-    fn lane_dead_letter(&self, what: &str, to: &dyn fmt::Display, why: &str);
+    fn lane_dead_letter(&self, what: &str, to: &dyn fmt::Display, why: &DeadLetterReason);
     /// Stops the lane's task when the system shuts down.
     fn lane_cancel(&self) -> CancellationToken;
 }
@@ -211,7 +211,7 @@ impl LargeLane {
                 host.lane_dead_letter(
                     &format!("large message of {} bytes", m.payload.len()),
                     &m.r.path,
-                    why,
+                    &why,
                 );
             }
             let lane = host.lane();
@@ -226,7 +226,7 @@ impl LargeLane {
         host: &Arc<H>,
         m: &LargeMsg,
         cancel: &CancellationToken,
-    ) -> Result<(), &'static str> {
+    ) -> Result<(), DeadLetterReason> {
         let link = H::link_for(host, &m.r, cancel).await?;
         let lane = host.lane();
         let total = m.payload.len();
@@ -251,7 +251,9 @@ impl LargeLane {
                     write_fragment(b, &m.r, &link, m.tag, f, bytes)
                 })
                 .await
-                .map_err(|_| "link closed while sending a large message")?;
+                .map_err(|_| {
+                    DeadLetterReason::LinkLost("link closed while sending a large message".into())
+                })?;
             lane.fragments_sent.fetch_add(1, Ordering::Relaxed);
             // What other senders queue meanwhile goes out before the next
             // fragment, and at most `LARGE_WINDOW` bytes are unacknowledged

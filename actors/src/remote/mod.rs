@@ -61,11 +61,6 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
-/// The dead-letter reason of a reply that arrives after its ask ended
-/// (answered, timed out or failed), whether the reply came from this node
-/// or another: one reason, counted as `ask_done`.
-pub(crate) const LATE_REPLY: &str = "ask already answered or timed out (late reply)";
-
 pub(crate) use association::Association;
 pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;

@@ -39,7 +39,7 @@ use super::{
         encode_run_record, lock, run_encoder, write_envelope, write_stop,
     },
 };
-use crate::error::SerializationError;
+use crate::{dead_letter::DeadLetterReason, error::SerializationError};
 
 thread_local! {
     /// Where `tell` serializes a message that does not go straight into
@@ -50,7 +50,8 @@ thread_local! {
 impl StageOwner for Association {
     fn staged_lost(&self, n: u64, why: &str) {
         if let Some(r) = self.registry() {
-            r.dead_letters_n(n, "(queued on a lost link)", &self.node, why);
+            let why = DeadLetterReason::LinkLost(why.to_owned().into());
+            r.dead_letters_n(n, "(queued on a lost link)", &self.node, &why);
         }
     }
 }

@@ -53,7 +53,7 @@
 //! stops on a node (target `actors::singleton`); metrics
 //! `actors_singleton_running`, `actors_singleton_starts_total` and
 //! `actors_singleton_buffered_bytes`; messages dropped past the buffer
-//! are dead letters with reason `singleton_buffer_full`.
+//! are dead letters with reason `buffer_full`.
 //!
 //! [`Member::started_ms`]: crate::cluster::Member::started_ms
 //! [`DowningStrategy::KeepOldest`]: crate::cluster::DowningStrategy::KeepOldest
@@ -751,7 +751,9 @@ impl<M: RemoteMessage> RefShared<M> {
             self.registry.dead_letter(
                 std::any::type_name::<M>(),
                 &format_args!("singleton {}", self.name),
-                "singleton buffer full",
+                &crate::dead_letter::DeadLetterReason::BufferFull(
+                    format!("singleton {} moving or not yet known", self.name).into(),
+                ),
             );
             return Err(SendError::BufferFull(msg, self.limit));
         }

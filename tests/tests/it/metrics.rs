@@ -432,3 +432,31 @@ async fn cluster_membership_metrics_reach_the_recorder() {
         within("shutdown", s.shutdown()).await;
     }
 }
+
+/// Dead letters are labelled by their cause, not by the wording of their
+/// text: a tell through a router with no routee was once `other`.
+#[tokio::test(flavor = "current_thread")]
+async fn dead_letters_are_labelled_by_their_typed_reason() {
+    use actors::{
+        DeadLetterReason,
+        router::{Router, RoutingLogic},
+    };
+    let seen = Seen::new();
+    let _installed = metrics::set_default_local_recorder(&seen);
+    let sys = ActorSystem::local("labels").expect("a valid name");
+    let node = sys.node().to_owned();
+    let router =
+        Router::builder(RoutingLogic::round_robin()).group(&sys, Vec::<ActorRef<Count>>::new());
+    assert!(router.tell(Count::Add(1)).is_err(), "no routee takes it");
+    let label = DeadLetterReason::NoRoutee.label();
+    assert_eq!(label, "no_routee");
+    assert_eq!(
+        seen.counter(
+            "actors_dead_letters_total",
+            &[("node", node.as_str()), ("reason", label)],
+        ),
+        1
+    );
+    assert_eq!(sys.dead_letters(), 1);
+    within("shuts down", sys.shutdown()).await;
+}

@@ -163,3 +163,82 @@ async fn gone_locally_as<M: actors::RemoteMessage>(b: &ActorSystem, name: &str) 
     })
     .await;
 }
+
+/// Says when it is handling its first message, waits there until its
+/// gate opens, then stops.
+struct StopsOnFirst {
+    entered: Option<tokio::sync::oneshot::Sender<()>>,
+    gate: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Actor for StopsOnFirst {
+    type Msg = Count;
+
+    async fn handle(&mut self, _: Count, ctx: &mut Ctx<Self>) -> ActorResult {
+        if let Some(entered) = self.entered.take() {
+            let _ = entered.send(());
+        }
+        let _ = self.gate.wait_for(|open| *open).await;
+        ctx.stop();
+        Ok(())
+    }
+}
+
+/// Polls `f` once: a remote ask hands its request to the link then.
+async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) {
+    std::future::poll_fn(|cx| {
+        let _ = std::pin::Pin::new(&mut *f).poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn asks_queued_undecoded_for_an_actor_that_stops_fail_at_once() {
+    const ASKS: usize = 20;
+    let a = actor_system_with("a", SystemConfig::default()).await;
+    let b = actor_system_with("b", SystemConfig::default()).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let (entered_tx, entered) = tokio::sync::oneshot::channel();
+    let stopper = StopsOnFirst {
+        entered: Some(entered_tx),
+        gate,
+    };
+    b.spawn_named("stopper", stopper).expect("free");
+    b.spawn_named("probe", Counter::default()).expect("free");
+    let stopper = within("resolve", a.resolve::<Count>(&actor_path(&b, "stopper")))
+        .await
+        .expect("resolves");
+    let probe = within("resolve", a.resolve::<Count>(&actor_path(&b, "probe")))
+        .await
+        .expect("resolves");
+    // The first message holds the actor in its handler; the asks come
+    // after it was taken from the mailbox, so they wait there undecoded.
+    stopper.tell(Count::Add(1)).expect("room");
+    within("the stopper handles its first message", entered)
+        .await
+        .expect("entered");
+    let mut asks: Vec<_> = (0..ASKS)
+        .map(|_| Box::pin(stopper.ask(Count::Get, LONG)))
+        .collect();
+    for ask in &mut asks {
+        poll_once(ask).await;
+    }
+    // Behind the asks on the one link: once the probe answers, b has
+    // queued them in the stopper's mailbox, where they wait undecoded.
+    assert_eq!(total(&probe).await, 0);
+    let started = Instant::now();
+    open.send(true).expect("the stopper waits");
+    for ask in asks {
+        let err = within("the ask ends", ask)
+            .await
+            .expect_err("the actor stopped without answering");
+        assert_eq!(err, AskError::ActorGone, "{err}");
+    }
+    let took = started.elapsed();
+    assert!(took < FAST, "failed after {took:?}");
+    // Each counted once on b, as left in the mailbox at stop.
+    eventually("b counts the asks", || b.dead_letters() >= ASKS as u64).await;
+    assert_eq!(b.dead_letters(), ASKS as u64);
+    assert_eq!(a.dead_letters(), 0);
+}
