@@ -1000,6 +1000,7 @@ impl Association {
             generation,
             peer.uid,
             proven,
+            ctx.budget.connect(peer.socket_addr.ip()),
         )
     }
 

@@ -28,6 +28,7 @@
 
 mod access;
 mod association;
+mod budget;
 mod compression;
 mod context;
 mod envelope;
@@ -66,6 +67,7 @@ pub(crate) const LATE_REPLY: &str = "ask already answered or timed out (late rep
 
 pub(crate) use association::Association;
 pub(crate) use envelope::Tag;
+pub use budget::PeerMemory;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
 pub(crate) use link::{Recipient, TellError};
@@ -184,6 +186,7 @@ impl Remoting {
                 endpoint: bound.0,
                 cancel: CancellationToken::new(),
                 dials: tokio::sync::Semaphore::new(config.max_concurrent_dials),
+                budget: budget::NodeBudget::new(config.peer_memory_budget),
             }),
             associations: Mutex::new(HashMap::new()),
             refs: Mutex::new(HashMap::new()),
@@ -494,6 +497,11 @@ impl Remoting {
                 ),
             })?;
         assoc.identify(path, timeout).await
+    }
+
+    /// What peers make this node hold, against its budget.
+    pub(crate) fn peer_memory(&self) -> PeerMemory {
+        self.shared.budget.snapshot()
     }
 
     pub(crate) fn stats(&self) -> ConnStats {
