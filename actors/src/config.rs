@@ -368,8 +368,10 @@ impl SystemConfig {
     /// The most recipients one link compresses to an id (Artery's
     /// actor-ref compression): the first message to a recipient defines an
     /// id with its path, later ones carry the id. Default 16,384
-    /// ([`DEFAULT_MAX_RECIPIENT_IDS`]), about 100 bytes each on the
-    /// receiving node. A sender past the limit sends further recipients
+    /// ([`DEFAULT_MAX_RECIPIENT_IDS`]). Each costs the receiving node about
+    /// 1,000 bytes plus its path (1.95 KB measured for a 1,000-byte path),
+    /// charged so to the peer's share of
+    /// [`set_peer_memory_budget`](Self::set_peer_memory_budget). A sender past the limit sends further recipients
     /// with their path in every envelope; a receiver refuses a definition
     /// past it as malformed, so both nodes should use the same value. Ask
     /// reply slots are never compressed (each is used about once), so a

@@ -284,6 +284,15 @@ impl Park {
     }
 }
 
+/// Why [`ParkBudget::take`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ParkRefused {
+    /// The connection's own bound (`SystemConfig::set_max_parked_bytes`).
+    Bound,
+    /// Its share of the node's budget (`budget`).
+    Share,
+}
+
 /// Bytes parked on one connection, against its own bound
 /// (`SystemConfig::set_max_parked_bytes`) and, through its account, the
 /// node-wide budget (`budget`): a batch is parked only if both take it.
@@ -304,19 +313,18 @@ impl ParkBudget {
     }
 
     /// Takes `bytes` if they fit the connection's bound and its share of
-    /// the node's budget.
-    pub(crate) fn take(&self, bytes: usize) -> bool {
-        let fits = self
-            .used
+    /// the node's budget; says which refused them if not.
+    pub(crate) fn take(&self, bytes: usize) -> Result<(), ParkRefused> {
+        self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                 (u + bytes <= self.max).then_some(u + bytes)
             })
-            .is_ok();
-        if fits && !self.account.take(Held::Parked, bytes) {
+            .map_err(|_| ParkRefused::Bound)?;
+        if !self.account.take(Held::Parked, bytes) {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
+            return Err(ParkRefused::Share);
         }
-        fits
+        Ok(())
     }
 
     pub(crate) fn give_back(&self, bytes: usize) {
@@ -408,9 +416,9 @@ mod tests {
     fn the_park_budget_is_a_hard_bound() {
         let node = super::super::budget::NodeBudget::new(1 << 20);
         let budget = ParkBudget::new(100, node.connect([127, 0, 0, 1].into()));
-        assert!(budget.take(60));
-        assert!(!budget.take(41));
-        assert!(budget.take(40));
+        assert_eq!(budget.take(60), Ok(()));
+        assert_eq!(budget.take(41), Err(ParkRefused::Bound));
+        assert_eq!(budget.take(40), Ok(()));
         assert_eq!(node.snapshot().held, 100, "charged to the node as well");
         budget.give_back(100);
         assert_eq!(budget.used(), 0);
@@ -421,8 +429,8 @@ mod tests {
     fn the_node_budget_bounds_parking_below_the_connection_bound() {
         let node = super::super::budget::NodeBudget::new(100);
         let budget = ParkBudget::new(1_000, node.connect([127, 0, 0, 1].into()));
-        assert!(budget.take(100));
-        assert!(!budget.take(1), "the node is full");
+        assert_eq!(budget.take(100), Ok(()));
+        assert_eq!(budget.take(1), Err(ParkRefused::Share), "the node is full");
         assert_eq!(budget.used(), 100, "the refused bytes are not kept");
         assert_eq!(node.snapshot().refused_parked, 1);
     }

@@ -20,7 +20,7 @@ use super::{
     budget::{ConnBudget, Held, Pressure, Verdict, id_cost},
     compression::InboundIds,
     envelope::{self, Fragment, Kind},
-    flow::{ParkBudget, ParkedBatch, Windowed},
+    flow::{ParkBudget, ParkRefused, ParkedBatch, Windowed},
     large::{Reassembly, Step},
     link::{Outbox, Sampler, lock},
     reliable::{Receive, SysIn},
@@ -1101,13 +1101,8 @@ impl Dispatch {
         target: Arc<dyn Target>,
         batch: Bytes,
     ) -> bool {
-        if !self.budget.take(batch.len()) {
-            self.over_share();
-            self.dead(
-                target.manifest_name(),
-                &self.registry().path(&path),
-                PARK_FULL,
-            );
+        if let Err(why) = self.park_take(batch.len()) {
+            self.dead(target.manifest_name(), &self.registry().path(&path), why);
             return false;
         }
         hold.queue.push_back((path, target, batch));
@@ -1161,9 +1156,8 @@ impl Dispatch {
         {
             // Behind what is parked already.
             let len = b.batch.len();
-            if !self.budget.take(len) {
-                self.over_share();
-                self.lose(id, Some(w), path, &target, &b, PARK_FULL);
+            if let Err(why) = self.park_take(len) {
+                self.lose(id, Some(w), path, &target, &b, why);
                 return None;
             }
             match w.park.append_if_active(b) {
@@ -1196,6 +1190,20 @@ impl Dispatch {
                         return replaced;
                     }
                 },
+            }
+        }
+    }
+
+    /// Takes `bytes` to park for a full mailbox, or says why not (the
+    /// reason of the dead letters); over its share of the node's budget,
+    /// the connection's reads pause.
+    fn park_take(&self, bytes: usize) -> Result<(), &'static str> {
+        match self.budget.take(bytes) {
+            Ok(()) => Ok(()),
+            Err(ParkRefused::Bound) => Err(PARK_FULL),
+            Err(ParkRefused::Share) => {
+                self.over_share();
+                Err(PARK_OVER_SHARE)
             }
         }
     }
@@ -1233,9 +1241,8 @@ impl Dispatch {
         let Some(win) = win else {
             return self.lose(id, None, path, &target, &b, INLINE_FULL);
         };
-        if !self.budget.take(b.batch.len()) {
-            self.over_share();
-            return self.lose(id, Some(&win), path, &target, &b, PARK_FULL);
+        if let Err(why) = self.park_take(b.batch.len()) {
+            return self.lose(id, Some(&win), path, &target, &b, why);
         }
         if win.park.start(b) {
             tokio::spawn(
@@ -1255,7 +1262,10 @@ impl Dispatch {
 }
 
 /// Why a batch for a full mailbox was dropped: the connection's bound.
-const PARK_FULL: &str = "mailbox full, and this connection holds SystemConfig::set_max_parked_bytes (or its share of set_peer_memory_budget) for full mailboxes already";
+const PARK_FULL: &str = "mailbox full, and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
+/// Why a batch for a full mailbox was dropped: the peer's share of the
+/// node's budget.
+const PARK_OVER_SHARE: &str = "mailbox full, and the peer holds its share of SystemConfig::set_peer_memory_budget already";
 /// Why a batch for a full mailbox was dropped: no window.
 const INLINE_FULL: &str = "mailbox full, and the recipient came inline (past the link's recipient ids): no window to wait in";
 
