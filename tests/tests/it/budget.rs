@@ -139,7 +139,7 @@ async fn a_table_bomb_across_50_connections_stays_within_the_budget() {
     .await;
     eventually("ids are refused and the bombers cut", || {
         let m = b.peer_memory();
-        m.refused_ids > 0 && m.disconnected > 0
+        (m.refused_ids > 0 && m.disconnected > 0) || m.peak > BUDGET
     })
     .await;
     within_budget(&b.peer_memory());
@@ -180,10 +180,14 @@ async fn unfinished_large_messages_across_20_connections_stay_within_the_budget(
         bytes
     })
     .await;
-    eventually("reassembly is refused", || b.peer_memory().refused_large > 0).await;
+    eventually("reassembly is refused", || {
+        let m = b.peer_memory();
+        m.refused_large > 0 || m.peak > BUDGET
+    })
+    .await;
+    within_budget(&b.peer_memory());
     let dead = b.dead_letters();
     assert!(dead >= 1, "each dropped message is a dead letter");
-    within_budget(&b.peer_memory());
     drop(writers);
     returns_to_zero(&b).await;
     a_good_sender_is_served(&b).await;
@@ -245,7 +249,7 @@ async fn ignored_credit_across_20_connections_stays_within_the_budget() {
     .await;
     eventually("parking is refused and the floods cut", || {
         let m = b.peer_memory();
-        m.refused_parked > 0 && m.disconnected > 0
+        (m.refused_parked > 0 && m.disconnected > 0) || m.peak > BUDGET
     })
     .await;
     within_budget(&b.peer_memory());
