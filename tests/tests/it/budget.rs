@@ -8,7 +8,8 @@
 //! is served.
 
 use std::{
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
+    time::Duration,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -21,10 +22,15 @@ use actors::{
 };
 use integration_tests::{
     actor_path, actor_system, actor_system_with, envelope, eventually, frame_bytes,
-    raw_client_handshake, raw_connect_from, run_raw_handshake, within,
+    raw_client_handshake, raw_connect_from, rss_of, run_raw_handshake, spawn_peer_args, within,
 };
 use serde::{Deserialize, Serialize};
-use tokio::{io::AsyncWriteExt, net::TcpStream, sync::watch, task::JoinSet};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    sync::watch,
+    task::JoinSet,
+};
 use transport::{FrameKind, handshake::Hello};
 
 use super::actors_common::{Count, Counter, total};
@@ -57,7 +63,11 @@ async fn node(budget: usize) -> (ActorSystem, watch::Sender<bool>) {
 /// A raw peer of `b` from source address `127.0.0.<from>`, naming a node
 /// of its own (`n`), past the handshake.
 async fn raw_peer(b: &ActorSystem, from: u8, n: usize) -> TcpStream {
-    let addr = b.local_addr().expect("remoting");
+    raw_peer_at(b.local_addr().expect("remoting"), from, n).await
+}
+
+/// As [`raw_peer`], for the node listening on `addr`.
+async fn raw_peer_at(addr: SocketAddr, from: u8, n: usize) -> TcpStream {
     let mut stream = raw_connect_from(IpAddr::from([127, 0, 0, from]), addr, None).await;
     let hs = raw_client_handshake(Hello {
         uid: 0xb0b0_0000 + n as u64,
@@ -115,6 +125,21 @@ async fn returns_to_zero(b: &ActorSystem) {
     .await;
 }
 
+/// One connection's table bomb: `ids` recipient ids with 1,000-byte
+/// paths, defined to the counter's message type.
+fn table_bomb(ids: u32) -> Vec<u8> {
+    let path = format!("/user/{}", "x".repeat(994));
+    let count = manifest_id(Count::MANIFEST);
+    let mut bytes = Vec::new();
+    for id in 1..=ids {
+        bytes.extend(frame_bytes(
+            FrameKind::Message,
+            &envelope(id, Some(&path), count, &[]),
+        ));
+    }
+    bytes
+}
+
 /// 50 connections from five addresses each define 2,000 recipient ids
 /// with 1,000-byte paths (4 MB accounted each, 200 MB in all). The ids
 /// past each connection's share are refused, its reads pause, and it is
@@ -124,19 +149,7 @@ async fn a_table_bomb_across_50_connections_stays_within_the_budget() {
     const CONNS: usize = 50;
     const IDS: u32 = 2_000;
     let (b, _open) = node(BUDGET).await;
-    let path = format!("/user/{}", "x".repeat(994));
-    let count = manifest_id(Count::MANIFEST);
-    let writers = attack(&b, CONNS, |_| {
-        let mut bytes = Vec::new();
-        for id in 1..=IDS {
-            bytes.extend(frame_bytes(
-                FrameKind::Message,
-                &envelope(id, Some(&path), count, &[]),
-            ));
-        }
-        bytes
-    })
-    .await;
+    let writers = attack(&b, CONNS, |_| table_bomb(IDS)).await;
     eventually("ids are refused and the bombers cut", || {
         let m = b.peer_memory();
         (m.refused_ids > 0 && m.disconnected > 0) || m.peak > BUDGET
@@ -259,4 +272,76 @@ async fn ignored_credit_across_20_connections_stays_within_the_budget() {
     returns_to_zero(&b).await;
     a_good_sender_is_served(&b).await;
     within_budget(&b.peer_memory());
+}
+
+/// The table bomb against a node in its own process (the `peer` binary),
+/// this time by its resident memory (`VmRSS`): each of 50 connections
+/// sends its bomb and a heartbeat, and waits for the heartbeat's ack (the
+/// node read everything before it) or for the node to cut it. Meanwhile
+/// the node grows by no more than the budget and [`SLACK`]. Without the
+/// budget the same bomb holds about 195 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_bomb_grows_a_node_process_by_at_most_its_budget() {
+    /// What the node holds beside what is accounted: 50 connections'
+    /// tasks and read buffers, the batches of the reads in progress, and
+    /// the allocator's slack: 32 MiB.
+    const SLACK: u64 = 32 << 20;
+    const CONNS: usize = 50;
+    let budget = BUDGET.to_string();
+    let (mut child, node) = spawn_peer_args(
+        env!("CARGO_BIN_EXE_peer"),
+        "p",
+        "127.0.0.1:0",
+        &["--peer-memory-budget", &budget],
+    )
+    .await;
+    let pid = child.id();
+    let addr: SocketAddr = node
+        .split_once('@')
+        .and_then(|(_, a)| a.parse().ok())
+        .expect("name@host:port");
+    let before = rss_of(pid);
+    let bomb = table_bomb(2_000);
+    let mut writers = JoinSet::new();
+    for i in 0..CONNS {
+        let mut raw = raw_peer_at(addr, 10 + (i % 5) as u8, i).await;
+        let mut bytes = bomb.clone();
+        bytes.extend(frame_bytes(FrameKind::Heartbeat, &7u64.to_le_bytes()));
+        writers.spawn(async move {
+            if raw.write_all(&bytes).await.is_err() {
+                return; // cut
+            }
+            let mut buf = bytes::BytesMut::new();
+            loop {
+                while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                    if f.kind == FrameKind::HeartbeatAck {
+                        return;
+                    }
+                }
+                match raw.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return, // cut
+                    Ok(_) => {}
+                }
+            }
+        });
+    }
+    let mut peak = before;
+    within("every bomb is read or cut", async {
+        loop {
+            peak = peak.max(rss_of(pid));
+            tokio::select! {
+                done = writers.join_next() => if done.is_none() { break },
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    })
+    .await;
+    peak = peak.max(rss_of(pid));
+    let _ = child.kill();
+    let _ = child.wait();
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew <= BUDGET as u64 + SLACK,
+        "the node grew by {grew} bytes ({before} to {peak}), past its budget of {BUDGET} and {SLACK} of slack"
+    );
 }
