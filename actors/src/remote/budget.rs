@@ -481,14 +481,20 @@ mod tests {
         assert!(conns[1].take(Held::Parked, 10 * MIB));
         assert!(conns[1].within_share(), "10 of 16 MiB");
         assert!(conns[1].take(Held::Parked, 3 * MIB));
-        assert!(!conns[1].within_share(), "13 of 16 MiB: past three quarters");
+        assert!(
+            !conns[1].within_share(),
+            "13 of 16 MiB: past three quarters"
+        );
         conns[1].give_back(3 * MIB);
         let s = node.snapshot();
         assert_eq!((s.held, s.refused_ids, s.connections), (26 * MIB, 1, 4));
         // Twenty more connections: each share is now the floor, 4 MiB,
         // and the node's limit binds first.
         let more: Vec<_> = (0..20).map(|i| node.connect(ip(10 + i))).collect();
-        assert!(!conns[0].within_share(), "its share shrank below what it holds");
+        assert!(
+            !conns[0].within_share(),
+            "its share shrank below what it holds"
+        );
         let taken = more.iter().filter(|c| c.take(Held::Large, 4 * MIB)).count();
         assert_eq!(taken, 9, "38 MiB were left: nine shares of 4 MiB");
         assert!(node.snapshot().peak <= 64 * MIB);
@@ -502,8 +508,14 @@ mod tests {
         let same: Vec<_> = (0..8).map(|_| node.connect(ip(1))).collect();
         // Two addresses: 32 MiB each; nine connections: floor 4 MiB each
         // (an equal part, 7.1 MiB, is more).
-        assert_eq!(same.iter().filter(|c| c.take(Held::Ids, 7 * MIB)).count(), 4);
-        assert!(!same[7].take(Held::Ids, 5 * MIB), "the address's part is used");
+        assert_eq!(
+            same.iter().filter(|c| c.take(Held::Ids, 7 * MIB)).count(),
+            4
+        );
+        assert!(
+            !same[7].take(Held::Ids, 5 * MIB),
+            "the address's part is used"
+        );
         assert!(other.take(Held::Ids, 7 * MIB), "another address is not");
     }
 
@@ -585,7 +597,11 @@ mod tests {
             assert!(!p.is_over());
         }
         p.refused(t0 + s * 3);
-        assert_eq!(p.poll(t0 + s * 3, true), Verdict::Disconnect, "third strike");
+        assert_eq!(
+            p.poll(t0 + s * 3, true),
+            Verdict::Disconnect,
+            "third strike"
+        );
     }
 
     #[test]

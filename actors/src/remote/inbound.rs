@@ -184,7 +184,8 @@ pub(crate) struct Dispatch {
 /// Why something a peer sent was refused: the connection (or its address)
 /// holds its share of the node's budget for peers already, or the node
 /// holds the whole budget.
-const OVER_SHARE: &str = "refused: the peer holds its share of SystemConfig::set_peer_memory_budget";
+const OVER_SHARE: &str =
+    "refused: the peer holds its share of SystemConfig::set_peer_memory_budget";
 
 /// Large messages waiting for room in their mailboxes, in order, and the
 /// large-message ack held back meanwhile: the sender's lane pauses after
@@ -1265,7 +1266,8 @@ impl Dispatch {
 const PARK_FULL: &str = "mailbox full, and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
 /// Why a batch for a full mailbox was dropped: the peer's share of the
 /// node's budget.
-const PARK_OVER_SHARE: &str = "mailbox full, and the peer holds its share of SystemConfig::set_peer_memory_budget already";
+const PARK_OVER_SHARE: &str =
+    "mailbox full, and the peer holds its share of SystemConfig::set_peer_memory_budget already";
 /// Why a batch for a full mailbox was dropped: no window.
 const INLINE_FULL: &str = "mailbox full, and the recipient came inline (past the link's recipient ids): no window to wait in";
 

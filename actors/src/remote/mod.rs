@@ -66,8 +66,8 @@ use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 pub(crate) const LATE_REPLY: &str = "ask already answered or timed out (late reply)";
 
 pub(crate) use association::Association;
-pub(crate) use envelope::Tag;
 pub use budget::PeerMemory;
+pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
 pub(crate) use link::{Recipient, TellError};
