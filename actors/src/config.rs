@@ -62,6 +62,13 @@ pub const DEFAULT_RECIPIENT_WINDOW: usize = 1 << 20;
 /// 64 MiB. See `SystemConfig::set_max_parked_bytes`.
 pub const DEFAULT_MAX_PARKED_BYTES: usize = 64 << 20;
 
+/// Default for [`SystemConfig::set_peer_memory_budget`]: 256 MiB.
+pub const DEFAULT_PEER_MEMORY_BUDGET: usize = 256 << 20;
+
+/// The smallest value [`SystemConfig::set_peer_memory_budget`] takes:
+/// 1 MiB, a few recipient tables and batches.
+pub const MIN_PEER_MEMORY_BUDGET: usize = 1 << 20;
+
 /// Default time a node whose link ended without a Close frame may refuse
 /// reconnects before it is declared unreachable: 1 s. Long enough for a
 /// process restarting on the same address to come back as a new
@@ -102,6 +109,7 @@ pub struct SystemConfig {
     pub(crate) max_recipient_ids: usize,
     pub(crate) recipient_window: usize,
     pub(crate) max_parked_bytes: usize,
+    pub(crate) peer_memory_budget: usize,
     pub(crate) advertised: Option<String>,
     pub(crate) refused_connect_grace: Duration,
     pub(crate) trace_propagation: bool,
@@ -134,6 +142,7 @@ impl Default for SystemConfig {
             max_recipient_ids: DEFAULT_MAX_RECIPIENT_IDS,
             recipient_window: DEFAULT_RECIPIENT_WINDOW,
             max_parked_bytes: DEFAULT_MAX_PARKED_BYTES,
+            peer_memory_budget: DEFAULT_PEER_MEMORY_BUDGET,
             advertised: None,
             refused_connect_grace: DEFAULT_REFUSED_CONNECT_GRACE,
             trace_propagation: false,
@@ -406,8 +415,10 @@ impl SystemConfig {
     /// The most recipients one link compresses to an id (Artery's
     /// actor-ref compression): the first message to a recipient defines an
     /// id with its path, later ones carry the id. Default 16,384
-    /// ([`DEFAULT_MAX_RECIPIENT_IDS`]), about 100 bytes each on the
-    /// receiving node. A sender past the limit sends further recipients
+    /// ([`DEFAULT_MAX_RECIPIENT_IDS`]). Each costs the receiving node about
+    /// 1,000 bytes plus its path (1.95 KB measured for a 1,000-byte path),
+    /// charged so to the peer's share of
+    /// [`set_peer_memory_budget`](Self::set_peer_memory_budget). A sender past the limit sends further recipients
     /// with their path in every envelope; a receiver refuses a definition
     /// past it as malformed, so both nodes should use the same value. Ask
     /// reply slots are never compressed (each is used about once), so a
@@ -450,6 +461,32 @@ impl SystemConfig {
     pub fn set_max_parked_bytes(&mut self, bytes: usize) -> &mut Self {
         self.max_parked_bytes = bytes;
         self
+    }
+
+    /// The most memory all peers together may make this node hold, in
+    /// bytes: their recipient-id tables (about 1,000 bytes plus the path
+    /// per id), batches parked for full mailboxes and large messages held
+    /// for them, and large messages being reassembled. Default 256 MiB
+    /// ([`DEFAULT_PEER_MEMORY_BUDGET`]): the default per-connection bounds
+    /// of four busy peers (64 MiB parked each), while a thousand
+    /// connections can never take a machine's memory.
+    ///
+    /// Each connection may hold at most its share, an equal part of the
+    /// budget among open connections but at least 1/16 of it, and so may
+    /// all connections from one source address together (an equal part
+    /// among addresses, at least 1/16). A connection that asks for more is
+    /// refused what it asked (the id, the batch or the large message, as
+    /// dead letters) and its reads pause until it is within its share
+    /// again; it is disconnected if it stays over for 5 s, or goes over a
+    /// third time with less than a minute within its share in between. See `docs/FAILURE_SEMANTICS.md`, "A peer
+    /// over its share", and [`ActorSystem::peer_memory`](crate::ActorSystem::peer_memory)
+    /// for the accounting.
+    ///
+    /// # Errors
+    /// Less than [`MIN_PEER_MEMORY_BUDGET`] (1 MiB). The configuration is
+    /// left unchanged.
+    pub fn set_peer_memory_budget(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        self.checked(|c| c.peer_memory_budget = bytes)
     }
 
     /// The address peers know this node by, when it is not the socket it

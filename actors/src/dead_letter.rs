@@ -146,11 +146,15 @@ pub enum DeadLetterReason {
     /// singleton's ref, a shard in handoff) past the holder's byte bound;
     /// the detail names the holder (`buffer_full`).
     BufferFull(Cow<'static, str>),
+    /// Refused because the sending peer holds its share of the node's
+    /// peer memory budget (`SystemConfig::set_peer_memory_budget`); the
+    /// detail says what it asked the node to hold (`over_share`).
+    OverShare(Cow<'static, str>),
 }
 
 impl DeadLetterReason {
     /// Every label, indexed by [`DeadLetterReason::slot`].
-    pub(crate) const LABELS: [&'static str; 18] = [
+    pub(crate) const LABELS: [&'static str; 19] = [
         "malformed",
         "link_lost",
         "handler_failed",
@@ -169,6 +173,7 @@ impl DeadLetterReason {
         "unreachable",
         "no_routee",
         "buffer_full",
+        "over_share",
     ];
 
     /// The index of this reason's label in [`DeadLetterReason::LABELS`].
@@ -192,6 +197,7 @@ impl DeadLetterReason {
             Self::Unreachable(_) => 15,
             Self::NoRoutee => 16,
             Self::BufferFull(_) => 17,
+            Self::OverShare(_) => 18,
         }
     }
 
@@ -239,6 +245,7 @@ impl fmt::Display for DeadLetterReason {
             Self::Unreachable(why) => write!(f, "unreachable: {why}"),
             Self::NoRoutee => f.write_str("router has no routee"),
             Self::BufferFull(who) => write!(f, "buffer full: {who}"),
+            Self::OverShare(what) => write!(f, "peer over its memory share: {what}"),
         }
     }
 }
@@ -268,6 +275,7 @@ mod tests {
             DeadLetterReason::Unreachable("connect to h:1: timed out".into()),
             DeadLetterReason::NoRoutee,
             DeadLetterReason::BufferFull("singleton s".into()),
+            DeadLetterReason::OverShare("ids".into()),
         ];
         let labels: Vec<&str> = reasons.iter().map(DeadLetterReason::label).collect();
         assert_eq!(labels, DeadLetterReason::LABELS);

@@ -117,7 +117,8 @@
 //!   it sends to a node can be handed to the link once (staged sends).
 //! - `remote`: associations and everything on the wire, in units:
 //!   `envelope`, `compression`, `system_msg`, `reliable`, `liveness`,
-//!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound`, `net`,
+//!   `events` ([`RemoteEvent`]) (pure); `budget` (what peers make the
+//!   node hold, [`PeerMemory`]); `link`, `large`, `inbound`, `net`,
 //!   `context`, `requests`, `association`, `outbound`.
 //! - `node`: this node's registry and remoting, what decoded refs resolve
 //!   against.
@@ -206,8 +207,9 @@ pub use config::{
     DEFAULT_ASSOCIATION_IDLE_TIMEOUT, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_CAPACITY,
     DEFAULT_MAX_ASSOCIATIONS, DEFAULT_MAX_CONCURRENT_DIALS, DEFAULT_MAX_MALFORMED_PER_SECOND,
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_PARKED_BYTES, DEFAULT_MAX_RECIPIENT_IDS,
-    DEFAULT_PENDING_CAPACITY, DEFAULT_RECIPIENT_WINDOW, DEFAULT_REFUSED_CONNECT_GRACE,
-    DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER, SpawnOptions, SystemConfig,
+    DEFAULT_PEER_MEMORY_BUDGET, DEFAULT_PENDING_CAPACITY, DEFAULT_RECIPIENT_WINDOW,
+    DEFAULT_REFUSED_CONNECT_GRACE, DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER,
+    MIN_PEER_MEMORY_BUDGET, SpawnOptions, SystemConfig,
 };
 pub use config_file::{
     ActorsEnv, ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG, STRICT_ENV,
@@ -230,7 +232,7 @@ pub use remote::fuzz_decode_envelope;
 /// remote node by hand; not an API.
 #[doc(hidden)]
 pub use remote::wire;
-pub use remote::{LARGE_MESSAGE_THRESHOLD, RemoteEvent};
+pub use remote::{LARGE_MESSAGE_THRESHOLD, PeerMemory, RemoteEvent};
 pub use router::{
     RestartLimit, Router, RouterBuilder, RouterError, RouterMsg, RoutingLogic, VIRTUAL_NODES,
 };

@@ -22,7 +22,7 @@ use crate::{
     node::Node,
     path::{ActorPath, valid_name},
     registry::Registry,
-    remote::{RemoteEvent, Remoting},
+    remote::{PeerMemory, RemoteEvent, Remoting},
     serialization::{RemoteMessage, manifest_id, manifests},
 };
 
@@ -66,6 +66,7 @@ pub(crate) type BeforeGraceful =
 ///   [`resolve`](Self::resolve);
 /// - observing: [`name`](Self::name), [`local_addr`](Self::local_addr),
 ///   [`dead_letters`](Self::dead_letters), [`remote_stats`](Self::remote_stats),
+///   [`peer_memory`](Self::peer_memory),
 ///   [`remote_nodes`](Self::remote_nodes);
 /// - ending: [`shutdown`](Self::shutdown).
 #[derive(Clone)]
@@ -200,6 +201,14 @@ impl ActorSystem {
     /// Transport counters summed over this system's connections.
     pub fn remote_stats(&self) -> ConnStats {
         self.remoting().map(|r| r.stats()).unwrap_or_default()
+    }
+
+    /// What this node's peers make it hold now (recipient ids, batches
+    /// parked for full mailboxes, large messages being reassembled),
+    /// against [`SystemConfig::set_peer_memory_budget`](crate::SystemConfig::set_peer_memory_budget),
+    /// and what was refused for going over it. All zero without remoting.
+    pub fn peer_memory(&self) -> PeerMemory {
+        self.remoting().map(|r| r.peer_memory()).unwrap_or_default()
     }
 
     /// Resolves a path to a typed ref, like Akka's `Identify`: a local path

@@ -10,6 +10,7 @@ mod it {
     mod backpressure;
     mod bad_input;
     mod bounds;
+    mod budget;
     mod close;
     mod cluster;
     mod control;

@@ -16,7 +16,8 @@ use super::{
 };
 use crate::config::{
     ClusterSettings, Downing, MAX_CLUSTER_EVENT_CAPACITY, MAX_CLUSTER_PACKET_SIZE,
-    MAX_MESSAGE_SIZE_LIMIT, MIN_CLUSTER_PACKET_SIZE, MIN_CLUSTER_PERIOD, SystemConfig,
+    MAX_MESSAGE_SIZE_LIMIT, MIN_CLUSTER_PACKET_SIZE, MIN_CLUSTER_PERIOD, MIN_PEER_MEMORY_BUDGET,
+    SystemConfig,
 };
 
 const U32: u64 = u32::MAX as u64;
@@ -51,6 +52,7 @@ pub(crate) struct RemoteSection {
     max_recipient_ids: usize,
     recipient_window: ByteSize,
     max_parked_bytes: ByteSize,
+    peer_memory_budget: ByteSize,
     #[serde(deserialize_with = "routes")]
     routes: BTreeMap<String, SocketAddr>,
     #[serde(with = "any_network")]
@@ -187,6 +189,7 @@ impl RemoteSection {
             max_recipient_ids: c.max_recipient_ids,
             recipient_window: ByteSize::of(c.recipient_window),
             max_parked_bytes: ByteSize::of(c.max_parked_bytes),
+            peer_memory_budget: ByteSize::of(c.peer_memory_budget),
             routes: c.routes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             dial_allow_list: c.dial_allow_list.clone(),
             untrusted_mode: c.untrusted_mode,
@@ -216,6 +219,13 @@ impl RemoteSection {
         within("remote.max_recipient_ids", ids, 1, U32 - 1)?;
         within("remote.recipient_window", self.recipient_window.0, 1, USIZE)?;
         within("remote.max_parked_bytes", self.max_parked_bytes.0, 0, USIZE)?;
+        let budget = self.peer_memory_budget.0;
+        within(
+            "remote.peer_memory_budget",
+            budget,
+            MIN_PEER_MEMORY_BUDGET as u64,
+            USIZE,
+        )?;
         within(
             "remote.pending_capacity",
             self.pending_capacity as u64,
@@ -469,6 +479,7 @@ impl Settings {
             max_recipient_ids: r.max_recipient_ids,
             recipient_window: r.recipient_window.get(),
             max_parked_bytes: r.max_parked_bytes.get(),
+            peer_memory_budget: r.peer_memory_budget.get(),
             routes: r.routes.into_iter().collect(),
             dial_allow_list: r.dial_allow_list,
             untrusted_mode: r.untrusted_mode,

@@ -1023,6 +1023,7 @@ impl Association {
             generation,
             peer.uid,
             proven,
+            ctx.budget.connect(peer.socket_addr.ip()),
         )
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use super::{events::RemoteEvent, net::Net};
+use super::{budget::NodeBudget, events::RemoteEvent, net::Net};
 use crate::{config::SystemConfig, registry::Registry};
 
 pub(crate) struct Context {
@@ -19,4 +19,6 @@ pub(crate) struct Context {
     pub(super) cancel: CancellationToken,
     /// Connection attempts in flight (`SystemConfig::set_max_concurrent_dials`).
     pub(super) dials: Semaphore,
+    /// What peers make this node hold (`SystemConfig::set_peer_memory_budget`).
+    pub(super) budget: Arc<NodeBudget>,
 }

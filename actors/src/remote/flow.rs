@@ -30,8 +30,10 @@
 //! recipient at most one window plus one message beyond what its mailbox
 //! took. A sender that ignores its windows (or floods many recipients
 //! whose mailboxes are full) meets the per-connection park bound
-//! (`SystemConfig::set_max_parked_bytes`): past it, messages for full
-//! mailboxes are dead letters, counted.
+//! (`SystemConfig::set_max_parked_bytes`) and the connection's share of the
+//! node-wide budget (`budget`): past either, messages for full mailboxes
+//! are dead letters, counted, and past its share the connection's reads
+//! pause (see `budget::Pressure`).
 
 use std::{
     collections::VecDeque,
@@ -43,6 +45,8 @@ use std::{
 
 use bytes::Bytes;
 use tokio::sync::Notify;
+
+use super::budget::{ConnBudget, Held};
 
 /// As the `lock` of `link` (this unit sits below it): nothing here leaves a
 /// lock's state half-changed, so a poisoned lock is consistent.
@@ -280,32 +284,57 @@ impl Park {
     }
 }
 
-/// Bytes parked on one connection, against its bound.
+/// Why [`ParkBudget::take`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ParkRefused {
+    /// The connection's own bound (`SystemConfig::set_max_parked_bytes`).
+    Bound,
+    /// Its share of the node's budget (`budget`).
+    Share,
+}
+
+/// Bytes parked on one connection, against its own bound
+/// (`SystemConfig::set_max_parked_bytes`) and, through its account, the
+/// node-wide budget (`budget`): a batch is parked only if both take it.
 #[derive(Debug)]
 pub(crate) struct ParkBudget {
     used: AtomicUsize,
     max: usize,
+    account: Arc<ConnBudget>,
 }
 
 impl ParkBudget {
-    pub(crate) fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize, account: Arc<ConnBudget>) -> Self {
         Self {
             used: AtomicUsize::new(0),
             max,
+            account,
         }
     }
 
-    /// Takes `bytes` if they fit.
-    pub(crate) fn take(&self, bytes: usize) -> bool {
+    /// Takes `bytes` if they fit the connection's bound and its share of
+    /// the node's budget; says which refused them if not.
+    pub(crate) fn take(&self, bytes: usize) -> Result<(), ParkRefused> {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                 (u + bytes <= self.max).then_some(u + bytes)
             })
-            .is_ok()
+            .map_err(|_| ParkRefused::Bound)?;
+        if !self.account.take(Held::Parked, bytes) {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(ParkRefused::Share);
+        }
+        Ok(())
     }
 
     pub(crate) fn give_back(&self, bytes: usize) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
+        self.account.give_back(bytes);
+    }
+
+    /// The connection's account (shared with its dispatcher).
+    pub(crate) fn account(&self) -> &Arc<ConnBudget> {
+        &self.account
     }
 
     #[cfg(test)]
@@ -385,11 +414,24 @@ mod tests {
 
     #[test]
     fn the_park_budget_is_a_hard_bound() {
-        let budget = ParkBudget::new(100);
-        assert!(budget.take(60));
-        assert!(!budget.take(41));
-        assert!(budget.take(40));
+        let node = super::super::budget::NodeBudget::new(1 << 20);
+        let budget = ParkBudget::new(100, node.connect([127, 0, 0, 1].into()));
+        assert_eq!(budget.take(60), Ok(()));
+        assert_eq!(budget.take(41), Err(ParkRefused::Bound));
+        assert_eq!(budget.take(40), Ok(()));
+        assert_eq!(node.snapshot().held, 100, "charged to the node as well");
         budget.give_back(100);
         assert_eq!(budget.used(), 0);
+        assert_eq!(node.snapshot().held, 0);
+    }
+
+    #[test]
+    fn the_node_budget_bounds_parking_below_the_connection_bound() {
+        let node = super::super::budget::NodeBudget::new(100);
+        let budget = ParkBudget::new(1_000, node.connect([127, 0, 0, 1].into()));
+        assert_eq!(budget.take(100), Ok(()));
+        assert_eq!(budget.take(1), Err(ParkRefused::Share), "the node is full");
+        assert_eq!(budget.used(), 100, "the refused bytes are not kept");
+        assert_eq!(node.snapshot().refused_parked, 1);
     }
 }

@@ -6,7 +6,10 @@
 use std::{
     borrow::Cow,
     collections::{HashMap, VecDeque},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -15,9 +18,10 @@ use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 
 use super::{
     access::Access,
+    budget::{ConnBudget, Held, Pressure, Verdict, id_cost},
     compression::InboundIds,
     envelope::{self, EnvelopeError, Fragment, Kind},
-    flow::{ParkBudget, ParkedBatch, Windowed},
+    flow::{ParkBudget, ParkRefused, ParkedBatch, Windowed},
     large::{Reassembly, Step},
     link::{Outbox, Sampler, lock},
     reliable::{Receive, SysIn},
@@ -162,11 +166,27 @@ pub(crate) struct Dispatch {
     large_ack: Option<(u32, u32)>,
     /// `SystemConfig::set_recipient_window`.
     window: u64,
-    /// What this connection may hold for full mailboxes.
+    /// What this connection may hold for full mailboxes; its account
+    /// (`budget().account()`) is the connection's share of the node-wide
+    /// budget, charged for ids and reassembly here as well.
     budget: Arc<ParkBudget>,
     /// Large messages that found their mailbox full (see `LargeHold`).
     large_hold: Arc<Mutex<LargeHold>>,
+    /// Bytes charged for this connection's recipient ids.
+    ids_charged: usize,
+    /// Bytes charged for the large message being reassembled.
+    large_charged: usize,
+    /// A charge was refused during this read (set where only `&self` is
+    /// at hand; taken at the end of the read).
+    refused: AtomicBool,
+    /// Over its share: reading pauses, then the connection is cut.
+    pressure: Pressure,
 }
+
+/// Why something a peer sent was refused: the connection (or its address)
+/// holds its share of the node's budget for peers already, or the node
+/// holds the whole budget.
+const OVER_SHARE: &str = "the peer holds its share of SystemConfig::set_peer_memory_budget";
 
 /// Large messages waiting for room in their mailboxes, in order, and the
 /// large-message ack held back meanwhile: the sender's lane pauses after
@@ -414,6 +434,7 @@ impl Dispatch {
         generation: u32,
         peer_uid: u64,
         proven: bool,
+        account: Arc<ConnBudget>,
     ) -> Self {
         Self {
             proven,
@@ -438,8 +459,131 @@ impl Dispatch {
             ready: Vec::new(),
             large_ack: None,
             window: config.recipient_window as u64,
-            budget: Arc::new(ParkBudget::new(config.max_parked_bytes)),
+            budget: Arc::new(ParkBudget::new(config.max_parked_bytes, account)),
             large_hold: Arc::default(),
+            ids_charged: 0,
+            large_charged: 0,
+            refused: AtomicBool::new(false),
+            pressure: Pressure::default(),
+        }
+    }
+
+    /// The connection's share of the node's budget for peers.
+    fn account(&self) -> &ConnBudget {
+        self.budget.account()
+    }
+
+    /// A charge was refused: the connection is over its share (see
+    /// `budget::Pressure`), acted on at the end of the read.
+    #[cold]
+    fn over_share(&self) {
+        self.refused.store(true, Ordering::Relaxed);
+    }
+
+    /// Defines recipient `id` as `path`, charging its cost (and giving
+    /// back what a definition it replaces cost).
+    #[cold]
+    fn define_id(&mut self, id: u32, path: &str, manifest: u32) -> Result<(), ()> {
+        let cost = id_cost(path.len());
+        if !self.budget.account().take(Held::Ids, cost) {
+            // The id stays as it was: the peer's later messages to it are
+            // malformed (or go to the old path), and its reads pause.
+            self.over_share();
+            let to = self.registry.path(path);
+            self.dead(
+                &manifests::label(manifest),
+                &to,
+                &DeadLetterReason::OverShare(OVER_SHARE.into()),
+            );
+            return Err(());
+        }
+        let old = self.ids.get(id).map_or(0, |e| id_cost(e.path.len()));
+        let target = self.registry().lookup(path);
+        let win = Arc::new(Windowed::new(self.window));
+        if let Err(why) = self
+            .ids
+            .define(id, Entry::new(path.into(), target, Some(win)))
+        {
+            self.budget.account().give_back(cost);
+            self.malformed(MalformedKind::Recipient, why);
+            return Err(());
+        }
+        self.budget.account().give_back(old);
+        self.ids_charged = self.ids_charged + cost - old;
+        Ok(())
+    }
+
+    /// Keeps the charge for the large message in reassembly equal to what
+    /// its buffer holds; drops the message (dead letter) when the share
+    /// refuses more.
+    #[cold]
+    fn charge_large(&mut self) {
+        let held = self.large.held();
+        if held <= self.large_charged {
+            self.budget.account().give_back(self.large_charged - held);
+            self.large_charged = held;
+            return;
+        }
+        if self
+            .budget
+            .account()
+            .take(Held::Large, held - self.large_charged)
+        {
+            self.large_charged = held;
+            return;
+        }
+        self.over_share();
+        if let Some(((path, _), received, total)) = self.large.drop_current() {
+            let to = self.registry().path(&path);
+            let why = DeadLetterReason::OverShare(
+                format!("{OVER_SHARE} (after {received} of {total} bytes)").into(),
+            );
+            self.dead(&format!("large message of {total} bytes"), &to, &why);
+        }
+        self.budget.account().give_back(self.large_charged);
+        self.large_charged = 0;
+    }
+
+    /// At the end of a read over its share: reading pauses until the
+    /// connection is back within it, or it is disconnected (counted, and
+    /// a sampled warning).
+    #[cold]
+    #[inline(never)]
+    async fn hold_back(&mut self) {
+        // The runtime's clock, so that paused-time tests step through it.
+        let now = || tokio::time::Instant::now().into_std();
+        if self.refused.swap(false, Ordering::Relaxed) {
+            self.pressure.refused(now());
+        }
+        loop {
+            let within = self.account().within_share();
+            match self.pressure.poll(now(), within) {
+                Verdict::Go => return,
+                Verdict::Wait { until } => {
+                    let account = self.budget.account().clone();
+                    account.wait_release(until).await;
+                }
+                Verdict::Disconnect => return self.cut_over_share(),
+            }
+        }
+    }
+
+    #[cold]
+    fn cut_over_share(&mut self) {
+        let account = self.account();
+        let n = account.node().count_disconnect();
+        metrics::counter!(super::budget::PEER_MEMORY_DISCONNECTS).increment(1);
+        let reason = format!(
+            "peer stayed over its share of the memory budget for peers (holds {} bytes)",
+            account.used()
+        );
+        static CUT: transport::LogLimit = transport::LogLimit::new();
+        if let Some(s) = CUT.sample() {
+            tracing::warn!(node = %transport::PeerText(self.peer.node()), %reason, total = n, suppressed = s.suppressed, "disconnecting a peer over its memory share");
+        }
+        self.misbehaving = true;
+        if let Some(sender) = &self.sender {
+            sender.abort(&reason);
         }
     }
 
@@ -530,20 +674,14 @@ impl Dispatch {
                     "recipient path longer than MAX_PATH_LEN",
                 );
             }
-            let target = self.registry().lookup(path);
             if env.inline {
                 id = INLINE_ID;
+                let target = self.registry().lookup(path);
                 self.inline = Some(Entry::new(path.into(), target, None));
             } else if id == INLINE_ID {
                 return self.malformed(MalformedKind::Recipient, "recipient id reserved");
-            } else {
-                let win = Arc::new(Windowed::new(self.window));
-                if let Err(why) = self
-                    .ids
-                    .define(id, Entry::new(path.into(), target, Some(win)))
-                {
-                    return self.malformed(MalformedKind::Recipient, why);
-                }
+            } else if self.define_id(id, path, manifest).is_err() {
+                return;
             }
         } else if id == INLINE_ID {
             return self.malformed(MalformedKind::Recipient, "recipient id reserved");
@@ -735,6 +873,9 @@ impl Dispatch {
         let tag = envelope::Tag { manifest, ext };
         let step = large.push(id, tag, f, piece, max, || self.large_target(id, manifest));
         self.large = large;
+        if self.large.held() != self.large_charged {
+            self.charge_large();
+        }
         match step {
             Step::Pending => {}
             Step::Complete((path, target), batch) => self.ready.push((path, target, batch)),
@@ -1010,12 +1151,8 @@ impl Dispatch {
         target: Arc<dyn Target>,
         batch: Bytes,
     ) -> bool {
-        if !self.budget.take(batch.len()) {
-            self.dead(
-                target.manifest_name(),
-                &self.registry().path(&path),
-                &mailbox_full(PARK_FULL),
-            );
+        if let Err(why) = self.park_take(batch.len()) {
+            self.dead(target.manifest_name(), &self.registry().path(&path), &why);
             return false;
         }
         hold.queue.push_back((path, target, batch));
@@ -1069,8 +1206,8 @@ impl Dispatch {
         {
             // Behind what is parked already.
             let len = b.batch.len();
-            if !self.budget.take(len) {
-                self.lose(id, Some(w), path, &target, &b, &mailbox_full(PARK_FULL));
+            if let Err(why) = self.park_take(len) {
+                self.lose(id, Some(w), path, &target, &b, &why);
                 return None;
             }
             match w.park.append_if_active(b) {
@@ -1114,6 +1251,20 @@ impl Dispatch {
         }
     }
 
+    /// Takes `bytes` to park for a full mailbox, or says why not (the
+    /// reason of the dead letters); over its share of the node's budget,
+    /// the connection's reads pause.
+    fn park_take(&self, bytes: usize) -> Result<(), DeadLetterReason> {
+        match self.budget.take(bytes) {
+            Ok(()) => Ok(()),
+            Err(ParkRefused::Bound) => Err(mailbox_full(PARK_FULL)),
+            Err(ParkRefused::Share) => {
+                self.over_share();
+                Err(DeadLetterReason::OverShare(PARK_OVER_SHARE.into()))
+            }
+        }
+    }
+
     /// A batch given up on: dead letters, and its credit goes back.
     fn lose(
         &self,
@@ -1147,8 +1298,8 @@ impl Dispatch {
         let Some(win) = win else {
             return self.lose(id, None, path, &target, &b, &mailbox_full(INLINE_FULL));
         };
-        if !self.budget.take(b.batch.len()) {
-            return self.lose(id, Some(&win), path, &target, &b, &mailbox_full(PARK_FULL));
+        if let Err(why) = self.park_take(b.batch.len()) {
+            return self.lose(id, Some(&win), path, &target, &b, &why);
         }
         if win.park.start(b) {
             tokio::spawn(
@@ -1170,6 +1321,9 @@ impl Dispatch {
 /// Why a batch for a full mailbox was dropped: the connection's bound.
 const PARK_FULL: &str =
     "and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
+/// Why a batch for a full mailbox was dropped: the peer's share of the
+/// node's budget.
+const PARK_OVER_SHARE: &str = "the mailbox is full, and the peer holds its share of SystemConfig::set_peer_memory_budget already";
 /// Why a batch for a full mailbox was dropped: no window.
 const INLINE_FULL: &str =
     "and the recipient came inline (past the link's recipient ids): no window to wait in";
@@ -1347,6 +1501,9 @@ impl Handler for Dispatch {
         }
         self.runs.end_read();
         self.inline = None;
+        if self.refused.load(Ordering::Relaxed) || self.pressure.is_over() {
+            self.hold_back().await;
+        }
     }
 
     fn on_heartbeat_ack(&mut self, body: &[u8]) {
@@ -1374,6 +1531,17 @@ impl Handler for Dispatch {
     }
 }
 
+impl Drop for Dispatch {
+    /// The id table and the reassembly go with the dispatcher; what is
+    /// parked goes with the tasks that hand it over (each gives back its
+    /// own, and the account gives back the rest when the last one ends).
+    fn drop(&mut self) {
+        self.budget
+            .account()
+            .give_back(self.ids_charged + self.large_charged);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::{
@@ -1384,7 +1552,10 @@ mod tests {
     };
 
     use super::*;
-    use crate::remote::envelope::{put_compact_header, put_header};
+    use crate::remote::{
+        budget::NodeBudget,
+        envelope::{put_compact_header, put_header},
+    };
 
     /// The association side, recording what the dispatcher reports.
     #[derive(Default)]
@@ -1523,6 +1694,12 @@ mod tests {
         crate::path::ActorPath::parse("tcp://me@127.0.0.1:2/user/seven").expect("valid")
     }
 
+    /// A connection's account of a node budget as `config` sets it.
+    fn account(config: &SystemConfig) -> Arc<ConnBudget> {
+        super::super::budget::NodeBudget::new(config.peer_memory_budget)
+            .connect([127, 0, 0, 1].into())
+    }
+
     fn setup() -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
         setup_with(FakePeer::default(), true)
     }
@@ -1540,7 +1717,15 @@ mod tests {
             .set_max_malformed_per_second(1_000)
             .set_max_recipient_ids(1_000)
             .unwrap();
-        let d = Dispatch::new(registry.clone(), &config, peer.clone(), 3, 42, proven);
+        let d = Dispatch::new(
+            registry.clone(),
+            &config,
+            peer.clone(),
+            3,
+            42,
+            proven,
+            account(&config),
+        );
         (d, peer, target, registry)
     }
 
@@ -1612,6 +1797,116 @@ mod tests {
         // 1 unknown id, 1 wrong type, 1 no actor, 1 not an envelope, 997
         // more to no actor, 3 past the limit.
         assert_eq!(registry.dead_letter_count(), 1_004);
+    }
+
+    /// A dispatcher alone on a node budget of `budget` bytes.
+    fn setup_budget(budget: usize) -> (Dispatch, Arc<NodeBudget>, Arc<Registry>) {
+        let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
+        registry.register("/user/seven", Arc::new(FakeTarget::default()));
+        let mut config = SystemConfig::default();
+        config.set_max_malformed_per_second(1_000);
+        let node = NodeBudget::new(budget);
+        let account = node.connect([127, 0, 0, 1].into());
+        let peer = Arc::new(FakePeer::default());
+        let d = Dispatch::new(registry.clone(), &config, peer, 3, 42, true, account);
+        (d, node, registry)
+    }
+
+    /// A path of `len` bytes.
+    fn long_path(len: usize) -> String {
+        format!("/user/{}", "p".repeat(len - 6))
+    }
+
+    #[tokio::test]
+    async fn recipient_ids_are_charged_and_given_back_when_the_connection_goes() {
+        let (mut d, node, _) = setup_budget(1 << 20);
+        let path = long_path(1_000);
+        d.on_read(1 << 16);
+        for id in 1..=10 {
+            d.on_frame_ref(FrameKind::Message, &envelope(id, Some(&path), 7, b""));
+        }
+        assert_eq!(node.snapshot().held, 10 * id_cost(1_000));
+        // A redefinition costs the difference.
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(1, Some("/user/seven"), 7, b""),
+        );
+        assert_eq!(
+            node.snapshot().held,
+            9 * id_cost(1_000) + id_cost("/user/seven".len())
+        );
+        d.on_batch_end().await;
+        drop(d);
+        let s = node.snapshot();
+        assert_eq!((s.held, s.connections, s.refused_ids), (0, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_table_bomb_is_refused_past_the_budget_then_the_connection_is_cut() {
+        let budget = 100 * id_cost(1_000);
+        let (mut d, node, registry) = setup_budget(budget);
+        let path = long_path(1_000);
+        d.on_read(1 << 20);
+        for id in 1..=150 {
+            d.on_frame_ref(FrameKind::Message, &envelope(id, Some(&path), 7, b""));
+        }
+        let s = node.snapshot();
+        assert_eq!((s.held, s.peak, s.refused_ids), (budget, budget, 50));
+        // No actor lives there: 100 dead letters for that, 50 refused.
+        assert_eq!(registry.dead_letter_count(), 150);
+        // The read's end pauses reading; nothing is given back, so the
+        // connection is cut after the grace.
+        let start = tokio::time::Instant::now();
+        d.on_batch_end().await;
+        assert!(start.elapsed() >= super::super::budget::PAUSE_GRACE);
+        assert!(d.misbehaving);
+        assert_eq!(node.snapshot().disconnected, 1);
+        drop(d);
+        assert_eq!(node.snapshot().held, 0);
+    }
+
+    fn fragment(msg: u32, total: u32, offset: u32, piece: &[u8]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        let to = if offset == 0 {
+            envelope::To::Define(1, "/user/seven")
+        } else {
+            envelope::To::Id(1)
+        };
+        let f = Fragment { msg, total, offset };
+        put_header(&mut b, to, envelope::Tag::plain(7), Some(f));
+        b.extend_from_slice(piece);
+        b.to_vec()
+    }
+
+    #[tokio::test]
+    async fn reassembly_is_charged_and_a_message_past_the_share_is_dropped() {
+        let budget = id_cost(11) + 300_000;
+        let (mut d, node, registry) = setup_budget(budget);
+        let piece = vec![1u8; 100_000];
+        d.on_read(1 << 20);
+        d.on_frame_ref(FrameKind::Message, &fragment(1, 1_000_000, 0, &piece));
+        let held = node.snapshot().held;
+        assert!(held >= id_cost(11) + 100_000, "{held}");
+        d.on_frame_ref(FrameKind::Message, &fragment(1, 1_000_000, 100_000, &piece));
+        // Doubling to 200 kB fits; to 400 kB does not.
+        d.on_frame_ref(FrameKind::Message, &fragment(1, 1_000_000, 200_000, &piece));
+        let s = node.snapshot();
+        assert_eq!(s.refused_large, 1);
+        assert_eq!(s.held, id_cost(11), "the message's buffer went back");
+        assert_eq!(registry.dead_letter_count(), 1);
+        // Its further fragments are skipped, not malformed.
+        d.on_frame_ref(FrameKind::Message, &fragment(1, 1_000_000, 300_000, &piece));
+        assert_eq!(registry.dead_letter_count(), 1);
+        // A message that fits is delivered, and gives its charge back.
+        d.on_frame_ref(FrameKind::Message, &fragment(2, 100, 0, &[2; 100]));
+        // Back within its share at once (the dropped message's buffer went
+        // back): a strike, no pause, no disconnection.
+        d.on_batch_end().await;
+        assert!(!d.misbehaving);
+        assert_eq!(node.snapshot().disconnected, 0);
+        assert_eq!(node.snapshot().held, id_cost(11));
+        drop(d);
+        assert_eq!(node.snapshot().held, 0);
     }
 
     #[tokio::test]
@@ -1711,6 +2006,7 @@ mod tests {
             3,
             42,
             true,
+            account(&config),
         );
         // K distinct actors, their ids defined in an earlier read.
         let mut targets = Vec::new();

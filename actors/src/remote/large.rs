@@ -372,6 +372,22 @@ impl<T> Reassembly<T> {
         })
     }
 
+    /// Bytes the message in progress holds (its buffer's capacity), to
+    /// charge to the connection's share of the node's budget.
+    #[inline]
+    pub(super) fn held(&self) -> usize {
+        self.partial.as_ref().map_or(0, |p| p.buf.capacity())
+    }
+
+    /// Drops the message in progress (its charge was refused) and skips
+    /// its further fragments: its target, bytes received and total.
+    pub(super) fn drop_current(&mut self) -> Option<(T, usize, usize)> {
+        let p = self.partial.take()?;
+        self.skipping = Some(p.msg);
+        let received = p.received();
+        Some((p.target, received, p.total))
+    }
+
     /// One fragment for recipient `id`. Fragments of a message arrive in
     /// order and one message at a time (the sender's lane sends them so);
     /// anything else is malformed and drops the message. For a first
@@ -630,5 +646,25 @@ mod tests {
             Some("u")
         });
         assert_eq!(r.take_partial(), Some(("u", 100, 200)));
+    }
+
+    #[test]
+    fn what_a_message_holds_is_known_and_a_dropped_one_is_skipped() {
+        let mut r = Reassembly::default();
+        assert_eq!(r.held(), 0);
+        r.push(1, Tag::plain(9), frag(1, 300, 0), &[0; 100], 1000, || {
+            Some("t")
+        });
+        assert!(r.held() >= 104, "the length and the first piece");
+        assert_eq!(r.drop_current(), Some(("t", 100, 300)));
+        assert_eq!(r.held(), 0);
+        assert_eq!(
+            r.push(1, Tag::plain(9), frag(1, 300, 100), &[0; 100], 1000, || {
+                Some("t")
+            }),
+            Step::Pending,
+            "further fragments are skipped, not malformed"
+        );
+        assert_eq!(r.held(), 0);
     }
 }

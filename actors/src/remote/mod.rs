@@ -30,6 +30,7 @@
 
 mod access;
 mod association;
+mod budget;
 mod compression;
 mod context;
 mod envelope;
@@ -62,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
 pub(crate) use association::Association;
+pub use budget::PeerMemory;
 pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
@@ -181,6 +183,7 @@ impl Remoting {
                 endpoint: bound.0,
                 cancel: CancellationToken::new(),
                 dials: tokio::sync::Semaphore::new(config.max_concurrent_dials),
+                budget: budget::NodeBudget::new(config.peer_memory_budget),
             }),
             associations: Mutex::new(HashMap::new()),
             refs: Mutex::new(HashMap::new()),
@@ -491,6 +494,11 @@ impl Remoting {
                 ),
             })?;
         assoc.identify(path, timeout).await
+    }
+
+    /// What peers make this node hold, against its budget.
+    pub(crate) fn peer_memory(&self) -> PeerMemory {
+        self.shared.budget.snapshot()
     }
 
     pub(crate) fn stats(&self) -> ConnStats {

@@ -4,7 +4,7 @@
 //! ```text
 //! peer NAME BIND_ADDR [--client NODE] [--heartbeat-ms N] [--pause-ms N]
 //!                     [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N]
-//!                     [--evolve NODE]
+//!                     [--evolve NODE] [--peer-memory-budget BYTES]
 //! ```
 //!
 //! Starts an actor system with a counter at `/user/counter`, prints
@@ -146,11 +146,12 @@ struct Args {
     ask_every: Duration,
     ask_timeout: Duration,
     evolve: Option<String>,
+    peer_memory_budget: Option<usize>,
 }
 
 const USAGE: &str = "usage: peer NAME BIND_ADDR [--client NODE] [--heartbeat-ms N] [--pause-ms N] \
                      [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N] \
-                     [--evolve NODE]";
+                     [--evolve NODE] [--peer-memory-budget BYTES]";
 
 fn parse_args() -> Args {
     let mut args = std::env::args().skip(1);
@@ -170,6 +171,7 @@ fn parse_args() -> Args {
         ask_every: Duration::from_millis(100),
         ask_timeout: Duration::from_millis(1000),
         evolve: None,
+        peer_memory_budget: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().expect(USAGE);
@@ -182,6 +184,9 @@ fn parse_args() -> Args {
             "--ask-every-ms" => a.ask_every = ms(),
             "--ask-timeout-ms" => a.ask_timeout = ms(),
             "--evolve" => a.evolve = Some(value.clone()),
+            "--peer-memory-budget" => {
+                a.peer_memory_budget = Some(value.parse().expect("a number of bytes"));
+            }
             _ => panic!("unknown flag {flag}; {USAGE}"),
         }
     }
@@ -298,6 +303,11 @@ async fn main() {
         hb.set_acceptable_pause(p);
     }
     config.set_heartbeat(hb);
+    if let Some(bytes) = args.peer_memory_budget {
+        config
+            .set_peer_memory_budget(bytes)
+            .expect("--peer-memory-budget: at least MIN_PEER_MEMORY_BUDGET");
+    }
     if let Some(max) = args.backoff_max {
         config.set_reconnect_backoff(Backoff::new(Duration::from_millis(50), max, 0.2));
     }

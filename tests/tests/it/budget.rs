@@ -1,0 +1,354 @@
+//! The node-wide memory budget for peers
+//! (`SystemConfig::set_peer_memory_budget`), attacked from raw sockets
+//! that hold the secret: a recipient-table bomb, unfinished large
+//! messages and ignored credit, each over many connections from several
+//! source addresses. The node's accounted bytes never pass the budget, the
+//! counters name what was refused, the accounting returns to zero once
+//! the connections are gone, and a good sender that connects afterwards
+//! is served.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use actors::{
+    Actor, ActorRef, ActorResult, ActorSystem, Ctx, PeerMemory, RemoteMessage, SystemConfig,
+    manifest_id,
+};
+use integration_tests::{
+    actor_path, actor_system, actor_system_with, envelope, eventually, frame_bytes,
+    raw_client_handshake, raw_connect_from, rss_of, run_raw_handshake, spawn_peer_args, within,
+};
+use serde::{Deserialize, Serialize};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    sync::watch,
+    task::JoinSet,
+};
+use transport::{FrameKind, handshake::Hello};
+
+use super::actors_common::{Count, Counter, total};
+
+/// The budget these tests give the node: 16 MiB.
+const BUDGET: usize = 16 << 20;
+
+/// A node with a small budget (`budget`), a counter for the good sender,
+/// and a gated actor for the credit test.
+async fn node(budget: usize) -> (ActorSystem, watch::Sender<bool>) {
+    let mut config = SystemConfig::default();
+    config
+        .set_peer_memory_budget(budget)
+        .unwrap()
+        .set_mailbox_capacity(4)
+        .unwrap()
+        .set_max_malformed_per_second(1_000_000);
+    let b = actor_system_with("b", config).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let (open, gate) = watch::channel(false);
+    b.spawn_named(
+        "gated",
+        Gated {
+            gate,
+            got: Arc::default(),
+        },
+    )
+    .expect("free");
+    (b, open)
+}
+
+/// A raw peer of `b` from source address `127.0.0.<from>`, naming a node
+/// of its own (`n`), past the handshake.
+async fn raw_peer(b: &ActorSystem, from: u8, n: usize) -> TcpStream {
+    raw_peer_at(b.local_addr().expect("remoting"), from, n).await
+}
+
+/// As [`raw_peer`], for the node listening on `addr`.
+async fn raw_peer_at(addr: SocketAddr, from: u8, n: usize) -> TcpStream {
+    let mut stream = raw_connect_from(IpAddr::from([127, 0, 0, from]), addr, None).await;
+    let hs = raw_client_handshake(Hello {
+        uid: 0xb0b0_0000 + n as u64,
+        addr: format!("raw{n}@127.0.0.{from}:9"),
+    });
+    run_raw_handshake(&mut stream, hs).await;
+    stream
+}
+
+/// Opens `n` raw peers spread over five source addresses and writes what
+/// `bytes(i)` gives on each, in the background: a writer ends when the
+/// node stops reading and closes, or when all is written.
+async fn attack(b: &ActorSystem, n: usize, bytes: impl Fn(usize) -> Vec<u8>) -> JoinSet<()> {
+    let mut writers = JoinSet::new();
+    for i in 0..n {
+        let mut raw = raw_peer(b, 10 + (i % 5) as u8, i).await;
+        let bytes = bytes(i);
+        writers.spawn(async move {
+            let _ = raw.write_all(&bytes).await;
+            // Held open until the test drops the set (or the node closes
+            // it): a peer that keeps its connection.
+            std::future::pending::<()>().await;
+        });
+    }
+    writers
+}
+
+/// The good sender, connecting now: served.
+async fn a_good_sender_is_served(b: &ActorSystem) {
+    let a = actor_system("a").await;
+    let counter: ActorRef<Count> = within("resolve", a.resolve(&actor_path(b, "counter")))
+        .await
+        .expect("resolves");
+    counter.tell(Count::Add(1)).expect("room");
+    assert!(total(&counter).await >= 1);
+    a.shutdown().await;
+}
+
+/// The accounting never passed the budget (the peak is exact: charges are
+/// refused before they would pass it).
+fn within_budget(m: &PeerMemory) {
+    assert!(
+        m.peak <= BUDGET,
+        "peak {} bytes over the budget of {BUDGET}: {m:?}",
+        m.peak
+    );
+}
+
+/// With every raw connection gone, nothing is charged any more.
+async fn returns_to_zero(b: &ActorSystem) {
+    eventually("the accounting returns to zero", || {
+        let m = b.peer_memory();
+        m.held == 0 && m.connections == 0
+    })
+    .await;
+}
+
+/// One connection's table bomb: `ids` recipient ids with 1,000-byte
+/// paths, defined to the counter's message type.
+fn table_bomb(ids: u32) -> Vec<u8> {
+    let path = format!("/user/{}", "x".repeat(994));
+    let count = manifest_id(Count::MANIFEST);
+    let mut bytes = Vec::new();
+    for id in 1..=ids {
+        bytes.extend(frame_bytes(
+            FrameKind::Message,
+            &envelope(id, Some(&path), count, &[]),
+        ));
+    }
+    bytes
+}
+
+/// 50 connections from five addresses each define 2,000 recipient ids
+/// with 1,000-byte paths (4 MB accounted each, 200 MB in all). The ids
+/// past each connection's share are refused, its reads pause, and it is
+/// cut, since ids are never given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_bomb_across_50_connections_stays_within_the_budget() {
+    const CONNS: usize = 50;
+    const IDS: u32 = 2_000;
+    let (b, _open) = node(BUDGET).await;
+    let writers = attack(&b, CONNS, |_| table_bomb(IDS)).await;
+    eventually("ids are refused and the bombers cut", || {
+        let m = b.peer_memory();
+        (m.refused_ids > 0 && m.disconnected > 0) || m.peak > BUDGET
+    })
+    .await;
+    within_budget(&b.peer_memory());
+    drop(writers);
+    returns_to_zero(&b).await;
+    a_good_sender_is_served(&b).await;
+    let m = b.peer_memory();
+    within_budget(&m);
+    assert!(m.refused_ids >= 1, "{m:?}");
+}
+
+/// 20 connections each start a large message of 8 MiB and send 2 MiB of
+/// it in 128 KiB fragments, never finishing (40 MiB of reassembly
+/// buffers without a budget). Past a connection's share its message is
+/// dropped (a dead letter, its buffer freed) and its further fragments
+/// skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_large_messages_across_20_connections_stay_within_the_budget() {
+    const CONNS: usize = 20;
+    const TOTAL: u32 = 8 << 20;
+    const PIECE: usize = 128 << 10;
+    const SENT: usize = 2 << 20;
+    let (b, _open) = node(BUDGET).await;
+    let count = manifest_id(Count::MANIFEST);
+    let writers = attack(&b, CONNS, |_| {
+        let mut bytes = Vec::new();
+        for offset in (0..SENT).step_by(PIECE) {
+            let mut payload = Vec::with_capacity(12 + PIECE);
+            payload.extend_from_slice(&1u32.to_le_bytes());
+            payload.extend_from_slice(&TOTAL.to_le_bytes());
+            payload.extend_from_slice(&(offset as u32).to_le_bytes());
+            payload.resize(12 + PIECE, 7);
+            let path = (offset == 0).then_some("/user/counter");
+            let mut env = envelope(1, path, count, &payload);
+            env[0] |= 2; // the fragment flag
+            bytes.extend(frame_bytes(FrameKind::Message, &env));
+        }
+        bytes
+    })
+    .await;
+    eventually("reassembly is refused", || {
+        let m = b.peer_memory();
+        m.refused_large > 0 || m.peak > BUDGET
+    })
+    .await;
+    within_budget(&b.peer_memory());
+    let dead = b.dead_letters();
+    assert!(dead >= 1, "each dropped message is a dead letter");
+    drop(writers);
+    returns_to_zero(&b).await;
+    a_good_sender_is_served(&b).await;
+    within_budget(&b.peer_memory());
+}
+
+/// Work for the gated actor.
+#[derive(Debug, Serialize, Deserialize)]
+struct Work(u64, Vec<u8>);
+
+impl RemoteMessage for Work {
+    const MANIFEST: &'static str = "it.budget.Work";
+}
+
+/// Handles nothing until its gate opens.
+struct Gated {
+    gate: watch::Receiver<bool>,
+    got: Arc<AtomicU64>,
+}
+
+impl Actor for Gated {
+    type Msg = Work;
+
+    async fn handle(&mut self, _: Work, _: &mut Ctx<Self>) -> ActorResult {
+        let _ = self.gate.wait_for(|open| *open).await;
+        self.got.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// 20 connections send 4 MB each to an actor that takes nothing, ignoring
+/// their 1 MiB windows (80 MB parked without a budget; each connection's
+/// own park bound is 64 MiB). Past its share a connection's batches are
+/// dead letters, its reads pause, and it is cut while the actor takes
+/// nothing; once the actor runs again, what was parked is handed over and
+/// given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_credit_across_20_connections_stays_within_the_budget() {
+    const CONNS: usize = 20;
+    const MESSAGES: usize = 400;
+    let (b, open) = node(BUDGET).await;
+    let mut payload = bytes::BytesMut::new();
+    Work(0, vec![1; 10_000])
+        .encode(&mut payload, usize::MAX)
+        .expect("encodes");
+    let manifest = manifest_id(Work::MANIFEST);
+    let first = frame_bytes(
+        FrameKind::Message,
+        &envelope(1, Some("/user/gated"), manifest, &payload),
+    );
+    let next = frame_bytes(FrameKind::Message, &envelope(1, None, manifest, &payload));
+    let writers = attack(&b, CONNS, |_| {
+        let mut bytes = first.clone();
+        for _ in 1..MESSAGES {
+            bytes.extend_from_slice(&next);
+        }
+        bytes
+    })
+    .await;
+    eventually("parking is refused and the floods cut", || {
+        let m = b.peer_memory();
+        (m.refused_parked > 0 && m.disconnected > 0) || m.peak > BUDGET
+    })
+    .await;
+    within_budget(&b.peer_memory());
+    drop(writers);
+    // What is parked waits for the actor: handed over once it runs.
+    open.send(true).expect("the actor runs");
+    returns_to_zero(&b).await;
+    a_good_sender_is_served(&b).await;
+    within_budget(&b.peer_memory());
+}
+
+/// The table bomb against a node in its own process (the `peer` binary),
+/// this time by its resident memory (`VmRSS`): each of 50 connections
+/// sends its bomb and a heartbeat, and waits for the heartbeat's ack (the
+/// node read everything before it) or for the node to cut it. Meanwhile
+/// the node grows by no more than the budget and `SLACK` (measured: 23 MB
+/// with a 16 MiB budget; 195 MB, 1.95 KB an id, without a budget).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_bomb_grows_a_node_process_by_at_most_its_budget() {
+    /// What the node holds beside what is accounted: 50 connections'
+    /// tasks and read buffers, the batches of the reads in progress, and
+    /// the allocator's slack: 32 MiB.
+    const SLACK: u64 = 32 << 20;
+    const CONNS: usize = 50;
+    let budget = BUDGET.to_string();
+    let (mut child, node) = spawn_peer_args(
+        env!("CARGO_BIN_EXE_peer"),
+        "p",
+        "127.0.0.1:0",
+        &["--peer-memory-budget", &budget],
+    )
+    .await;
+    let pid = child.id();
+    let addr: SocketAddr = node
+        .split_once('@')
+        .and_then(|(_, a)| a.parse().ok())
+        .expect("name@host:port");
+    let before = rss_of(pid);
+    let bomb = table_bomb(2_000);
+    let mut writers = JoinSet::new();
+    for i in 0..CONNS {
+        let mut raw = raw_peer_at(addr, 10 + (i % 5) as u8, i).await;
+        let mut bytes = bomb.clone();
+        bytes.extend(frame_bytes(FrameKind::Heartbeat, &7u64.to_le_bytes()));
+        // Returns the stream while the node keeps it: what it holds for
+        // it stays held until the test ends.
+        writers.spawn(async move {
+            raw.write_all(&bytes).await.ok()?;
+            let mut buf = bytes::BytesMut::new();
+            loop {
+                while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                    if f.kind == FrameKind::HeartbeatAck {
+                        return Some(raw);
+                    }
+                }
+                match raw.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return None, // cut
+                    Ok(_) => {}
+                }
+            }
+        });
+    }
+    let mut peak = before;
+    let mut kept = Vec::new();
+    within("every bomb is read or cut", async {
+        loop {
+            peak = peak.max(rss_of(pid));
+            tokio::select! {
+                done = writers.join_next() => match done {
+                    Some(stream) => kept.extend(stream.expect("no panic")),
+                    None => break,
+                },
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    })
+    .await;
+    peak = peak.max(rss_of(pid));
+    drop(kept);
+    let _ = child.kill();
+    let _ = child.wait();
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew <= BUDGET as u64 + SLACK,
+        "the node grew by {grew} bytes ({before} to {peak}), past its budget of {BUDGET} and {SLACK} of slack"
+    );
+}
