@@ -76,6 +76,8 @@
 //! - [`cluster`]: membership over authenticated UDP, cluster-wide groups.
 //! - [`router`]: routers in front of groups and pools of routees. Its
 //!   types are also at the crate root.
+//! - [`sharding`]: entities by id spread over the cluster's members,
+//!   moved when members come and go.
 //!
 //! # Layout
 //! Bottom-up: a module imports only modules listed above it, never one
@@ -130,6 +132,9 @@
 //!   ([`ActorSystem::named`]).
 //! - [`cluster`]: [`Cluster`](cluster::Cluster) membership and groups,
 //!   and routers that follow a group.
+//! - [`sharding`]: cluster sharding ([`Sharding`](sharding::Sharding),
+//!   [`EntityRef`](sharding::EntityRef)); a pure allocation and shard
+//!   state machine (`sharding::shard`), the region actor, entity stores.
 //!
 //! # Crate feature flags
 //! - `derive` (default): `#[derive(RemoteMessage)]`, from the
@@ -170,6 +175,7 @@ mod remote;
 mod reply;
 pub mod router;
 mod serialization;
+pub mod sharding;
 mod supervision;
 mod system;
 mod telemetry;
