@@ -34,6 +34,7 @@ mod it {
     mod routers;
     mod runs;
     mod runtime;
+    mod sharding;
     mod supervision;
     mod tls;
     mod trace;

@@ -256,6 +256,9 @@ pub struct ShardInfo {
 pub struct ShardingState {
     /// Shards active, moving or buffering here, by shard number.
     pub shards: Vec<ShardInfo>,
+    /// The hosting members (node addresses) shards are spread over, in
+    /// this node's view.
+    pub hosts: Vec<String>,
     /// Live entities here.
     pub entities: usize,
     /// Messages buffered here.

@@ -535,6 +535,13 @@ where
             });
         }
         s.shards.sort_by_key(|i| i.shard);
+        s.hosts = self
+            .shards
+            .view()
+            .candidates
+            .iter()
+            .map(|r| r.node.clone())
+            .collect();
         s
     }
 
