@@ -214,7 +214,14 @@ where
                 must_ack = view.must_ack.len(),
                 "sharding view changed"
             );
-            let acts = self.shards.on_view(now, view);
+            let mut acts = self.shards.on_view(now, view);
+            if self.settings.remember_entities.is_some() {
+                // Remembered entities run without a message: take every
+                // shard this region owns now.
+                for shard in 0..self.settings.number_of_shards {
+                    acts.extend(self.shards.claim(now, shard));
+                }
+            }
             self.apply(ctx, acts);
         }
     }

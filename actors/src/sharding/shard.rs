@@ -58,6 +58,12 @@ use serde::{Deserialize, Serialize};
 /// owner).
 pub(crate) const MAX_HOPS: u8 = 8;
 
+/// The longest a region waits before it asks again for a release that
+/// did not come (when the handoff timeout is longer): a request to a
+/// region that was not running yet is lost, and one second is short
+/// next to a shard move yet costs one message per awaited region.
+const RETRY_BEGIN_AFTER: Duration = Duration::from_secs(1);
+
 /// What a marker counts for in a buffer's byte bound: markers are never
 /// dropped (one per region and move), but they take room.
 const MARKER_BYTES: usize = 64;
@@ -294,9 +300,9 @@ pub(crate) enum State<T> {
         /// Regions asked, and whose marker arrived.
         asked: BTreeSet<String>,
         acked: BTreeSet<String>,
-        /// Whether this region's own marker (relayed through its last
-        /// target) is still out.
-        own_marker_out: bool,
+        /// The region this region's own marker is relayed through, while
+        /// it is still out.
+        own_marker_out: Option<RegionId>,
         asked_at: Instant,
         buffer: Buffer<T>,
         /// Messages that came straight from a region whose marker is
@@ -520,7 +526,7 @@ impl<T> Shards<T> {
             } => {
                 if let Item::Msg(env) = &item {
                     let waiting = if env.origin == self.me.node {
-                        *own_marker_out
+                        own_marker_out.is_some()
                     } else {
                         asked.contains(&env.origin) && !acked.contains(&env.origin)
                     };
@@ -582,6 +588,27 @@ impl<T> Shards<T> {
         });
     }
 
+    /// The region a release of `shard` from here is relayed through: the
+    /// one this region last sent its messages to, while that one is
+    /// still awaited (a region gone from the view cannot relay; what it
+    /// got is lost with it).
+    fn relay_via(&self, shard: u32) -> Option<RegionId> {
+        self.last_target
+            .get(&shard)
+            .filter(|p| **p != self.me && self.view.must_ack.contains(p))
+            .cloned()
+    }
+
+    /// Activates `shard` without a message, if this region owns it and
+    /// it is inactive (to restart remembered entities).
+    pub(crate) fn claim(&mut self, now: Instant, shard: u32) -> Vec<Action<T>> {
+        let mut out = Vec::new();
+        if self.phase(shard) == Phase::Inactive && self.owner(shard) == Some(&self.me) {
+            self.begin(now, shard, &mut out);
+        }
+        out
+    }
+
     /// This region owns `shard` in its view: ask the others to release it.
     fn begin(&mut self, now: Instant, shard: u32, out: &mut Vec<Action<T>>) {
         let req = self.next_req;
@@ -590,8 +617,8 @@ impl<T> Shards<T> {
             Some(State::Inactive { parked }) => parked,
             _ => Buffer::default(),
         };
-        let own_marker_out = match self.last_target.get(&shard) {
-            Some(p) if *p != self.me => {
+        let own_marker_out = match self.relay_via(shard) {
+            Some(p) => {
                 out.push(Action::Send {
                     to: p.clone(),
                     msg: Wire::Marker(Marker {
@@ -601,9 +628,9 @@ impl<T> Shards<T> {
                         dest: self.me.clone(),
                     }),
                 });
-                true
+                Some(p)
             }
-            _ => false,
+            None => None,
         };
         let mut asked = BTreeSet::new();
         for r in &self.view.must_ack {
@@ -640,7 +667,7 @@ impl<T> Shards<T> {
                 acked,
                 own_marker_out,
                 ..
-            }) => !own_marker_out && must.iter().all(|n| acked.contains(*n)),
+            }) => own_marker_out.is_none() && must.iter().all(|n| acked.contains(*n)),
             _ => false,
         };
         if !ready {
@@ -770,8 +797,8 @@ impl<T> Shards<T> {
                 by: self.me.node.clone(),
                 dest: asker.clone(),
             };
-            let via = match self.last_target.get(&shard) {
-                Some(p) if *p != asker && *p != self.me => p.clone(),
+            let via = match self.relay_via(shard) {
+                Some(p) if p != asker => p,
                 _ => asker.clone(),
             };
             self.last_target.insert(shard, asker);
@@ -802,7 +829,7 @@ impl<T> Shards<T> {
             && *req == m.req
         {
             if m.by == self.me.node {
-                *own_marker_out = false;
+                *own_marker_out = None;
             } else {
                 acked.insert(m.by.clone());
             }
@@ -907,9 +934,20 @@ impl<T> Shards<T> {
             asked,
             buffer,
             held,
+            own_marker_out,
             ..
         }) = self.states.get_mut(&shard)
         {
+            // The relay of this region's own marker left the view: what
+            // it got is lost with it; nothing more to wait for.
+            if own_marker_out.as_ref().is_some_and(|p| !must.contains(p)) {
+                *own_marker_out = None;
+                if let Some(mut h) = held.remove(&self.me.node) {
+                    for item in h.drain() {
+                        buffer.push(item);
+                    }
+                }
+            }
             for r in &must {
                 if asked.insert(r.node.clone()) {
                     out.push(Action::Send {
@@ -944,6 +982,7 @@ impl<T> Shards<T> {
     pub(crate) fn poll(&mut self, now: Instant) -> Vec<Action<T>> {
         let mut out = Vec::new();
         let timeout = self.handoff_timeout;
+        let retry = timeout.min(RETRY_BEGIN_AFTER);
         let must = self.view.must_ack.clone();
         for (shard, state) in &mut self.states {
             match state {
@@ -952,7 +991,7 @@ impl<T> Shards<T> {
                     acked,
                     asked_at,
                     ..
-                } if now.saturating_duration_since(*asked_at) >= timeout => {
+                } if now.saturating_duration_since(*asked_at) >= retry => {
                     *asked_at = now;
                     for r in must.iter().filter(|r| !acked.contains(&r.node)) {
                         out.push(Action::Send {

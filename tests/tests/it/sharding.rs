@@ -45,6 +45,8 @@ struct Book {
     started: BTreeMap<String, Vec<String>>,
     /// (entity, sender) → the seqs received, in order.
     got: BTreeMap<(String, String), Vec<u64>>,
+    /// `stopped` hooks entered.
+    stopping: usize,
 }
 
 type Shared = Arc<Mutex<Book>>;
@@ -92,6 +94,9 @@ impl Actor for Ent {
     }
 
     async fn stopped(&mut self, _: &StopReason) {
+        book(&self.book).stopping += 1;
+        // A slow cleanup: messages keep arriving while it stops.
+        tokio::time::sleep(Duration::from_millis(30)).await;
         if let Some(n) = book(&self.book).live.get_mut(&self.id) {
             *n -= 1;
         }
@@ -319,6 +324,8 @@ async fn a_joining_node_takes_shards_over_with_messages_in_flight() {
     let seed = nodes[0].cluster.myself().udp.to_string();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let joiner = async {
+        // Let every entity start on the first two first.
+        eventually("entities started", || book(&b).started.len() == ids.len()).await;
         let n = start_node("s2", Some(&seed), &config, settings(), &b).await;
         let mut events = n.carts.subscribe();
         hosts_agree(&[&nodes[0], &nodes[1], &n], 3).await;
@@ -454,8 +461,9 @@ async fn passivation_loses_no_message() {
     let node = start_node("p0", None, &config, s, &b).await;
     let cart = node.carts.entity_ref("cart-p");
     let me = node.system.node().to_owned();
-    // The entity asks to stop every fifth message; what follows at once
-    // is kept for its next instance.
+    // The entity asks to stop every fifth message; what arrives while it
+    // stops (its `stopped` hook takes a while) is kept for its next
+    // instance.
     for seq in 1..=50u64 {
         cart.send(Msg::Add {
             from: me.clone(),
@@ -464,7 +472,9 @@ async fn passivation_loses_no_message() {
         .await
         .expect("sent");
         if seq % 5 == 0 {
+            let stops = book(&b).stopping;
             cart.send(Msg::Passivate).await.expect("sent");
+            eventually("the entity stops", || book(&b).stopping > stops).await;
         }
     }
     all_in_order(&b, &["cart-p".to_owned()], &[me.clone()], 50).await;
