@@ -68,6 +68,7 @@
 //! The repository's `docs/` folder has a guide per topic: `ACTORS.md`
 //! (actors, supervision, routers), `REMOTING.md` (remote messages,
 //! serializers, rolling upgrades), `FAILURE_SEMANTICS.md`, `CLUSTER.md`,
+//! `SHARDING.md`,
 //! `CONFIGURATION.md`, `SECURITY.md`, `OPERATIONS.md` (logs, metrics,
 //! shutdown, limits), `PERFORMANCE.md`, and the wire format in
 //! `PROTOCOL.md`.
@@ -248,6 +249,8 @@ mod guides {
     mod remoting {}
     #[doc = include_str!("../../docs/CLUSTER.md")]
     mod cluster {}
+    #[doc = include_str!("../../docs/SHARDING.md")]
+    mod sharding_guide {}
     #[doc = include_str!("../../docs/CONFIGURATION.md")]
     mod configuration {}
     #[doc = include_str!("../../docs/SECURITY.md")]

@@ -9,7 +9,7 @@
 //! # use actors::cluster::{Cluster, ClusterConfig};
 //! use actors::sharding::{EntityId, Sharding, ShardingSettings};
 //! # use serde::{Deserialize, Serialize};
-//! #[derive(Serialize, Deserialize, RemoteMessage)]
+//! #[derive(Debug, Serialize, Deserialize, RemoteMessage)]
 //! enum CartMsg { Add(u32), Total(ActorRef<u32>) }
 //! struct Cart { total: u32 }
 //! impl Actor for Cart {

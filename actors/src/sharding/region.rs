@@ -25,6 +25,7 @@ use crate::{
     path::{ActorPath, valid_name},
     serialization::{ManifestBuf, RemoteMessage},
     system::ActorSystem,
+    telemetry::ShardingMeters,
 };
 
 /// What a region takes: from other regions (serialized), and from this
@@ -121,6 +122,7 @@ pub(crate) struct Region<E: Actor> {
     scratch: BytesMut,
     /// Set when the region starts: where dead letters are counted.
     system: Option<ActorSystem>,
+    meters: Option<ShardingMeters>,
 }
 
 impl<E: Actor> Region<E>
@@ -155,6 +157,7 @@ where
             spawned: 0,
             scratch: BytesMut::new(),
             system: None,
+            meters: None,
         }
     }
 
@@ -262,6 +265,9 @@ where
                 }
                 Action::Activated { shard } => {
                     self.counters.activations.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &self.meters {
+                        m.activations.increment(1);
+                    }
                     let _ = self.events.send(ShardEvent::Activated { shard });
                     tracing::debug!(type_name = %self.type_name, shard, "shard activated");
                     self.restart_remembered(ctx, shard);
@@ -269,6 +275,9 @@ where
                 }
                 Action::Released { shard, to } => {
                     self.counters.handoffs.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &self.meters {
+                        m.handoffs.increment(1);
+                    }
                     let to = to.map(|r| r.node);
                     tracing::debug!(type_name = %self.type_name, shard, to = ?to, "shard handed off");
                     let _ = self.events.send(ShardEvent::HandedOff { shard, to });
@@ -287,6 +296,9 @@ where
 
     fn drop_msg(&self, entity: &str, why: &str) {
         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.meters {
+            m.dropped.increment(1);
+        }
         self.cluster_system_dead_letter(entity, why);
     }
 
@@ -336,12 +348,16 @@ where
         let target =
             ActorRef::<RegionMsg<E::Msg>>::for_path_at(&system.inner.node, path.clone(), to.uid);
         let counters = self.counters.clone();
+        let meters = self.meters.clone();
         tokio::spawn(async move {
             let Ok(target) = target else { return };
             while let Some(msg) = rx.recv().await {
                 let lost = matches!(msg, RegionMsg::Shard(Wire::Deliver { .. }));
                 if target.send(msg).await.is_err() && lost {
                     counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &meters {
+                        m.dropped.increment(1);
+                    }
                     system.registry().dead_letter(
                         <RegionMsg<E::Msg>>::MANIFEST,
                         &path,
@@ -509,7 +525,7 @@ where
             let acts = self.shards.entities_stopped(now, shard);
             self.apply(ctx, acts);
         }
-        self.check_retire();
+        self.check_retire(ctx);
     }
 
     fn state(&self) -> ShardingState {
@@ -554,7 +570,7 @@ where
 
     /// Finishes a retirement once nothing is held or buffered here and
     /// every region has stopped routing here.
-    fn check_retire(&mut self) {
+    fn check_retire(&mut self, ctx: &mut Ctx<Self>) {
         let Some(retire) = &self.retire else { return };
         if retire.reply.is_none() {
             return;
@@ -568,7 +584,18 @@ where
             .must_ack
             .iter()
             .all(|r| retire.seen.contains(&r.node));
-        if !(idle && seen_all) {
+        if !seen_all {
+            return;
+        }
+        if !self.retiring {
+            // Every region has stopped routing here: only now give the
+            // shards up, so that no region with an older view sends them
+            // back here while they move.
+            self.retiring = true;
+            self.recompute(ctx, Instant::now());
+            return self.check_retire(ctx);
+        }
+        if !idle {
             return;
         }
         let others = self.shards.view().must_ack.clone();
@@ -621,6 +648,7 @@ where
 
     async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
         self.system = Some(ctx.system().clone());
+        self.meters = ShardingMeters::new(&self.me.node, &self.type_name);
         if !self.settings.proxy && self.admits(&self.me.node) {
             self.cluster
                 .join_group(&self.group, ctx.myself())
@@ -701,7 +729,7 @@ where
                 if let Some(r) = &mut self.retire {
                     r.seen.insert(node);
                 }
-                self.check_retire();
+                self.check_retire(ctx);
             }
             RegionMsg::Retired(r) => {
                 self.retired.insert(r);
@@ -725,13 +753,18 @@ where
                         self.passivate(&elements, false);
                     }
                 }
-                self.check_retire();
+                self.check_retire(ctx);
+                if let Some(m) = &self.meters {
+                    let s = self.state();
+                    m.shards.set(self.shards.held() as f64);
+                    m.entities.set(s.entities as f64);
+                    m.buffered.set(s.buffered as f64);
+                }
             }
             RegionMsg::Local(Local::State(tx)) => {
                 let _ = tx.send(self.state());
             }
             RegionMsg::Local(Local::Retire(tx)) => {
-                self.retiring = true;
                 self.retire = Some(Retire {
                     reply: Some(tx),
                     seen: BTreeSet::new(),
@@ -744,7 +777,7 @@ where
                     self.send_to(ctx, &r, RegionMsg::Retiring(me.clone()));
                 }
                 self.recompute(ctx, now);
-                self.check_retire();
+                self.check_retire(ctx);
             }
         }
         Ok(())

@@ -15,8 +15,7 @@ use actors::{
     Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, StopReason,
     cluster::{Cluster, ClusterConfig},
     sharding::{
-        EntityId, MemoryEntityStore, ShardEvent, ShardPhase, Sharding, ShardingSettings,
-        passivate,
+        EntityId, MemoryEntityStore, ShardEvent, ShardPhase, Sharding, ShardingSettings, passivate,
     },
 };
 use integration_tests::{actor_system, eventually, within};
@@ -229,8 +228,17 @@ async fn all_in_order(b: &Shared, ids: &[String], senders: &[String], count: u64
     let want: Vec<u64> = (1..=count).collect();
     for id in ids {
         for s in senders {
-            let got = b.got.get(&(id.clone(), s.clone())).cloned().unwrap_or_default();
-            assert_eq!(got, want, "{id} from {s} (waited in time: {})", waited.is_ok());
+            let got = b
+                .got
+                .get(&(id.clone(), s.clone()))
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(
+                got,
+                want,
+                "{id} from {s} (waited in time: {})",
+                waited.is_ok()
+            );
         }
     }
     assert!(b.doubles.is_empty(), "two live instances: {:?}", b.doubles);
@@ -255,7 +263,11 @@ async fn entities_start_on_their_owner_and_messages_keep_their_order() {
     all_in_order(&b, &ids, &senders, 30).await;
     // Each entity started once, and the entities spread over all three.
     let bk = book(&b);
-    assert!(bk.started.values().all(|v| v.len() == 1), "{:?}", bk.started);
+    assert!(
+        bk.started.values().all(|v| v.len() == 1),
+        "{:?}",
+        bk.started
+    );
     let used: BTreeSet<&String> = bk.started.values().flatten().collect();
     assert_eq!(used.len(), 3, "{used:?}");
     drop(bk);
@@ -277,7 +289,10 @@ async fn entities_start_on_their_owner_and_messages_keep_their_order() {
     let mut entities = 0;
     for n in &nodes {
         let s = n.carts.state().await;
-        assert!(s.shards.iter().all(|i| i.phase == ShardPhase::Active), "{s:?}");
+        assert!(
+            s.shards.iter().all(|i| i.phase == ShardPhase::Active),
+            "{s:?}"
+        );
         entities += s.entities;
     }
     assert_eq!(entities, ids.len());
@@ -342,7 +357,10 @@ async fn a_joining_node_takes_shards_over_with_messages_in_flight() {
         send_until(&nodes[0], &ids, &stop, 20),
         send_until(&nodes[1], &ids, &stop, 20)
     );
-    let senders = [nodes[0].system.node().to_owned(), nodes[1].system.node().to_owned()];
+    let senders = [
+        nodes[0].system.node().to_owned(),
+        nodes[1].system.node().to_owned(),
+    ];
     for (s, rounds) in senders.iter().zip([r0, r1]) {
         all_in_order(&b, &ids, std::slice::from_ref(s), rounds).await;
     }
@@ -375,7 +393,10 @@ async fn a_leaving_node_hands_its_shards_off_with_messages_in_flight() {
     let leave = async {
         // Let every entity start somewhere first.
         eventually("entities started", || book(&b).started.len() == ids.len()).await;
-        let drained = leaving.system.shutdown_gracefully(Duration::from_secs(10)).await;
+        let drained = leaving
+            .system
+            .shutdown_gracefully(Duration::from_secs(10))
+            .await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         drained
     };
@@ -385,7 +406,10 @@ async fn a_leaving_node_hands_its_shards_off_with_messages_in_flight() {
         send_until(&nodes[1], &ids, &stop, 20)
     );
     assert!(drained);
-    let senders = [nodes[0].system.node().to_owned(), nodes[1].system.node().to_owned()];
+    let senders = [
+        nodes[0].system.node().to_owned(),
+        nodes[1].system.node().to_owned(),
+    ];
     for (s, rounds) in senders.iter().zip([r0, r1]) {
         all_in_order(&b, &ids, std::slice::from_ref(s), rounds).await;
     }
@@ -518,7 +542,12 @@ async fn remembered_entities_restart_when_their_shard_moves() {
         .map(|(id, _)| id.clone())
         .collect();
     assert!(!on_second.is_empty());
-    assert!(second.system.shutdown_gracefully(Duration::from_secs(10)).await);
+    assert!(
+        second
+            .system
+            .shutdown_gracefully(Duration::from_secs(10))
+            .await
+    );
     // Without a message, each restarts on the first node.
     let stays = first.system.node().to_owned();
     eventually("remembered entities restarted", || {
