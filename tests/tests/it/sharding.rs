@@ -262,15 +262,16 @@ async fn entities_start_on_their_owner_and_messages_keep_their_order() {
     );
     all_in_order(&b, &ids, &senders, 30).await;
     // Each entity started once, and the entities spread over all three.
-    let bk = book(&b);
-    assert!(
-        bk.started.values().all(|v| v.len() == 1),
-        "{:?}",
-        bk.started
-    );
-    let used: BTreeSet<&String> = bk.started.values().flatten().collect();
-    assert_eq!(used.len(), 3, "{used:?}");
-    drop(bk);
+    {
+        let bk = book(&b);
+        assert!(
+            bk.started.values().all(|v| v.len() == 1),
+            "{:?}",
+            bk.started
+        );
+        let used: BTreeSet<&String> = bk.started.values().flatten().collect();
+        assert_eq!(used.len(), 3, "{used:?}");
+    }
     // Asks work from any node, and agree on where an entity is.
     for id in &ids[..5] {
         let mut at = BTreeSet::new();
@@ -366,14 +367,15 @@ async fn a_joining_node_takes_shards_over_with_messages_in_flight() {
     }
     // Some entities moved to the new node: stopped on the old one, then
     // started there.
-    let bk = book(&b);
-    let moved = bk
-        .started
-        .values()
-        .filter(|v| v.len() > 1 && v.last() == Some(&joined.system.node().to_owned()))
-        .count();
-    assert!(moved > 0, "{:?}", bk.started);
-    drop(bk);
+    {
+        let bk = book(&b);
+        let moved = bk
+            .started
+            .values()
+            .filter(|v| v.len() > 1 && v.last() == Some(&joined.system.node().to_owned()))
+            .count();
+        assert!(moved > 0, "{:?}", bk.started);
+    }
     let handoffs = nodes[0].carts.state().await.handoffs + nodes[1].carts.state().await.handoffs;
     assert!(handoffs > 0);
     for n in nodes.iter().chain([&joined]) {
@@ -413,19 +415,20 @@ async fn a_leaving_node_hands_its_shards_off_with_messages_in_flight() {
     for (s, rounds) in senders.iter().zip([r0, r1]) {
         all_in_order(&b, &ids, std::slice::from_ref(s), rounds).await;
     }
-    let bk = book(&b);
-    let moved = bk
-        .started
-        .values()
-        .filter(|v| v.first() == Some(&leaver) && v.len() > 1)
-        .count();
-    assert!(moved > 0, "{:?}", bk.started);
-    assert!(
-        bk.started.values().all(|v| v.last() != Some(&leaver)),
-        "nothing is left on the node that left: {:?}",
-        bk.started
-    );
-    drop(bk);
+    {
+        let bk = book(&b);
+        let moved = bk
+            .started
+            .values()
+            .filter(|v| v.first() == Some(&leaver) && v.len() > 1)
+            .count();
+        assert!(moved > 0, "{:?}", bk.started);
+        assert!(
+            bk.started.values().all(|v| v.last() != Some(&leaver)),
+            "nothing is left on the node that left: {:?}",
+            bk.started
+        );
+    }
     for n in &nodes {
         n.system.shutdown().await;
     }
@@ -501,7 +504,7 @@ async fn passivation_loses_no_message() {
             eventually("the entity stops", || book(&b).stopping > stops).await;
         }
     }
-    all_in_order(&b, &["cart-p".to_owned()], &[me.clone()], 50).await;
+    all_in_order(&b, &["cart-p".to_owned()], std::slice::from_ref(&me), 50).await;
     assert!(book(&b).started["cart-p"].len() > 1, "it was restarted");
     // Idle for `passivate_after`: stopped; the next message starts it.
     eventually("the idle entity passivated", || {
