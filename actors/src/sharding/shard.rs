@@ -27,8 +27,9 @@
 //! # Order per sender
 //! A region that releases a shard sends its marker through the region it
 //! last sent that shard's messages to (it relays the marker after them),
-//! and the new owner holds the messages a region sends it directly until
-//! that region's marker has arrived. So the messages of one sender,
+//! and the new owner delivers, when it activates (once every marker is
+//! in), what was forwarded to it before what came straight from each
+//! sender. So the messages of one sender,
 //! through one region, reach the entity in the order sent across a move,
 //! as long as the views agree during the move (a message forwarded twice
 //! through regions whose views disagree can arrive late; none is lost).
@@ -305,8 +306,9 @@ pub(crate) enum State<T> {
         own_marker_out: Option<RegionId>,
         asked_at: Instant,
         buffer: Buffer<T>,
-        /// Messages that came straight from a region whose marker is
-        /// still out: they go behind what that region sent before.
+        /// Messages that came straight from their origin, by origin: they
+        /// go behind what was forwarded (older messages of the same
+        /// origin, sent while another region owned the shard).
         held: BTreeMap<String, Buffer<T>>,
     },
     /// Held here: its entities run here.
@@ -516,25 +518,16 @@ impl<T> Shards<T> {
                 Item::Marker(m) => self.relay(m, out),
             },
             State::HandingOff { buffer, .. } => Self::keep(bound, used, buffer, item, out),
-            State::Awaiting {
-                buffer,
-                held,
-                asked,
-                acked,
-                own_marker_out,
-                ..
-            } => {
-                if let Item::Msg(env) = &item {
-                    let waiting = if env.origin == self.me.node {
-                        own_marker_out.is_some()
-                    } else {
-                        asked.contains(&env.origin) && !acked.contains(&env.origin)
-                    };
-                    if env.hops == 0 && waiting {
-                        let h = held.entry(env.origin.clone()).or_default();
-                        Self::keep(bound, used, h, item, out);
-                        return;
-                    }
+            State::Awaiting { buffer, held, .. } => {
+                // A message straight from its origin is newer than any of
+                // that origin's messages forwarded through other regions:
+                // it waits behind them until the shard activates.
+                if let Item::Msg(env) = &item
+                    && env.hops == 0
+                {
+                    let h = held.entry(env.origin.clone()).or_default();
+                    Self::keep(bound, used, h, item, out);
+                    return;
                 }
                 Self::keep(bound, used, buffer, item, out);
             }
@@ -822,8 +815,6 @@ impl<T> Shards<T> {
             req,
             acked,
             own_marker_out,
-            held,
-            buffer,
             ..
         }) = self.states.get_mut(&shard)
             && *req == m.req
@@ -832,11 +823,6 @@ impl<T> Shards<T> {
                 *own_marker_out = None;
             } else {
                 acked.insert(m.by.clone());
-            }
-            if let Some(mut h) = held.remove(&m.by) {
-                for item in h.drain() {
-                    buffer.push(item);
-                }
             }
             self.try_activate(shard, &mut out);
         }
@@ -932,8 +918,6 @@ impl<T> Shards<T> {
         if let Some(State::Awaiting {
             req,
             asked,
-            buffer,
-            held,
             own_marker_out,
             ..
         }) = self.states.get_mut(&shard)
@@ -942,11 +926,6 @@ impl<T> Shards<T> {
             // it got is lost with it; nothing more to wait for.
             if own_marker_out.as_ref().is_some_and(|p| !must.contains(p)) {
                 *own_marker_out = None;
-                if let Some(mut h) = held.remove(&self.me.node) {
-                    for item in h.drain() {
-                        buffer.push(item);
-                    }
-                }
             }
             for r in &must {
                 if asked.insert(r.node.clone()) {
@@ -958,18 +937,6 @@ impl<T> Shards<T> {
                             requester: self.me.clone(),
                         },
                     });
-                }
-            }
-            let gone: Vec<String> = held
-                .keys()
-                .filter(|n| !must.iter().any(|r| &r.node == *n) && **n != self.me.node)
-                .cloned()
-                .collect();
-            for n in gone {
-                if let Some(mut h) = held.remove(&n) {
-                    for item in h.drain() {
-                        buffer.push(item);
-                    }
                 }
             }
         }
@@ -1282,6 +1249,40 @@ mod tests {
                 dest: r("a"),
             },
         );
+        assert_eq!(
+            out,
+            vec![
+                Action::Activated { shard },
+                Action::Deliver { shard, env: old },
+                Action::Deliver {
+                    shard,
+                    env: env("e", "c", 2)
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn forwarded_messages_come_before_direct_ones_even_after_the_senders_marker() {
+        let now = Instant::now();
+        let shard = shard_owned_by("a", &["a", "b", "c"]);
+        let mut a = Shards::new(r("a"), 1000, Duration::from_secs(1));
+        a.on_view(now, view(&["a", "b", "c"], &["b", "c"]));
+        // `c`'s newer message comes straight, and its marker too; its
+        // older one was bounced through `b` and comes last, before `b`'s
+        // marker.
+        a.on_message(now, shard, env("e", "c", 2));
+        let marker = |by: &str| Marker {
+            shard,
+            req: 1,
+            by: by.into(),
+            dest: r("a"),
+        };
+        assert!(a.on_marker(now, marker("c")).is_empty());
+        let mut old = env("e", "c", 1);
+        old.hops = 2;
+        a.on_message(now, shard, old.clone());
+        let out = a.on_marker(now, marker("b"));
         assert_eq!(
             out,
             vec![
