@@ -68,6 +68,7 @@
 //! The repository's `docs/` folder has a guide per topic: `ACTORS.md`
 //! (actors, supervision, routers), `REMOTING.md` (remote messages,
 //! serializers, rolling upgrades), `FAILURE_SEMANTICS.md`, `CLUSTER.md`,
+//! `SHARDING.md`,
 //! `CONFIGURATION.md`, `SECURITY.md`, `OPERATIONS.md` (logs, metrics,
 //! shutdown, limits), `PERFORMANCE.md`, and the wire format in
 //! `PROTOCOL.md`.
@@ -76,6 +77,8 @@
 //! - [`cluster`]: membership over authenticated UDP, cluster-wide groups.
 //! - [`router`]: routers in front of groups and pools of routees. Its
 //!   types are also at the crate root.
+//! - [`sharding`]: entities by id spread over the cluster's members,
+//!   moved when members come and go.
 //! - [`singleton`]: cluster singletons, one actor in the cluster on its
 //!   oldest hosting member, and refs that buffer while it moves.
 //!
@@ -101,7 +104,7 @@
 //!   their handles.
 //! - `config`: [`SystemConfig`] and its defaults; [`ClusterSettings`],
 //!   the cluster's settings as data.
-//! - `config_file`: [`SystemConfig::load`] and friends: serde section
+//! - `config::file`: [`SystemConfig::load`] and friends: serde section
 //!   structs loaded through [`figment`] from TOML, `ACTORS_*` variables
 //!   ([`ActorsEnv`]) or an application's own figment
 //!   ([`SystemConfig::from_section`]); every key is in
@@ -136,6 +139,9 @@
 //!   ([`ActorSystem::named`]).
 //! - [`cluster`]: [`Cluster`](cluster::Cluster) membership and groups,
 //!   and routers that follow a group.
+//! - [`sharding`]: cluster sharding ([`Sharding`](sharding::Sharding),
+//!   [`EntityRef`](sharding::EntityRef)); a pure allocation and shard
+//!   state machine (`sharding::shard`), the region actor, entity stores.
 //! - [`singleton`]: [`Singleton`](singleton::Singleton): placement and
 //!   handover of a cluster singleton (the decisions pure, in
 //!   `placement`), and [`SingletonRef`](singleton::SingletonRef).
@@ -164,7 +170,6 @@ mod bincode_format;
 mod cell;
 pub mod cluster;
 mod config;
-mod config_file;
 mod dead_letter;
 #[cfg(test)]
 mod differential;
@@ -181,6 +186,7 @@ mod remote;
 mod reply;
 pub mod router;
 mod serialization;
+pub mod sharding;
 pub mod singleton;
 mod supervision;
 mod system;
@@ -203,6 +209,9 @@ pub use actor_ref::{ActorRef, SendFuture};
 #[cfg(feature = "derive")]
 pub use actors_derive::RemoteMessage;
 pub use config::ClusterSettings;
+pub use config::file::{
+    ActorsEnv, ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG, STRICT_ENV,
+};
 pub use config::{
     DEFAULT_ASSOCIATION_IDLE_TIMEOUT, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_CAPACITY,
     DEFAULT_MAX_ASSOCIATIONS, DEFAULT_MAX_CONCURRENT_DIALS, DEFAULT_MAX_MALFORMED_PER_SECOND,
@@ -210,9 +219,6 @@ pub use config::{
     DEFAULT_PEER_MEMORY_BUDGET, DEFAULT_PENDING_CAPACITY, DEFAULT_RECIPIENT_WINDOW,
     DEFAULT_REFUSED_CONNECT_GRACE, DEFAULT_RESOLVE_TIMEOUT, DEFAULT_SYSTEM_MESSAGE_BUFFER,
     MIN_PEER_MEMORY_BUDGET, SpawnOptions, SystemConfig,
-};
-pub use config_file::{
-    ActorsEnv, ConfigError, ConfigOrigin, ENV_PREFIX, REFERENCE_CONFIG, STRICT_ENV,
 };
 pub use dead_letter::{DeadLetterReason, MalformedKind};
 pub use error::{
@@ -266,6 +272,8 @@ mod guides {
     mod remoting {}
     #[doc = include_str!("../../docs/CLUSTER.md")]
     mod cluster {}
+    #[doc = include_str!("../../docs/SHARDING.md")]
+    mod sharding_guide {}
     #[doc = include_str!("../../docs/CONFIGURATION.md")]
     mod configuration {}
     #[doc = include_str!("../../docs/SECURITY.md")]

@@ -91,6 +91,14 @@ pub(crate) const CLUSTER_GROUP_ENTRIES: &str = "actors_cluster_group_entries";
 pub(crate) const SINGLETON_RUNNING: &str = "actors_singleton_running";
 pub(crate) const SINGLETON_STARTS: &str = "actors_singleton_starts_total";
 pub(crate) const SINGLETON_BUFFERED: &str = "actors_singleton_buffered_bytes";
+pub(crate) const SHARDING_ACTIVATIONS: &str = "actors_sharding_activations_total";
+pub(crate) const SHARDING_HANDOFFS: &str = "actors_sharding_handoffs_total";
+pub(crate) const SHARDING_DROPPED: &str = "actors_sharding_dropped_total";
+pub(crate) const SHARDING_SHARDS: &str = "actors_sharding_shards";
+pub(crate) const SHARDING_ENTITIES: &str = "actors_sharding_entities";
+pub(crate) const SHARDING_BUFFERED: &str = "actors_sharding_buffered";
+
+const SHARDING: &str = "node, type";
 
 const PEER: &str = "node, peer";
 
@@ -298,6 +306,48 @@ pub(crate) const METRICS: &[Spec] = &[
         unit: Some(Unit::Bytes),
         labels: "node, singleton",
         help: "Bytes of messages this node's singleton refs hold while the singleton moves or is not yet known.",
+    },
+    Spec {
+        name: SHARDING_ACTIVATIONS,
+        kind: Kind::Counter,
+        unit: None,
+        labels: SHARDING,
+        help: "Shards of the entity type activated on this node.",
+    },
+    Spec {
+        name: SHARDING_HANDOFFS,
+        kind: Kind::Counter,
+        unit: None,
+        labels: SHARDING,
+        help: "Shards of the entity type this node handed off (its entities there stopped).",
+    },
+    Spec {
+        name: SHARDING_DROPPED,
+        kind: Kind::Counter,
+        unit: None,
+        labels: SHARDING,
+        help: "Messages for entities this node dropped: a shard's buffer full, an entity's mailbox full, a region gone.",
+    },
+    Spec {
+        name: SHARDING_SHARDS,
+        kind: Kind::Gauge,
+        unit: None,
+        labels: SHARDING,
+        help: "Shards held (active or handing off) on this node.",
+    },
+    Spec {
+        name: SHARDING_ENTITIES,
+        kind: Kind::Gauge,
+        unit: None,
+        labels: SHARDING,
+        help: "Live entities on this node.",
+    },
+    Spec {
+        name: SHARDING_BUFFERED,
+        kind: Kind::Gauge,
+        unit: None,
+        labels: SHARDING,
+        help: "Messages buffered on this node for shards that move and entities that stop.",
     },
 ];
 
@@ -623,6 +673,41 @@ impl ClusterMeters {
             g.set(n as f64);
         }
         self.group_entries.set(now.group_entries as f64);
+    }
+}
+
+/// A sharding region's handles (per node and entity type), registered
+/// once when the region starts. Counters are bumped where the region
+/// counts anyway; gauges are set at each of its ticks.
+#[derive(Clone)]
+pub(crate) struct ShardingMeters {
+    pub(crate) activations: Counter,
+    pub(crate) handoffs: Counter,
+    pub(crate) dropped: Counter,
+    pub(crate) shards: Gauge,
+    pub(crate) entities: Gauge,
+    pub(crate) buffered: Gauge,
+}
+
+impl ShardingMeters {
+    /// `None` without a recorder (then the region publishes nothing).
+    pub(crate) fn new(node: &str, type_name: &str) -> Option<Self> {
+        if !recorder_installed() {
+            return None;
+        }
+        describe();
+        let node = SharedString::from(node.to_owned());
+        let ty = SharedString::from(type_name.to_owned());
+        let c = |name: &'static str| metrics::counter!(name, "node" => node.clone(), "type" => ty.clone());
+        let g = |name: &'static str| metrics::gauge!(name, "node" => node.clone(), "type" => ty.clone());
+        Some(Self {
+            activations: c(SHARDING_ACTIVATIONS),
+            handoffs: c(SHARDING_HANDOFFS),
+            dropped: c(SHARDING_DROPPED),
+            shards: g(SHARDING_SHARDS),
+            entities: g(SHARDING_ENTITIES),
+            buffered: g(SHARDING_BUFFERED),
+        })
     }
 }
 

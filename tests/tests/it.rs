@@ -35,6 +35,7 @@ mod it {
     mod routers;
     mod runs;
     mod runtime;
+    mod sharding;
     mod singleton;
     mod supervision;
     mod tls;

@@ -55,7 +55,7 @@ pub const STRICT_ENV: &str = "ACTORS_STRICT";
 /// its default value, unit, cost and the setter it maps to. Loading it
 /// yields [`SystemConfig::default`] (a test checks it, and that it names
 /// exactly the keys the loader knows).
-pub const REFERENCE_CONFIG: &str = include_str!("../reference.toml");
+pub const REFERENCE_CONFIG: &str = include_str!("../../reference.toml");
 
 /// The name of [`ActorsEnv`]'s figment provider.
 const ENV_PROVIDER: &str = "ACTORS_* environment variables";

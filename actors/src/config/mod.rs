@@ -7,7 +7,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use transport::{Backoff, HeartbeatConfig, TransportConfig};
 
-use crate::config_file::{ConfigError, Invalid, within};
+pub(crate) mod file;
+
+use file::{ConfigError, Invalid, within};
 
 /// Default mailbox capacity: 65,536 messages, a dozen 5,000-message bursts.
 pub const DEFAULT_MAILBOX_CAPACITY: usize = 64 * 1024;
@@ -675,9 +677,9 @@ impl Downing {
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSettings {
     pub(crate) seeds: Vec<String>,
-    #[serde(with = "crate::config_file::no_addr")]
+    #[serde(with = "crate::config::file::no_addr")]
     pub(crate) udp_bind: Option<SocketAddr>,
-    #[serde(with = "crate::config_file::no_addr")]
+    #[serde(with = "crate::config::file::no_addr")]
     pub(crate) udp_advertise: Option<SocketAddr>,
     #[serde(with = "humantime_serde")]
     pub(crate) probe_period: Duration,
@@ -687,20 +689,20 @@ pub struct ClusterSettings {
     pub(crate) stable_after: Duration,
     pub(crate) downing: Downing,
     /// `Some` exactly when `downing` is `StaticQuorum`.
-    #[serde(with = "crate::config_file::none_count")]
+    #[serde(with = "crate::config::file::none_count")]
     pub(crate) quorum_size: Option<usize>,
     /// Used when `downing` is `KeepOldest`; `true` otherwise.
     pub(crate) down_if_alone: bool,
     /// `None`: the default, derived from `stable_after`; `Some(None)`:
     /// off.
-    #[serde(with = "crate::config_file::unstable")]
+    #[serde(with = "crate::config::file::unstable")]
     pub(crate) down_all_when_unstable: Option<Option<Duration>>,
     pub(crate) shutdown_when_downed: bool,
     #[serde(with = "humantime_serde")]
     pub(crate) remove_down_after: Duration,
     #[serde(with = "humantime_serde")]
     pub(crate) announce_interval: Duration,
-    #[serde(with = "crate::config_file::bytes")]
+    #[serde(with = "crate::config::file::bytes")]
     pub(crate) max_packet_size: usize,
     pub(crate) max_members: usize,
     pub(crate) event_capacity: usize,

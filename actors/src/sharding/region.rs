@@ -1,0 +1,823 @@
+//! The region actor: one per entity type and node. It carries out what
+//! the shard state machine (`shard.rs`) decides: it starts, feeds,
+//! passivates and stops entities (its children), talks to the other
+//! regions through one ordered outbox per region, and reads membership.
+
+use std::{
+    collections::{BTreeSet, HashMap, VecDeque},
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
+
+use bytes::BytesMut;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::{
+    Counters, EntityId, ShardEvent, ShardInfo, ShardPhase, ShardingSettings, ShardingState,
+    shard::{Action, Envelope, Liveness, Phase, RegionId, Shards, State, Tracker, Wire, shard_of},
+};
+use crate::dead_letter::DeadLetterReason;
+use crate::{
+    actor::{Actor, ActorResult, Ctx},
+    actor_ref::ActorRef,
+    cluster::{Cluster, MemberState},
+    lifecycle::Terminated,
+    path::{ActorPath, valid_name},
+    serialization::{ManifestBuf, RemoteMessage},
+    system::ActorSystem,
+    telemetry::ShardingMeters,
+};
+
+/// What a region takes: from other regions (serialized), and from this
+/// node (never serialized).
+#[derive(Serialize, Deserialize)]
+#[serde(bound(serialize = "M: Serialize", deserialize = "M: DeserializeOwned"))]
+pub(crate) enum RegionMsg<M> {
+    /// The shard protocol.
+    Shard(Wire<M>),
+    /// That region stops hosting: it owns nothing from now on, but still
+    /// hands off; answered with `RetireSeen`.
+    Retiring(RegionId),
+    /// A region (by node) no longer routes to the retiring one.
+    RetireSeen(String),
+    /// That region holds nothing and is no longer awaited.
+    Retired(RegionId),
+    /// From this node only. Last, so the wire variants keep their
+    /// indexes.
+    #[serde(skip)]
+    Local(Local<M>),
+}
+
+impl<M: RemoteMessage> RemoteMessage for RegionMsg<M> {
+    const MANIFEST: &'static str =
+        ManifestBuf::concat(&["actors.sharding.Region<", M::MANIFEST, ">"]).as_str();
+}
+
+/// Messages from this node.
+pub(crate) enum Local<M> {
+    /// A user message from an [`EntityRef`](super::EntityRef).
+    Send {
+        entity: EntityId,
+        msg: M,
+    },
+    /// An entity asks to stop (by its path's elements).
+    Passivate(String),
+    /// Read membership, run timers.
+    Tick,
+    State(oneshot::Sender<ShardingState>),
+    Retire(oneshot::Sender<bool>),
+}
+
+pub(crate) type Factory<E> = Arc<dyn Fn(&EntityId) -> E + Send + Sync>;
+
+/// What [`Region::new`] needs.
+pub(crate) struct RegionParts<E> {
+    pub(crate) me: RegionId,
+    pub(crate) factory: Factory<E>,
+    pub(crate) cluster: Cluster,
+    pub(crate) settings: ShardingSettings,
+    pub(crate) events: broadcast::Sender<ShardEvent>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+struct Entity<M> {
+    shard: u32,
+    actor: ActorRef<M>,
+    /// Stopping (passivation or handoff): messages for it meanwhile, for
+    /// its next instance.
+    stopping: Option<Vec<Envelope<M>>>,
+    last: Instant,
+}
+
+/// A retirement in progress ([`Sharding::leave`](super::Sharding::leave)).
+struct Retire {
+    reply: Option<oneshot::Sender<bool>>,
+    seen: BTreeSet<String>,
+}
+
+pub(crate) struct Region<E: Actor> {
+    type_name: String,
+    group: String,
+    me: RegionId,
+    factory: Factory<E>,
+    cluster: Cluster,
+    settings: ShardingSettings,
+    events: broadcast::Sender<ShardEvent>,
+    counters: Arc<Counters>,
+    shards: Shards<E::Msg>,
+    tracker: Tracker,
+    entities: HashMap<EntityId, Entity<E::Msg>>,
+    /// Child path elements → entity id.
+    by_path: HashMap<String, EntityId>,
+    live: HashMap<u32, usize>,
+    outboxes: HashMap<RegionId, mpsc::UnboundedSender<RegionMsg<E::Msg>>>,
+    /// Regions seen in the hosting group (kept while their member lives,
+    /// so a suspect member keeps its shards).
+    hosting: BTreeSet<RegionId>,
+    leaving: BTreeSet<RegionId>,
+    retired: BTreeSet<RegionId>,
+    retire: Option<Retire>,
+    retiring: bool,
+    spawned: u64,
+    scratch: BytesMut,
+    /// Set when the region starts: where dead letters are counted.
+    system: Option<ActorSystem>,
+    meters: Option<ShardingMeters>,
+}
+
+impl<E: Actor> Region<E>
+where
+    E::Msg: RemoteMessage,
+{
+    pub(crate) fn new(type_name: &str, p: RegionParts<E>) -> Self {
+        Self {
+            type_name: type_name.to_owned(),
+            group: format!("sharding-{type_name}"),
+            shards: Shards::new(
+                p.me.clone(),
+                p.settings.buffer_bytes,
+                p.settings.handoff_timeout,
+            ),
+            tracker: Tracker::new(p.settings.down_removal_margin),
+            me: p.me,
+            factory: p.factory,
+            cluster: p.cluster,
+            settings: p.settings,
+            events: p.events,
+            counters: p.counters,
+            entities: HashMap::new(),
+            by_path: HashMap::new(),
+            live: HashMap::new(),
+            outboxes: HashMap::new(),
+            hosting: BTreeSet::new(),
+            leaving: BTreeSet::new(),
+            retired: BTreeSet::new(),
+            retire: None,
+            retiring: false,
+            spawned: 0,
+            scratch: BytesMut::new(),
+            system: None,
+            meters: None,
+        }
+    }
+
+    fn admits(&self, node: &str) -> bool {
+        self.settings.hosts.as_ref().is_none_or(|f| f(node))
+    }
+
+    /// Reads membership and the hosting group into a view; applies it if
+    /// it changed.
+    fn recompute(&mut self, ctx: &mut Ctx<Self>, now: Instant) {
+        let my_state = self.cluster.myself().state;
+        let me_hosts = !self.settings.proxy
+            && !self.retiring
+            && matches!(
+                my_state,
+                MemberState::Up | MemberState::Joining | MemberState::Suspect
+            )
+            && self.admits(&self.me.node);
+        for r in self.cluster.group::<RegionMsg<E::Msg>>(&self.group) {
+            if let Some(uid) = r.incarnation() {
+                self.hosting.insert(RegionId {
+                    node: r.path().node().to_owned(),
+                    uid,
+                });
+            }
+        }
+        let members: Vec<(RegionId, Liveness)> = self
+            .cluster
+            .members()
+            .into_iter()
+            .filter(|m| self.admits(&m.node))
+            .filter_map(|m| {
+                let liveness = match m.state {
+                    MemberState::Down | MemberState::Left => Liveness::Gone,
+                    MemberState::Removed => return None,
+                    _ => Liveness::Live,
+                };
+                Some((
+                    RegionId {
+                        node: m.node,
+                        uid: m.uid,
+                    },
+                    liveness,
+                ))
+            })
+            .collect();
+        self.hosting
+            .retain(|h| members.iter().any(|(r, l)| r == h && *l == Liveness::Live));
+        let hosting: BTreeSet<RegionId> = self.hosting.difference(&self.leaving).cloned().collect();
+        let view = self
+            .tracker
+            .view(now, &self.me, me_hosts, &members, &hosting, &self.retired);
+        if view != *self.shards.view() {
+            tracing::debug!(
+                type_name = %self.type_name,
+                candidates = view.candidates.len(),
+                must_ack = view.must_ack.len(),
+                "sharding view changed"
+            );
+            let mut acts = self.shards.on_view(now, view);
+            if self.settings.remember_entities.is_some() {
+                // Remembered entities run without a message: take every
+                // shard this region owns now.
+                for shard in 0..self.settings.number_of_shards {
+                    acts.extend(self.shards.claim(now, shard));
+                }
+            }
+            self.apply(ctx, acts);
+        }
+    }
+
+    /// The encoded size of a message, for buffer bounds; only for shards
+    /// that may buffer (an active shard delivers at once).
+    fn size(&mut self, shard: u32, msg: &E::Msg) -> usize {
+        if self.shards.phase(shard) == Phase::Active {
+            return 0;
+        }
+        self.scratch.clear();
+        match msg.encode(&mut self.scratch, usize::MAX) {
+            Ok(()) => self.scratch.len(),
+            Err(_) => 1,
+        }
+    }
+
+    fn apply(&mut self, ctx: &mut Ctx<Self>, acts: Vec<Action<E::Msg>>) {
+        let mut queue: VecDeque<Action<E::Msg>> = acts.into();
+        while let Some(action) = queue.pop_front() {
+            let now = Instant::now();
+            let follow = match action {
+                Action::Deliver { shard, env } => {
+                    self.deliver(ctx, shard, env);
+                    Vec::new()
+                }
+                Action::Send { to, msg } => {
+                    self.send_to(ctx, &to, RegionMsg::Shard(msg));
+                    Vec::new()
+                }
+                Action::StopEntities { shard } => self.stop_entities(now, shard),
+                Action::KillEntities { shard } => {
+                    tracing::warn!(type_name = %self.type_name, shard, "sharding: entities did not stop within the handoff timeout; stopping them now");
+                    for e in self.entities.values().filter(|e| e.shard == shard) {
+                        e.actor.stop();
+                    }
+                    Vec::new()
+                }
+                Action::Activated { shard } => {
+                    self.counters.activations.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &self.meters {
+                        m.activations.increment(1);
+                    }
+                    let _ = self.events.send(ShardEvent::Activated { shard });
+                    tracing::debug!(type_name = %self.type_name, shard, "shard activated");
+                    self.restart_remembered(ctx, shard);
+                    Vec::new()
+                }
+                Action::Released { shard, to } => {
+                    self.counters.handoffs.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &self.meters {
+                        m.handoffs.increment(1);
+                    }
+                    let to = to.map(|r| r.node);
+                    tracing::debug!(type_name = %self.type_name, shard, to = ?to, "shard handed off");
+                    let _ = self.events.send(ShardEvent::HandedOff { shard, to });
+                    Vec::new()
+                }
+                Action::Dropped { env, reason } => {
+                    self.drop_msg(&env.entity, &reason.dead_letter());
+                    Vec::new()
+                }
+            };
+            for a in follow.into_iter().rev() {
+                queue.push_front(a);
+            }
+        }
+    }
+
+    fn drop_msg(&self, entity: &str, why: &DeadLetterReason) {
+        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.meters {
+            m.dropped.increment(1);
+        }
+        self.cluster_system_dead_letter(entity, why);
+    }
+
+    fn cluster_system_dead_letter(&self, entity: &str, why: &DeadLetterReason) {
+        if let Some(sys) = self.system.as_ref() {
+            sys.registry().dead_letter(
+                E::Msg::MANIFEST,
+                &format_args!("{}/{}", self.type_name, entity),
+                why,
+            );
+        }
+    }
+
+    fn send_to(&mut self, ctx: &mut Ctx<Self>, to: &RegionId, msg: RegionMsg<E::Msg>) {
+        if *to == self.me {
+            let _ = ctx.myself().tell(msg);
+            return;
+        }
+        let tx = match self.outboxes.get(to) {
+            Some(tx) if !tx.is_closed() => tx,
+            _ => {
+                let tx = self.outbox(ctx, to);
+                self.outboxes.insert(to.clone(), tx);
+                &self.outboxes[to]
+            }
+        };
+        // The outbox task ends only with the region (it holds the sender).
+        let _ = tx.send(msg);
+    }
+
+    /// An ordered queue to the region of `to`, with a task that waits for
+    /// room at the other end (a remote mailbox's window) message by
+    /// message, so that the region never blocks and no message is refused
+    /// for a full link.
+    fn outbox(
+        &self,
+        ctx: &mut Ctx<Self>,
+        to: &RegionId,
+    ) -> mpsc::UnboundedSender<RegionMsg<E::Msg>> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<RegionMsg<E::Msg>>();
+        let system = ctx.system().clone();
+        let path = ActorPath::new(
+            Arc::from(to.node.as_str()),
+            true,
+            ctx.myself().path().elements(),
+        );
+        let target =
+            ActorRef::<RegionMsg<E::Msg>>::for_path_at(&system.inner.node, path.clone(), to.uid);
+        let counters = self.counters.clone();
+        let meters = self.meters.clone();
+        tokio::spawn(async move {
+            let Ok(target) = target else { return };
+            while let Some(msg) = rx.recv().await {
+                let lost = matches!(msg, RegionMsg::Shard(Wire::Deliver { .. }));
+                if target.send(msg).await.is_err() && lost {
+                    counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &meters {
+                        m.dropped.increment(1);
+                    }
+                    system.registry().dead_letter(
+                        <RegionMsg<E::Msg>>::MANIFEST,
+                        &path,
+                        &DeadLetterReason::Unreachable("a sharding region".into()),
+                    );
+                }
+            }
+        });
+        tx
+    }
+
+    fn deliver(&mut self, ctx: &mut Ctx<Self>, shard: u32, env: Envelope<E::Msg>) {
+        let now = Instant::now();
+        if let Some(e) = self.entities.get_mut(&env.entity) {
+            if let Some(buf) = &mut e.stopping {
+                buf.push(env);
+                return;
+            }
+            e.last = now;
+            if let Err(err) = e.actor.tell(env.msg) {
+                let why = match err {
+                    crate::error::SendError::MailboxFull(_) => {
+                        DeadLetterReason::MailboxFull("a sharded entity's".into())
+                    }
+                    _ => DeadLetterReason::ActorStopped,
+                };
+                self.drop_msg(&env.entity, &why);
+            }
+            return;
+        }
+        let id = env.entity.clone();
+        if self.spawn_entity(ctx, shard, &id)
+            && let Some(e) = self.entities.get_mut(&id)
+            && e.actor.tell(env.msg).is_err()
+        {
+            self.drop_msg(&id, &DeadLetterReason::ActorStopped);
+        }
+    }
+
+    /// Starts entity `id` of `shard` here; false if it could not start.
+    fn spawn_entity(&mut self, ctx: &mut Ctx<Self>, shard: u32, id: &EntityId) -> bool {
+        let name = child_name(id, self.spawned);
+        self.spawned += 1;
+        let factory = self.factory.clone();
+        let for_child = id.clone();
+        match ctx.spawn_child(&name, move || factory(&for_child)) {
+            Ok(actor) => {
+                ctx.watch(&actor);
+                self.by_path
+                    .insert(actor.path().elements().to_owned(), id.clone());
+                *self.live.entry(shard).or_default() += 1;
+                self.entities.insert(
+                    id.clone(),
+                    Entity {
+                        shard,
+                        actor,
+                        stopping: None,
+                        last: Instant::now(),
+                    },
+                );
+                if let Some(store) = &self.settings.remember_entities
+                    && let Err(e) = store.add(&self.type_name, shard, id)
+                {
+                    tracing::warn!(type_name = %self.type_name, entity = %id, error = %e, "sharding: could not remember an entity");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(type_name = %self.type_name, entity = %id, error = %e, "sharding: could not start an entity");
+                false
+            }
+        }
+    }
+
+    fn restart_remembered(&mut self, ctx: &mut Ctx<Self>, shard: u32) {
+        let Some(store) = self.settings.remember_entities.clone() else {
+            return;
+        };
+        match store.list(&self.type_name, shard) {
+            Ok(ids) => {
+                for id in ids {
+                    if !self.entities.contains_key(&id) {
+                        self.spawn_entity(ctx, shard, &id);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(type_name = %self.type_name, shard, error = %e, "sharding: could not list remembered entities");
+            }
+        }
+    }
+
+    /// Stops every entity of `shard` (each after what is queued); their
+    /// passivation buffers go to the shard's buffer first, in order.
+    fn stop_entities(&mut self, now: Instant, shard: u32) -> Vec<Action<E::Msg>> {
+        let mut follow = Vec::new();
+        let mut moved = Vec::new();
+        for e in self.entities.values_mut().filter(|e| e.shard == shard) {
+            match &mut e.stopping {
+                Some(buf) => moved.append(buf),
+                None => {
+                    e.stopping = Some(Vec::new());
+                    let _ = e.actor.stop_after_queued();
+                }
+            }
+        }
+        for env in moved {
+            follow.extend(self.shards.on_message(now, shard, env));
+        }
+        if self.live.get(&shard).copied().unwrap_or(0) == 0 {
+            follow.extend(self.shards.entities_stopped(now, shard));
+        }
+        follow
+    }
+
+    fn passivate(&mut self, elements: &str, forget: bool) {
+        let Some(id) = self.by_path.get(elements) else {
+            return;
+        };
+        let Some(e) = self.entities.get_mut(id) else {
+            return;
+        };
+        if e.stopping.is_none() {
+            e.stopping = Some(Vec::new());
+            let _ = e.actor.stop_after_queued();
+            if forget
+                && let Some(store) = &self.settings.remember_entities
+                && let Err(err) = store.remove(&self.type_name, e.shard, id)
+            {
+                tracing::warn!(type_name = %self.type_name, entity = %id, error = %err, "sharding: could not forget an entity");
+            }
+        }
+    }
+
+    fn on_terminated(&mut self, ctx: &mut Ctx<Self>, t: &Terminated) {
+        let now = Instant::now();
+        let Some(id) = self.by_path.remove(t.path.elements()) else {
+            return;
+        };
+        let Some(e) = self.entities.remove(&id) else {
+            return;
+        };
+        let shard = e.shard;
+        if let Some(n) = self.live.get_mut(&shard) {
+            *n = n.saturating_sub(1);
+        }
+        let buffered = e.stopping.unwrap_or_default();
+        match self.shards.phase(shard) {
+            Phase::Active => {
+                // Passivated with messages waiting: the next instance
+                // takes them, in order.
+                for env in buffered {
+                    self.deliver(ctx, shard, env);
+                }
+            }
+            _ => {
+                let mut acts = Vec::new();
+                for env in buffered {
+                    acts.extend(self.shards.on_message(now, shard, env));
+                }
+                self.apply(ctx, acts);
+            }
+        }
+        if self.live.get(&shard).copied().unwrap_or(0) == 0
+            && self.shards.phase(shard) == Phase::HandingOff
+        {
+            let acts = self.shards.entities_stopped(now, shard);
+            self.apply(ctx, acts);
+        }
+        self.check_retire(ctx);
+    }
+
+    fn state(&self) -> ShardingState {
+        let mut s = ShardingState::default();
+        for (shard, st) in self.shards.states() {
+            let entities = self.live.get(&shard).copied().unwrap_or(0);
+            let phase = match st {
+                State::Active => ShardPhase::Active,
+                State::Awaiting { .. } => ShardPhase::Awaiting,
+                State::HandingOff { .. } => ShardPhase::HandingOff,
+                State::Inactive { .. } => ShardPhase::Inactive,
+            };
+            let buffered = st.buffered()
+                + self
+                    .entities
+                    .values()
+                    .filter(|e| e.shard == shard)
+                    .filter_map(|e| e.stopping.as_ref().map(Vec::len))
+                    .sum::<usize>();
+            if phase == ShardPhase::Inactive && buffered == 0 && entities == 0 {
+                continue;
+            }
+            s.entities += entities;
+            s.buffered += buffered;
+            s.shards.push(ShardInfo {
+                shard,
+                phase,
+                entities,
+                buffered,
+            });
+        }
+        s.shards.sort_by_key(|i| i.shard);
+        s.hosts = self
+            .shards
+            .view()
+            .candidates
+            .iter()
+            .map(|r| r.node.clone())
+            .collect();
+        s
+    }
+
+    /// Finishes a retirement once nothing is held or buffered here and
+    /// every region has stopped routing here.
+    fn check_retire(&mut self, ctx: &mut Ctx<Self>) {
+        let Some(retire) = &self.retire else { return };
+        if retire.reply.is_none() {
+            return;
+        }
+        let idle = self.shards.held() == 0
+            && self.shards.states().all(|(_, s)| s.buffered() == 0)
+            && self.entities.is_empty();
+        let seen_all = self
+            .shards
+            .view()
+            .must_ack
+            .iter()
+            .all(|r| retire.seen.contains(&r.node));
+        if !seen_all {
+            return;
+        }
+        if !self.retiring {
+            // Every region has stopped routing here: only now give the
+            // shards up, so that no region with an older view sends them
+            // back here while they move.
+            self.retiring = true;
+            self.recompute(ctx, Instant::now());
+            return self.check_retire(ctx);
+        }
+        if !idle {
+            return;
+        }
+        let others = self.shards.view().must_ack.clone();
+        let me = self.me.clone();
+        for r in &others {
+            if let Some(tx) = self.outboxes.get(r) {
+                let _ = tx.send(RegionMsg::Retired(me.clone()));
+            }
+        }
+        if let Some(retire) = &mut self.retire
+            && let Some(reply) = retire.reply.take()
+        {
+            tracing::debug!(type_name = %self.type_name, "sharding: this node hosts no more");
+            let _ = reply.send(true);
+        }
+    }
+}
+
+/// A child name for entity `id`: its id where that is a valid name (made
+/// one where not), and a number, so that a new instance never meets the
+/// name of one still stopping.
+fn child_name(id: &str, n: u64) -> String {
+    let mut base: String = id
+        .chars()
+        .map(|c| {
+            if matches!(c, '/' | '#' | '@' | ':' | '$') || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .take(64)
+        .collect();
+    if base.is_empty() {
+        base.push('_');
+    }
+    let name = format!("{base}~{n}");
+    if valid_name(&name) {
+        name
+    } else {
+        format!("e~{n}")
+    }
+}
+
+impl<E: Actor> Actor for Region<E>
+where
+    E::Msg: RemoteMessage,
+{
+    type Msg = RegionMsg<E::Msg>;
+
+    async fn started(&mut self, ctx: &mut Ctx<Self>) -> ActorResult {
+        self.system = Some(ctx.system().clone());
+        self.meters = ShardingMeters::new(&self.me.node, &self.type_name);
+        if !self.settings.proxy && self.admits(&self.me.node) {
+            self.cluster
+                .join_group(&self.group, ctx.myself())
+                .await
+                .map_err(|e| format!("sharding: cannot join the hosting group: {e}"))?;
+        }
+        ctx.schedule_repeatedly(self.settings.tick, || RegionMsg::Local(Local::Tick));
+        // Membership and group changes read at once, not at the next tick.
+        let mut members = self.cluster.subscribe();
+        let mut groups = self.cluster.subscribe_groups();
+        let me = ctx.myself().clone();
+        tokio::spawn(async move {
+            loop {
+                let closed = tokio::select! {
+                    r = members.recv() => matches!(r, Err(broadcast::error::RecvError::Closed)),
+                    r = groups.recv() => matches!(r, Err(broadcast::error::RecvError::Closed)),
+                };
+                // A full mailbox skips a tick; a stopped region ends this.
+                let gone = matches!(
+                    me.tell(RegionMsg::Local(Local::Tick)),
+                    Err(crate::error::SendError::ActorGone(_))
+                );
+                if closed || gone {
+                    return;
+                }
+            }
+        });
+        let now = Instant::now();
+        self.recompute(ctx, now);
+        Ok(())
+    }
+
+    async fn handle(&mut self, msg: Self::Msg, ctx: &mut Ctx<Self>) -> ActorResult {
+        let now = Instant::now();
+        let n = self.settings.number_of_shards;
+        match msg {
+            RegionMsg::Local(Local::Send { entity, msg }) => {
+                let shard = shard_of(&entity, n);
+                let bytes = self.size(shard, &msg);
+                let env = Envelope {
+                    entity,
+                    msg,
+                    origin: self.me.node.clone(),
+                    hops: 0,
+                    bytes,
+                };
+                let acts = self.shards.on_message(now, shard, env);
+                self.apply(ctx, acts);
+            }
+            RegionMsg::Shard(Wire::Deliver { shard, mut env }) => {
+                let shard = shard % n.max(1);
+                env.bytes = self.size(shard, &env.msg);
+                let acts = self.shards.on_message(now, shard, env);
+                self.apply(ctx, acts);
+            }
+            RegionMsg::Shard(Wire::Begin {
+                shard,
+                req,
+                requester,
+            }) => {
+                // A request may come before this node's view has the
+                // requester: read membership first.
+                self.recompute(ctx, now);
+                let acts = self.shards.on_begin(now, shard, req, requester);
+                self.apply(ctx, acts);
+            }
+            RegionMsg::Shard(Wire::Marker(m)) => {
+                let acts = self.shards.on_marker(now, m);
+                self.apply(ctx, acts);
+            }
+            RegionMsg::Retiring(r) => {
+                self.leaving.insert(r.clone());
+                self.recompute(ctx, now);
+                let me = self.me.node.clone();
+                self.send_to(ctx, &r, RegionMsg::RetireSeen(me));
+            }
+            RegionMsg::RetireSeen(node) => {
+                if let Some(r) = &mut self.retire {
+                    r.seen.insert(node);
+                }
+                self.check_retire(ctx);
+            }
+            RegionMsg::Retired(r) => {
+                self.retired.insert(r);
+                self.recompute(ctx, now);
+            }
+            RegionMsg::Local(Local::Passivate(elements)) => self.passivate(&elements, true),
+            RegionMsg::Local(Local::Tick) => {
+                self.recompute(ctx, now);
+                let acts = self.shards.poll(now);
+                self.apply(ctx, acts);
+                if let Some(idle) = self.settings.passivate_after {
+                    let stale: Vec<String> = self
+                        .entities
+                        .values()
+                        .filter(|e| {
+                            e.stopping.is_none() && now.saturating_duration_since(e.last) >= idle
+                        })
+                        .map(|e| e.actor.path().elements().to_owned())
+                        .collect();
+                    for elements in stale {
+                        self.passivate(&elements, false);
+                    }
+                }
+                self.check_retire(ctx);
+                if let Some(m) = &self.meters {
+                    let s = self.state();
+                    m.shards.set(self.shards.held() as f64);
+                    m.entities.set(s.entities as f64);
+                    m.buffered.set(s.buffered as f64);
+                }
+            }
+            RegionMsg::Local(Local::State(tx)) => {
+                let _ = tx.send(self.state());
+            }
+            RegionMsg::Local(Local::Retire(tx)) => {
+                self.retire = Some(Retire {
+                    reply: Some(tx),
+                    seen: BTreeSet::new(),
+                });
+                if !self.settings.proxy {
+                    let _ = self.cluster.leave_group(&self.group, ctx.myself()).await;
+                }
+                let me = self.me.clone();
+                for r in self.shards.view().must_ack.clone() {
+                    self.send_to(ctx, &r, RegionMsg::Retiring(me.clone()));
+                }
+                self.recompute(ctx, now);
+                self.check_retire(ctx);
+            }
+        }
+        Ok(())
+    }
+
+    async fn terminated(&mut self, t: Terminated, ctx: &mut Ctx<Self>) -> ActorResult {
+        self.on_terminated(ctx, &t);
+        Ok(())
+    }
+}
+
+/// [`super::passivate`]: tells the entity's region (its parent).
+pub(crate) fn passivate<E: Actor>(ctx: &Ctx<E>)
+where
+    E::Msg: RemoteMessage,
+{
+    let elements = ctx.myself().path().elements();
+    let Some((parent, _)) = elements.rsplit_once('/') else {
+        return;
+    };
+    let Some(target) = ctx.system().registry().lookup(parent) else {
+        return;
+    };
+    if let Some(region) = ActorRef::<RegionMsg<E::Msg>>::from_any(target.as_any()) {
+        let _ = region.tell(RegionMsg::Local(Local::Passivate(elements.to_owned())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_names_are_valid_and_unique() {
+        assert_eq!(child_name("cart-42", 3), "cart-42~3");
+        assert_eq!(child_name("a/b c", 1), "a_b_c~1");
+        assert_eq!(child_name("", 0), "_~0");
+        assert!(valid_name(&child_name(&"x".repeat(500), 9)));
+    }
+}

@@ -1,0 +1,564 @@
+//! Cluster sharding (`actors::sharding`) on loopback: entities start on
+//! their first message on the owner of their shard, messages of one
+//! sender arrive in order, shards move when a node joins or leaves with
+//! messages in flight (all delivered, in order, never two live instances
+//! of one entity), entities of a killed node restart elsewhere after it
+//! is downed, and passivation loses nothing.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use actors::{
+    Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, StopReason,
+    cluster::{Cluster, ClusterConfig},
+    sharding::{
+        EntityId, MemoryEntityStore, ShardEvent, ShardPhase, Sharding, ShardingSettings, passivate,
+    },
+};
+use integration_tests::{actor_system, eventually, within};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "it.sharding.Msg")]
+enum Msg {
+    /// The `seq`th message of sender `from`.
+    Add { from: String, seq: u64 },
+    /// Asks the entity to passivate itself.
+    Passivate,
+    /// Replies with the node the entity runs on.
+    Where(ActorRef<String>),
+}
+
+/// What every entity instance of a test records, across nodes (they run
+/// in one process).
+#[derive(Default)]
+struct Book {
+    /// Live instances per entity id.
+    live: BTreeMap<String, usize>,
+    /// Entities that had two live instances at once.
+    doubles: Vec<String>,
+    /// Nodes each entity started on, in order.
+    started: BTreeMap<String, Vec<String>>,
+    /// (entity, sender) → the seqs received, in order.
+    got: BTreeMap<(String, String), Vec<u64>>,
+    /// `stopped` hooks entered.
+    stopping: usize,
+}
+
+type Shared = Arc<Mutex<Book>>;
+
+fn book(b: &Shared) -> std::sync::MutexGuard<'_, Book> {
+    b.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Ent {
+    id: String,
+    node: String,
+    book: Shared,
+}
+
+impl Actor for Ent {
+    type Msg = Msg;
+
+    async fn started(&mut self, _: &mut Ctx<Self>) -> ActorResult {
+        let mut b = book(&self.book);
+        let n = b.live.entry(self.id.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            b.doubles.push(self.id.clone());
+        }
+        b.started
+            .entry(self.id.clone())
+            .or_default()
+            .push(self.node.clone());
+        Ok(())
+    }
+
+    async fn handle(&mut self, msg: Msg, ctx: &mut Ctx<Self>) -> ActorResult {
+        match msg {
+            Msg::Add { from, seq } => book(&self.book)
+                .got
+                .entry((self.id.clone(), from))
+                .or_default()
+                .push(seq),
+            Msg::Passivate => passivate(ctx),
+            Msg::Where(r) => {
+                let _ = r.tell(self.node.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn stopped(&mut self, _: &StopReason) {
+        book(&self.book).stopping += 1;
+        // A slow cleanup: messages keep arriving while it stops.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if let Some(n) = book(&self.book).live.get_mut(&self.id) {
+            *n -= 1;
+        }
+    }
+}
+
+fn fast_cluster(stable_after: Duration) -> ClusterConfig {
+    ClusterConfig::new()
+        .probe_period(Duration::from_millis(200))
+        .probe_rtt(Duration::from_millis(100))
+        .stable_after(stable_after)
+        .remove_down_after(Duration::from_secs(30))
+        .announce_interval(Duration::from_millis(50))
+}
+
+fn settings() -> ShardingSettings {
+    ShardingSettings {
+        number_of_shards: 20,
+        handoff_timeout: Duration::from_secs(3),
+        down_removal_margin: Duration::from_millis(500),
+        tick: Duration::from_millis(50),
+        ..ShardingSettings::default()
+    }
+}
+
+struct Node {
+    system: ActorSystem,
+    cluster: Cluster,
+    carts: Sharding<Msg>,
+}
+
+async fn start_node(
+    name: &str,
+    seed: Option<&str>,
+    config: &ClusterConfig,
+    settings: ShardingSettings,
+    b: &Shared,
+) -> Node {
+    let system = actor_system(name).await;
+    let mut config = config.clone();
+    if let Some(seed) = seed {
+        config = config.seeds([seed.to_owned()]);
+    }
+    let cluster = Cluster::join(&system, config).await.expect("joins");
+    let node = system.node().to_owned();
+    let b = b.clone();
+    let carts = Sharding::start(
+        &system,
+        &cluster,
+        "Cart",
+        move |id: &EntityId| Ent {
+            id: id.clone(),
+            node: node.clone(),
+            book: b.clone(),
+        },
+        settings,
+    )
+    .await
+    .expect("sharding starts");
+    Node {
+        system,
+        cluster,
+        carts,
+    }
+}
+
+async fn cluster_of(n: usize, config: &ClusterConfig, b: &Shared) -> Vec<Node> {
+    let first = start_node("s0", None, config, settings(), b).await;
+    let seed = first.cluster.myself().udp.to_string();
+    let mut nodes = vec![first];
+    for i in 1..n {
+        nodes.push(start_node(&format!("s{i}"), Some(&seed), config, settings(), b).await);
+    }
+    nodes
+}
+
+/// Waits until every node's region spreads shards over `hosts` members.
+async fn hosts_agree(nodes: &[&Node], hosts: usize) {
+    within("every region sees the hosting members", async {
+        loop {
+            let mut all = true;
+            for n in nodes {
+                all &= n.carts.state().await.hosts.len() == hosts;
+            }
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// Sends `Add` 1..=count from `node` to every id, in order per id.
+async fn send_all(node: &Node, ids: &[String], count: u64) {
+    let from = node.system.node().to_owned();
+    for seq in 1..=count {
+        for id in ids {
+            node.carts
+                .entity_ref(id.clone())
+                .send(Msg::Add {
+                    from: from.clone(),
+                    seq,
+                })
+                .await
+                .expect("the local region takes it");
+        }
+    }
+}
+
+/// Waits until every (id, sender) got 1..=count, then checks the order.
+async fn all_in_order(b: &Shared, ids: &[String], senders: &[String], count: u64) {
+    let complete = || {
+        let b = book(b);
+        ids.iter().all(|id| {
+            senders.iter().all(|s| {
+                b.got
+                    .get(&(id.clone(), s.clone()))
+                    .is_some_and(|v| v.len() as u64 >= count)
+            })
+        })
+    };
+    let waited = tokio::time::timeout(integration_tests::TIMEOUT, async {
+        while !complete() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let b = book(b);
+    let want: Vec<u64> = (1..=count).collect();
+    for id in ids {
+        for s in senders {
+            let got = b
+                .got
+                .get(&(id.clone(), s.clone()))
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(
+                got,
+                want,
+                "{id} from {s} (waited in time: {})",
+                waited.is_ok()
+            );
+        }
+    }
+    assert!(b.doubles.is_empty(), "two live instances: {:?}", b.doubles);
+}
+
+fn ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("cart-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_start_on_their_owner_and_messages_keep_their_order() {
+    let b = Shared::default();
+    let nodes = cluster_of(3, &fast_cluster(Duration::from_secs(5)), &b).await;
+    hosts_agree(&nodes.iter().collect::<Vec<_>>(), 3).await;
+    let ids = ids(60);
+    let senders: Vec<String> = nodes.iter().map(|n| n.system.node().to_owned()).collect();
+    tokio::join!(
+        send_all(&nodes[0], &ids, 30),
+        send_all(&nodes[1], &ids, 30),
+        send_all(&nodes[2], &ids, 30)
+    );
+    all_in_order(&b, &ids, &senders, 30).await;
+    // Each entity started once, and the entities spread over all three.
+    {
+        let bk = book(&b);
+        assert!(
+            bk.started.values().all(|v| v.len() == 1),
+            "{:?}",
+            bk.started
+        );
+        let used: BTreeSet<&String> = bk.started.values().flatten().collect();
+        assert_eq!(used.len(), 3, "{used:?}");
+    }
+    // Asks work from any node, and agree on where an entity is.
+    for id in &ids[..5] {
+        let mut at = BTreeSet::new();
+        for n in &nodes {
+            let w = n
+                .carts
+                .entity_ref(id.clone())
+                .ask(Msg::Where, Duration::from_secs(5))
+                .await
+                .expect("the entity answers");
+            at.insert(w);
+        }
+        assert_eq!(at.len(), 1, "{id} answered from {at:?}");
+    }
+    // State: the entities counted once over the nodes, shards active.
+    let mut entities = 0;
+    for n in &nodes {
+        let s = n.carts.state().await;
+        assert!(
+            s.shards.iter().all(|i| i.phase == ShardPhase::Active),
+            "{s:?}"
+        );
+        entities += s.entities;
+    }
+    assert_eq!(entities, ids.len());
+    for n in &nodes {
+        n.system.shutdown().await;
+    }
+}
+
+/// Sends `Add` rounds from `node` to every id (a round every 2 ms, so
+/// that they are in flight while the cluster changes) until `stop` is set
+/// and at least `min` rounds went out; returns the rounds sent.
+async fn send_until(
+    node: &Node,
+    ids: &[String],
+    stop: &std::sync::atomic::AtomicBool,
+    min: u64,
+) -> u64 {
+    let from = node.system.node().to_owned();
+    let mut seq = 0;
+    while seq < min || !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        seq += 1;
+        for id in ids {
+            node.carts
+                .entity_ref(id.clone())
+                .send(Msg::Add {
+                    from: from.clone(),
+                    seq,
+                })
+                .await
+                .expect("the local region takes it");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    seq
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_takes_shards_over_with_messages_in_flight() {
+    let b = Shared::default();
+    let config = fast_cluster(Duration::from_secs(5));
+    let nodes = cluster_of(2, &config, &b).await;
+    hosts_agree(&[&nodes[0], &nodes[1]], 2).await;
+    let ids = ids(40);
+    let seed = nodes[0].cluster.myself().udp.to_string();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let joiner = async {
+        // Let every entity start on the first two first.
+        eventually("entities started", || book(&b).started.len() == ids.len()).await;
+        let n = start_node("s2", Some(&seed), &config, settings(), &b).await;
+        let mut events = n.carts.subscribe();
+        hosts_agree(&[&nodes[0], &nodes[1], &n], 3).await;
+        // The new node activates shards it took over.
+        within("a shard activated on the new node", async {
+            while !matches!(events.recv().await, Ok(ShardEvent::Activated { .. })) {}
+        })
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        n
+    };
+    let (joined, r0, r1) = tokio::join!(
+        joiner,
+        send_until(&nodes[0], &ids, &stop, 20),
+        send_until(&nodes[1], &ids, &stop, 20)
+    );
+    let senders = [
+        nodes[0].system.node().to_owned(),
+        nodes[1].system.node().to_owned(),
+    ];
+    for (s, rounds) in senders.iter().zip([r0, r1]) {
+        all_in_order(&b, &ids, std::slice::from_ref(s), rounds).await;
+    }
+    // Some entities moved to the new node: stopped on the old one, then
+    // started there.
+    {
+        let bk = book(&b);
+        let moved = bk
+            .started
+            .values()
+            .filter(|v| v.len() > 1 && v.last() == Some(&joined.system.node().to_owned()))
+            .count();
+        assert!(moved > 0, "{:?}", bk.started);
+    }
+    let handoffs = nodes[0].carts.state().await.handoffs + nodes[1].carts.state().await.handoffs;
+    assert!(handoffs > 0);
+    for n in nodes.iter().chain([&joined]) {
+        n.system.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_node_hands_its_shards_off_with_messages_in_flight() {
+    let b = Shared::default();
+    let mut nodes = cluster_of(3, &fast_cluster(Duration::from_secs(5)), &b).await;
+    hosts_agree(&nodes.iter().collect::<Vec<_>>(), 3).await;
+    let ids = ids(40);
+    let leaving = nodes.pop().expect("three");
+    let leaver = leaving.system.node().to_owned();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let leave = async {
+        // Let every entity start somewhere first.
+        eventually("entities started", || book(&b).started.len() == ids.len()).await;
+        let drained = leaving
+            .system
+            .shutdown_gracefully(Duration::from_secs(10))
+            .await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drained
+    };
+    let (drained, r0, r1) = tokio::join!(
+        leave,
+        send_until(&nodes[0], &ids, &stop, 20),
+        send_until(&nodes[1], &ids, &stop, 20)
+    );
+    assert!(drained);
+    let senders = [
+        nodes[0].system.node().to_owned(),
+        nodes[1].system.node().to_owned(),
+    ];
+    for (s, rounds) in senders.iter().zip([r0, r1]) {
+        all_in_order(&b, &ids, std::slice::from_ref(s), rounds).await;
+    }
+    {
+        let bk = book(&b);
+        let moved = bk
+            .started
+            .values()
+            .filter(|v| v.first() == Some(&leaver) && v.len() > 1)
+            .count();
+        assert!(moved > 0, "{:?}", bk.started);
+        assert!(
+            bk.started.values().all(|v| v.last() != Some(&leaver)),
+            "nothing is left on the node that left: {:?}",
+            bk.started
+        );
+    }
+    for n in &nodes {
+        n.system.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_of_a_killed_node_restart_elsewhere_once_it_is_down() {
+    let b = Shared::default();
+    let mut nodes = cluster_of(3, &fast_cluster(Duration::from_secs(1)), &b).await;
+    hosts_agree(&nodes.iter().collect::<Vec<_>>(), 3).await;
+    let ids = ids(30);
+    send_all(&nodes[0], &ids, 1).await;
+    all_in_order(&b, &ids, &[nodes[0].system.node().to_owned()], 1).await;
+    let killed = nodes.pop().expect("three");
+    let dead = killed.system.node().to_owned();
+    let on_dead: Vec<String> = book(&b)
+        .started
+        .iter()
+        .filter(|(_, v)| v.last() == Some(&dead))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(!on_dead.is_empty());
+    // No leave: the node stops as if its process died.
+    killed.system.shutdown().await;
+    drop(killed);
+    // Each of its entities answers again, from a live node, once the
+    // others have downed it (and waited the margin).
+    for id in &on_dead {
+        let at = within("the entity answers again", async {
+            loop {
+                match nodes[0]
+                    .carts
+                    .entity_ref(id.clone())
+                    .ask(Msg::Where, Duration::from_secs(5))
+                    .await
+                {
+                    Ok(at) => return at,
+                    Err(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert_ne!(at, dead, "{id}");
+    }
+    assert!(book(&b).doubles.is_empty());
+    for n in &nodes {
+        n.system.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passivation_loses_no_message() {
+    let b = Shared::default();
+    let config = fast_cluster(Duration::from_secs(5));
+    let mut s = settings();
+    s.passivate_after = Some(Duration::from_millis(300));
+    let node = start_node("p0", None, &config, s, &b).await;
+    let cart = node.carts.entity_ref("cart-p");
+    let me = node.system.node().to_owned();
+    // The entity asks to stop every fifth message; what arrives while it
+    // stops (its `stopped` hook takes a while) is kept for its next
+    // instance.
+    for seq in 1..=50u64 {
+        cart.send(Msg::Add {
+            from: me.clone(),
+            seq,
+        })
+        .await
+        .expect("sent");
+        if seq % 5 == 0 {
+            let stops = book(&b).stopping;
+            cart.send(Msg::Passivate).await.expect("sent");
+            eventually("the entity stops", || book(&b).stopping > stops).await;
+        }
+    }
+    all_in_order(&b, &["cart-p".to_owned()], std::slice::from_ref(&me), 50).await;
+    assert!(book(&b).started["cart-p"].len() > 1, "it was restarted");
+    // Idle for `passivate_after`: stopped; the next message starts it.
+    eventually("the idle entity passivated", || {
+        book(&b).live.get("cart-p").copied() == Some(0)
+    })
+    .await;
+    let before = book(&b).started["cart-p"].len();
+    cart.send(Msg::Add {
+        from: me.clone(),
+        seq: 51,
+    })
+    .await
+    .expect("sent");
+    all_in_order(&b, &["cart-p".to_owned()], &[me], 51).await;
+    assert_eq!(book(&b).started["cart-p"].len(), before + 1);
+    node.system.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_entities_restart_when_their_shard_moves() {
+    let b = Shared::default();
+    let store = Arc::new(MemoryEntityStore::new());
+    let config = fast_cluster(Duration::from_secs(5));
+    let mut s = settings();
+    s.remember_entities = Some(store.clone());
+    let first = start_node("r0", None, &config, s.clone(), &b).await;
+    let seed = first.cluster.myself().udp.to_string();
+    let second = start_node("r1", Some(&seed), &config, s, &b).await;
+    hosts_agree(&[&first, &second], 2).await;
+    let ids = ids(20);
+    send_all(&first, &ids, 1).await;
+    all_in_order(&b, &ids, &[first.system.node().to_owned()], 1).await;
+    let gone = second.system.node().to_owned();
+    let on_second: Vec<String> = book(&b)
+        .started
+        .iter()
+        .filter(|(_, v)| v.last() == Some(&gone))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(!on_second.is_empty());
+    assert!(
+        second
+            .system
+            .shutdown_gracefully(Duration::from_secs(10))
+            .await
+    );
+    // Without a message, each restarts on the first node.
+    let stays = first.system.node().to_owned();
+    eventually("remembered entities restarted", || {
+        let bk = book(&b);
+        on_second
+            .iter()
+            .all(|id| bk.started[id].last() == Some(&stays) && bk.live[id] == 1)
+    })
+    .await;
+    first.system.shutdown().await;
+}
