@@ -52,13 +52,13 @@ use std::{
 use rustls::{
     ClientConfig, RootCertStore, ServerConfig, server::WebPkiClientVerifier, version::TLS13,
 };
+use rustls::{client::UnbufferedClientConnection, server::UnbufferedServerConnection};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use sha2::{Digest, Sha256};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
-use rustls::{client::UnbufferedClientConnection, server::UnbufferedServerConnection};
 
 use crate::{
     Endpoint,

@@ -89,8 +89,10 @@ pub(crate) trait Unbuffered: Send {
     /// Which side this is.
     const ROLE: Role;
     /// `process_tls_records`.
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8])
-    -> UnbufferedStatus<'c, 'i, Self::Data>;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
     /// The state every connection shares.
     fn common(&self) -> &rustls::CommonState;
     /// `dangerous_into_kernel_connection`.
@@ -203,7 +205,11 @@ pub(crate) async fn handshake<C: Unbuffered, T: AsyncRead + AsyncWrite + Unpin>(
         // what follows is for our record layer.
         let handshaking = conn.common().is_handshaking();
         let mut none = [0u8; 0];
-        let input: &mut [u8] = if handshaking { &mut incoming } else { &mut none };
+        let input: &mut [u8] = if handshaking {
+            &mut incoming
+        } else {
+            &mut none
+        };
         let status = conn.process(input);
         let discard = status.discard;
         let step = match status.state {
@@ -321,10 +327,7 @@ pub(crate) async fn handshake<C: Unbuffered, T: AsyncRead + AsyncWrite + Unpin>(
             peer_certificates,
             binding,
         }),
-        Err(e) => Err((
-            invalid(format!("TLS handover from rustls failed: {e}")),
-            io,
-        )),
+        Err(e) => Err((invalid(format!("TLS handover from rustls failed: {e}")), io)),
     }
 }
 
@@ -1054,11 +1057,7 @@ mod tests {
         swr.write_all(b"pong").await.unwrap();
         swr.flush().await.unwrap();
         assert_eq!(read_n(&mut crd, 4).await, b"pong");
-        assert_eq!(
-            swr.tx.seq(),
-            1,
-            "the server updated its keys"
-        );
+        assert_eq!(swr.tx.seq(), 1, "the server updated its keys");
         assert!(!swr.update.load(Ordering::Relaxed));
     }
 

@@ -237,7 +237,10 @@ pub(crate) enum Role {
 
 /// Fixed keys of each suite, for the fuzz entry and the tests.
 fn test_secrets(mode: u8, byte: u8) -> ConnectionTrafficSecrets {
-    let (key, iv) = ([byte; 32].into(), rustls::crypto::cipher::Iv::from([byte; 12]));
+    let (key, iv) = (
+        [byte; 32].into(),
+        rustls::crypto::cipher::Iv::from([byte; 12]),
+    );
     match mode % 3 {
         0 => ConnectionTrafficSecrets::Aes128Gcm { key, iv },
         1 => ConnectionTrafficSecrets::Aes256Gcm { key, iv },
