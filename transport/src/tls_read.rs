@@ -215,7 +215,7 @@ pub(crate) async fn handshake<C: Unbuffered, T: AsyncRead + AsyncWrite + Unpin>(
         let step = match status.state {
             Err(e) => {
                 incoming.advance(discard);
-                return Err((rustls_io(e.clone()), fail(conn, io, e).await));
+                return Err((rustls_io(e.clone()), fail(conn, io).await));
             }
             Ok(ConnectionState::EncodeTlsData(mut enc)) => {
                 let at = outgoing.len();
@@ -241,7 +241,7 @@ pub(crate) async fn handshake<C: Unbuffered, T: AsyncRead + AsyncWrite + Unpin>(
                         Err(e) => {
                             drop(r);
                             incoming.advance(discard);
-                            return Err((rustls_io(e.clone()), fail(conn, io, e).await));
+                            return Err((rustls_io(e.clone()), fail(conn, io).await));
                         }
                     }
                 }
@@ -258,7 +258,7 @@ pub(crate) async fn handshake<C: Unbuffered, T: AsyncRead + AsyncWrite + Unpin>(
             Ok(other) => {
                 let e = RustlsError::General(format!("unexpected TLS state {other:?}"));
                 incoming.advance(discard);
-                return Err((rustls_io(e.clone()), fail(conn, io, e).await));
+                return Err((rustls_io(e.clone()), fail(conn, io).await));
             }
         };
         incoming.advance(discard);
@@ -342,19 +342,26 @@ async fn write_out<T: AsyncWrite + Unpin>(io: &mut T, out: &mut Vec<u8>) -> io::
 }
 
 /// After a handshake error: sends the alert rustls queued, if any.
-async fn fail<C: Unbuffered, T: AsyncWrite + Unpin>(mut conn: C, mut io: T, _: RustlsError) -> T {
+///
+/// rustls is called only while it has records queued: those are handed
+/// out before it looks at any input. Past them it would deframe again,
+/// and a handshake message it was joining from several records is kept as
+/// ranges of the earlier input buffer (an empty one makes rustls panic;
+/// the real one would be parsed again, after the error).
+async fn fail<C: Unbuffered, T: AsyncWrite + Unpin>(mut conn: C, mut io: T) -> T {
     let mut out = Vec::new();
     // An alert is one record; a few rounds are plenty.
     for _ in 0..4 {
-        let status = conn.process(&mut []);
-        match status.state {
+        if !conn.common().wants_write() {
+            break;
+        }
+        match conn.process(&mut []).state {
             Ok(ConnectionState::EncodeTlsData(mut enc)) => {
                 let mut buf = [0u8; 64];
                 if let Ok(n) = enc.encode(&mut buf) {
                     out.extend_from_slice(&buf[..n]);
                 }
             }
-            Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
             _ => break,
         }
     }
