@@ -14,12 +14,12 @@
 //! reflection), and only for the two identities that were introduced.
 //!
 //! Over TLS the proof is also bound to the TLS session (channel binding):
-//! the label becomes `"ACTR auth v1 tls-exporter"` and the 32 bytes of
-//! keying material both ends export from their TLS session
-//! ([`EXPORTER_LABEL`]) follow the addresses. A relay that terminates TLS
-//! towards both nodes sits in two sessions with two different exporter
-//! values, so a proof it forwards from one session does not verify in the
-//! other.
+//! the label becomes `"ACTR auth v2 tls-keys"` and 32 bytes that both ends
+//! derive from their TLS session's initial traffic keys
+//! ([`CHANNEL_BINDING_LABEL`]) follow the addresses. A relay that
+//! terminates TLS towards both nodes sits in two sessions with two
+//! different keys, so a proof it forwards from one session does not verify
+//! in the other.
 //!
 //! Pure code: no IO, no clock, no randomness (nonces and exporter values
 //! are passed in).
@@ -47,15 +47,16 @@ pub const MIN_SECRET_LEN: usize = 16;
 const LABEL: &[u8] = b"ACTR auth v1";
 /// Domain separation for a proof bound to a TLS session: it can never be
 /// taken for an unbound one.
-const LABEL_BOUND: &[u8] = b"ACTR auth v1 tls-exporter";
-/// The TLS exporter label (RFC 5705 / RFC 8446 section 7.5) both ends use
-/// to derive the channel binding a proof covers, with an empty context.
-pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-ACTR-auth";
-/// Bytes of exported keying material a proof is bound to.
+const LABEL_BOUND: &[u8] = b"ACTR auth v2 tls-keys";
+/// The label of a TLS session's channel binding: SHA-256 of this label,
+/// then the client's initial traffic key and iv, then the server's (the
+/// keys rustls hands over after the handshake; docs/PROTOCOL.md).
+pub const CHANNEL_BINDING_LABEL: &[u8] = b"ACTR tls channel binding";
+/// Bytes of the channel binding a proof is bound to.
 pub const EXPORTER_LEN: usize = 32;
 
-/// What a proof is bound to besides the handshake transcript: the TLS
-/// session's exported keying material, when the connection runs TLS.
+/// What a proof is bound to besides the handshake transcript: a digest of
+/// the TLS session's traffic keys, when the connection runs TLS.
 pub type ChannelBinding = [u8; EXPORTER_LEN];
 
 /// Which end of the TCP connection a side is. Bound into every proof so a

@@ -216,8 +216,8 @@ impl Handshake {
     }
 
     /// Binds the shared-secret proofs to the secure channel the handshake
-    /// runs on: `binding` is keying material both ends export from their
-    /// TLS session ([`EXPORTER_LABEL`](crate::auth::EXPORTER_LABEL)). Both
+    /// runs on: `binding` is what both ends derive from their TLS
+    /// session ([`CHANNEL_BINDING_LABEL`](crate::auth::CHANNEL_BINDING_LABEL)). Both
     /// ends must bind, to the same session. Does nothing without a secret.
     /// Call before the first [`handle_input`](Self::handle_input).
     pub fn set_channel_binding(&mut self, binding: ChannelBinding) {

@@ -96,11 +96,12 @@
 //! - `security`: [`Security`], what secures a TCP stream before the
 //!   handshake, and how each stream splits into the tasks' halves;
 //!   [`Plain`] does nothing. → `auth`, `error`, `handshake`, `reader`, `shared`.
-//! - `tls_read` (feature `tls`): a TLS connection's stream: rustls for the
-//!   TLS and protocol handshakes, then halves on our record layer that
-//!   read into our own buffer, decrypt in place and lend the plaintext so
-//!   the reader parses frames where they were decrypted. → `reader`,
-//!   `security`, `tls_record`.
+//! - `tls_read` (feature `tls`): a TLS connection's stream: rustls's
+//!   unbuffered API for the TLS handshake, then its kernel API hands the
+//!   keys to our record layer, whose halves read into our own buffer,
+//!   decrypt in place and lend the plaintext so the reader parses frames
+//!   where they were decrypted. → `auth`, `reader`, `security`,
+//!   `tls_record`.
 //!
 //! Connections and endpoints:
 //! - `conn`: [`Established`] → [`Connection`]: wires the shared state, the
@@ -118,8 +119,8 @@
 //! # Security
 //! An [`Endpoint`] is generic over its [`Security`]: `Endpoint` (=
 //! `Endpoint<Plain>`) runs connections on `TcpStream`, `Endpoint<Tls>`
-//! (from [`Endpoint::bind_tls`]) on rustls for the handshakes, then on its
-//! own TLS 1.3 record layer (keys taken over from rustls), through the same
+//! (from [`Endpoint::bind_tls`]) on rustls for the TLS handshake, then on its
+//! own TLS 1.3 record layer (keys handed over by rustls), through the same
 //! reader, writer and codec. Independently, every handshake proves a shared
 //! secret (bound to the TLS session under TLS): the configured one
 //! ([`TransportConfig::set_shared_secret`]), else `ACTORS_COOKIE`, else a

@@ -2,13 +2,13 @@
 //! [`Tls`] security layer, and the check that binds a peer's certificate to
 //! the identity it advertises.
 //!
-//! This module only builds the stream: after the TLS handshake the
-//! connection runs the same handshake, reader, writer and codec as a
-//! plaintext one, on a [`TlsStream`]: rustls's until the connection starts,
-//! then our own record layer with the keys rustls negotiated (`tls_read`).
-//! Each connection gets its own copy of the rustls configuration, whose
-//! key-log hook keeps that connection's traffic secrets for the record
-//! layer's key updates (and logs nothing).
+//! This module only builds the stream: rustls runs the TLS handshake
+//! (its unbuffered API, on the configuration all connections share), then
+//! hands the connection over through its kernel API: the traffic keys, and
+//! a `KernelConnection` that derives key updates and stores session
+//! tickets. From there the connection runs the same handshake, reader,
+//! writer and codec as a plaintext one, on a [`TlsStream`]: our own record
+//! layer with the keys rustls negotiated (`tls_read`).
 //!
 //! What is checked, in order:
 //!
@@ -52,24 +52,23 @@ use std::{
 use rustls::{
     ClientConfig, RootCertStore, ServerConfig, server::WebPkiClientVerifier, version::TLS13,
 };
+use rustls::{client::UnbufferedClientConnection, server::UnbufferedServerConnection};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use sha2::{Digest, Sha256};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
-use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::{
     Endpoint,
-    auth::{ChannelBinding, EXPORTER_LABEL, EXPORTER_LEN},
+    auth::ChannelBinding,
     config::TransportConfig,
     error::{HandshakeError, TlsError, TransportError},
     handshake::Hello,
     security::{Security, sealed::Sealed},
     shared::PeerVerified,
-    tls_read::{RecordIo, TlsStream},
-    tls_record::SecretCapture,
+    tls_read::{TlsStream, handshake},
 };
 
 /// How long a failed TLS handshake keeps the socket open to let our alert
@@ -269,7 +268,7 @@ impl TlsConfig {
             .with_client_auth_cert(chain, key)
             .map_err(config_error)?;
         // Each connection's record layer takes its keys out of rustls
-        // after the handshakes (`tls_read`).
+        // after the TLS handshake (`tls_read`): the kernel API requires it.
         let (mut server, mut client) = (server, client);
         server.enable_secret_extraction = true;
         client.enable_secret_extraction = true;
@@ -564,14 +563,9 @@ fn der_any(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
 }
 
-/// The keying material a TLS session exports for the shared-secret proof.
+/// What the shared-secret proofs are bound to.
 fn export(stream: &TlsStream) -> Option<ChannelBinding> {
-    // Only fails before the TLS handshake completes, which it has here;
-    // without a value the proofs are unbound and the peer's (bound) proof
-    // fails to verify, so a failure here can only refuse, never admit.
-    stream
-        .export_keying_material([0u8; EXPORTER_LEN], EXPORTER_LABEL)
-        .ok()
+    Some(stream.channel_binding())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -643,16 +637,13 @@ impl Security for Tls {
         tcp: TcpStream,
         peer: SocketAddr,
     ) -> Result<Self::Accepted, TransportError> {
-        // This connection's own configuration: its key log keeps the
-        // traffic secrets for our record layer, for this connection only.
-        let capture = Arc::new(SecretCapture::default());
-        let mut config = (*self.loaded().server).clone();
-        config.key_log = capture.clone();
-        let acceptor = TlsAcceptor::from(Arc::new(config));
-        match acceptor.accept(RecordIo::new(tcp)).into_fallible().await {
-            Ok(s) => Ok(TlsStream::server(s, capture)),
-            Err((e, io)) => {
-                linger(io.into_inner());
+        // The shared configuration: rustls hands the keys over itself.
+        let conn = UnbufferedServerConnection::new(self.loaded().server.clone())
+            .map_err(|e| handshake_error(peer, io::Error::new(io::ErrorKind::InvalidData, e)))?;
+        match handshake(conn, tcp).await {
+            Ok(s) => Ok(s.into_stream(TcpStream::into_split)),
+            Err((e, tcp)) => {
+                linger(tcp);
                 Err(handshake_error(peer, e).into())
             }
         }
@@ -663,20 +654,14 @@ impl Security for Tls {
         tcp: TcpStream,
         addr: SocketAddr,
     ) -> Result<Self::Dialed, TransportError> {
-        let capture = Arc::new(SecretCapture::default());
-        let mut config = (*self.loaded().client).clone();
-        config.key_log = capture.clone();
-        let connector = TlsConnector::from(Arc::new(config));
         // The server's certificate must name the IP address we dialled.
         let name = ServerName::IpAddress(addr.ip().into());
-        match connector
-            .connect(name, RecordIo::new(tcp))
-            .into_fallible()
-            .await
-        {
-            Ok(s) => Ok(TlsStream::client(s, capture)),
-            Err((e, io)) => {
-                linger(io.into_inner());
+        let conn = UnbufferedClientConnection::new(self.loaded().client.clone(), name)
+            .map_err(|e| handshake_error(addr, io::Error::new(io::ErrorKind::InvalidData, e)))?;
+        match handshake(conn, tcp).await {
+            Ok(s) => Ok(s.into_stream(TcpStream::into_split)),
+            Err((e, tcp)) => {
+                linger(tcp);
                 Err(handshake_error(addr, e).into())
             }
         }

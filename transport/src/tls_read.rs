@@ -1,63 +1,66 @@
-//! A TLS connection's stream: rustls for the handshakes, then our own
-//! record layer ([`tls_record`](crate::tls_record)) on the two halves of
-//! the TCP stream.
+//! A TLS connection's stream: rustls's unbuffered API for the TLS
+//! handshake, then our own record layer ([`tls_record`](crate::tls_record))
+//! on the two halves of the TCP stream, with keys rustls hands over
+//! through its kernel API.
 //!
 //! ```text
-//!  TcpStream ─► RecordIo (hands rustls whole records only)
-//!     └─ tokio_rustls TlsStream ── TLS handshake, then the protocol
-//!                                  handshake (hellos, proofs) on it
-//!  split_io: rustls hands over ─► traffic secrets (SecretCapture, checked
-//!            against dangerous_extract_secrets), sequence numbers, any
-//!            plaintext it decrypted and not yet read; RecordIo its bytes
-//!            not yet given to rustls
+//!  TcpStream ─► handshake(): rustls's unbuffered connection, fed from our
+//!     │         buffer; stops as soon as the TLS handshake is complete
+//!     │         (and rustls has nothing left to send)
+//!     │  dangerous_into_kernel_connection ─► each direction's key, iv and
+//!     │         sequence number; a KernelConnection for key updates and
+//!     │         session tickets; bytes rustls did not take stay ours
 //!     ├─ TlsReadHalf:  read ≥ 64 KiB into our buffer, open each record in
 //!     │                place, lend its plaintext to the reader (poll_chunk)
 //!     └─ TlsWriteHalf: seal the writer's batch into one buffer (records of
 //!                      16 KiB), one write; close_notify on shutdown
 //! ```
 //!
-//! Why not rustls all along: rustls 0.23 copies each received record's
-//! plaintext into a fresh `Vec` (its unbuffered API too), reads at most
-//! 4 KiB per syscall, and encrypts each sent record into a fresh `Vec`.
-//! Why not hand over right after the TLS handshake: the protocol handshake
-//! is not the hot path, and running it on rustls keeps its error reporting
-//! (alerts, `TlsError`) as it was.
+//! The protocol handshake (hellos, proofs) already runs on our records,
+//! through [`TlsStream`]'s `AsyncRead`/`AsyncWrite`.
 //!
-//! After the handover the halves handle what TLS 1.3 can still send: key
-//! updates (RFC 8446 §4.6.3; ours too, before a key's record limit, and
-//! when the peer asks), session tickets (ignored: resumption uses those
-//! received during the protocol handshake), alerts (close_notify is the
-//! end of the stream, any other ends the connection with its name). The
-//! halves share no lock: only a flag by which the reader asks the writer
-//! for a key update.
+//! After the TLS handshake the halves handle what TLS 1.3 can still send:
+//! key updates (RFC 8446 §4.6.3; ours too, before a key's confidentiality
+//! limit, and when the peer asks; rustls derives the keys), session
+//! tickets (handed to rustls, which stores them for resumption), alerts
+//! (close_notify is the end of the stream, any other ends the connection
+//! with its name). The halves share the kernel connection behind a lock
+//! taken only for key updates and tickets, and a flag by which the reader
+//! asks the writer for a key update.
 
 use std::{
     io,
     ops::Range,
     pin::Pin,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     task::{Context, Poll, ready},
 };
 
 use bytes::{Buf, BytesMut};
-use rustls::pki_types::CertificateDer;
+use rustls::{
+    ConnectionTrafficSecrets, Error as RustlsError, SupportedCipherSuite,
+    client::{ClientConnectionData, UnbufferedClientConnection},
+    kernel::KernelConnection,
+    pki_types::CertificateDer,
+    server::{ServerConnectionData, UnbufferedServerConnection},
+    unbuffered::{ConnectionState, EncodeError, UnbufferedStatus},
+};
+use sha2::{Digest, Sha256};
 use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::{
-        TcpStream,
-        tcp::{OwnedReadHalf, OwnedWriteHalf},
-    },
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf},
+    net::tcp::{OwnedReadHalf, OwnedWriteHalf},
 };
 use tokio_util::io::poll_read_buf;
 
 use crate::{
+    auth::{CHANNEL_BINDING_LABEL, ChannelBinding},
     reader::{Chunks, ReadIo},
     tls_record::{
         self, ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, KEY_UPDATE, Keys, MAX_PLAINTEXT,
-        NEW_SESSION_TICKET, Role, SecretCapture, Suite,
+        NEW_SESSION_TICKET, Role,
     },
 };
 
@@ -72,331 +75,431 @@ fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error 
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// A TCP stream as rustls reads it during the handshakes: never part of
-/// a record while the whole record is not here, so that when rustls hands
-/// over, it holds no piece of a record (bytes not handed to rustls stay
-/// in `buf`, and go to the record reader).
-///
-/// Bytes that do not start like a TLS record (a plaintext peer) are handed
-/// over as they come, so that rustls names them as it always has.
-#[derive(Debug)]
-pub(crate) struct RecordIo<T> {
-    io: T,
-    buf: BytesMut,
-    /// Bytes of the record being handed out that are not yet.
-    left: usize,
-    eof: bool,
+/// A rustls error as an IO error, the way tokio-rustls reports them (so
+/// that `tls::handshake_error` finds it again).
+fn rustls_io(e: RustlsError) -> io::Error {
+    invalid(e)
 }
 
-impl<T> RecordIo<T> {
-    /// Wraps `io`.
-    pub(crate) fn new(io: T) -> Self {
-        Self {
-            io,
-            buf: BytesMut::new(),
-            left: 0,
-            eof: false,
-        }
-    }
+/// rustls's unbuffered connection of either side, as the handshake drives
+/// it.
+pub(crate) trait Unbuffered: Send {
+    /// `ClientConnectionData` or `ServerConnectionData`.
+    type Data;
+    /// Which side this is.
+    const ROLE: Role;
+    /// `process_tls_records`.
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
+    /// The state every connection shares.
+    fn common(&self) -> &rustls::CommonState;
+    /// `dangerous_into_kernel_connection`.
+    fn into_kernel(self) -> Result<(rustls::ExtractedSecrets, Kernel), RustlsError>;
+}
 
-    /// The stream.
-    pub(crate) fn into_inner(self) -> T {
-        self.io
+impl Unbuffered for UnbufferedClientConnection {
+    type Data = ClientConnectionData;
+    const ROLE: Role = Role::Client;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data> {
+        self.process_tls_records(incoming)
     }
-
-    /// How many bytes at the front of `buf` may go to rustls now; `None`
-    /// to read more first.
-    fn deliverable(&mut self) -> Option<usize> {
-        if self.left > 0 {
-            return Some(self.left);
-        }
-        if self.buf.len() < HEADER_LEN {
-            return None;
-        }
-        let h = &self.buf[..HEADER_LEN];
-        // What rustls accepts as a record header (content types 20–24,
-        // version 3.x, at most a record and a bit).
-        let len = usize::from(u16::from_be_bytes([h[3], h[4]]));
-        if !(20..=24).contains(&h[0]) || h[1] != 3 || len > tls_record::MAX_PLAINTEXT + 2048 {
-            // Not TLS: rustls will say so.
-            self.left = self.buf.len();
-            return Some(self.left);
-        }
-        if self.buf.len() < HEADER_LEN + len {
-            return None;
-        }
-        self.left = HEADER_LEN + len;
-        Some(self.left)
+    fn common(&self) -> &rustls::CommonState {
+        self
+    }
+    fn into_kernel(self) -> Result<(rustls::ExtractedSecrets, Kernel), RustlsError> {
+        let (secrets, k) = self.dangerous_into_kernel_connection()?;
+        Ok((secrets, Kernel::Client(k)))
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for RecordIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        dst: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        loop {
-            let n = match this.deliverable() {
-                Some(n) => n,
-                // At the end, whatever is left: rustls names the truncation.
-                None if this.eof => this.buf.len(),
-                None => {
-                    this.buf.reserve(tls_record::MAX_RECORD);
-                    if ready!(poll_read_buf(Pin::new(&mut this.io), cx, &mut this.buf))? == 0 {
-                        this.eof = true;
+impl Unbuffered for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+    const ROLE: Role = Role::Server;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data> {
+        self.process_tls_records(incoming)
+    }
+    fn common(&self) -> &rustls::CommonState {
+        self
+    }
+    fn into_kernel(self) -> Result<(rustls::ExtractedSecrets, Kernel), RustlsError> {
+        let (secrets, k) = self.dangerous_into_kernel_connection()?;
+        Ok((secrets, Kernel::Server(k)))
+    }
+}
+
+/// What rustls keeps of a connection after the handshake: the key
+/// schedule (key updates) and, on a client, the session ticket store.
+pub(crate) enum Kernel {
+    Client(KernelConnection<ClientConnectionData>),
+    Server(KernelConnection<ServerConnectionData>),
+}
+
+impl Kernel {
+    fn update_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), RustlsError> {
+        match self {
+            Self::Client(k) => k.update_tx_secret(),
+            Self::Server(k) => k.update_tx_secret(),
+        }
+    }
+
+    fn update_rx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), RustlsError> {
+        match self {
+            Self::Client(k) => k.update_rx_secret(),
+            Self::Server(k) => k.update_rx_secret(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Client(_) => "Kernel::Client",
+            Self::Server(_) => "Kernel::Server",
+        })
+    }
+}
+
+/// The kernel connection both halves use.
+type SharedKernel = Arc<Mutex<Kernel>>;
+
+fn lock(k: &SharedKernel) -> std::sync::MutexGuard<'_, Kernel> {
+    k.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the handshake loop does next, decided while rustls borrows the
+/// buffers and done after.
+enum Step {
+    /// Process again.
+    Again,
+    /// Write what is encoded.
+    Write,
+    /// Read more from the peer.
+    Read,
+    /// The TLS handshake is complete.
+    Done,
+}
+
+/// Runs the TLS handshake of `conn` over `io`, then takes the connection
+/// out of rustls. On failure, the error (a rustls error inside an
+/// `InvalidData` IO error, as tokio-rustls reports them) and the stream,
+/// after our alert, if any, was sent.
+pub(crate) async fn handshake<C: Unbuffered, T: AsyncRead + AsyncWrite + Unpin>(
+    mut conn: C,
+    mut io: T,
+) -> Result<Established<T>, (io::Error, T)> {
+    let mut incoming = BytesMut::with_capacity(tls_record::MAX_RECORD);
+    let mut outgoing = Vec::new();
+    // Application data rustls decrypted with the handshake's last records.
+    let mut carry = BytesMut::new();
+    let mut peer_closed = false;
+    loop {
+        // Once the handshake is complete rustls is given no more input:
+        // what follows is for our record layer.
+        let handshaking = conn.common().is_handshaking();
+        let mut none = [0u8; 0];
+        let input: &mut [u8] = if handshaking {
+            &mut incoming
+        } else {
+            &mut none
+        };
+        let status = conn.process(input);
+        let discard = status.discard;
+        let step = match status.state {
+            Err(e) => {
+                incoming.advance(discard);
+                return Err((rustls_io(e.clone()), fail(conn, io).await));
+            }
+            Ok(ConnectionState::EncodeTlsData(mut enc)) => {
+                let at = outgoing.len();
+                let need = match enc.encode(&mut []) {
+                    Err(EncodeError::InsufficientSize(s)) => s.required_size,
+                    _ => 0,
+                };
+                outgoing.resize(at + need, 0);
+                let n = enc.encode(&mut outgoing[at..]).unwrap_or(0);
+                outgoing.truncate(at + n);
+                Step::Again
+            }
+            Ok(ConnectionState::TransmitTlsData(t)) => {
+                // Written right below, before rustls is called again.
+                t.done();
+                Step::Write
+            }
+            Ok(ConnectionState::BlockedHandshake) => Step::Read,
+            Ok(ConnectionState::ReadTraffic(mut r)) => {
+                while let Some(record) = r.next_record() {
+                    match record {
+                        Ok(record) => carry.extend_from_slice(record.payload),
+                        Err(e) => {
+                            drop(r);
+                            incoming.advance(discard);
+                            return Err((rustls_io(e.clone()), fail(conn, io).await));
+                        }
                     }
-                    continue;
                 }
-            };
-            let k = n.min(dst.remaining());
-            dst.put_slice(&this.buf[..k]);
-            this.buf.advance(k);
-            this.left = this.left.saturating_sub(k);
-            return Poll::Ready(Ok(()));
+                Step::Again
+            }
+            Ok(ConnectionState::PeerClosed | ConnectionState::Closed) => {
+                peer_closed = true;
+                if handshaking { Step::Read } else { Step::Done }
+            }
+            // A server is complete when it has the client's Finished, not
+            // when it may send (0.5-RTT).
+            Ok(ConnectionState::WriteTraffic(_)) if handshaking => Step::Read,
+            Ok(ConnectionState::WriteTraffic(_)) => Step::Done,
+            Ok(other) => {
+                let e = RustlsError::General(format!("unexpected TLS state {other:?}"));
+                incoming.advance(discard);
+                return Err((rustls_io(e.clone()), fail(conn, io).await));
+            }
+        };
+        incoming.advance(discard);
+        match step {
+            Step::Again => {}
+            Step::Write => {
+                if let Err(e) = write_out(&mut io, &mut outgoing).await {
+                    return Err((e, io));
+                }
+            }
+            Step::Read if peer_closed => {
+                return Err((
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the peer closed TLS during the handshake",
+                    ),
+                    io,
+                ));
+            }
+            Step::Read => {
+                incoming.reserve(tls_record::MAX_RECORD);
+                match io.read_buf(&mut incoming).await {
+                    Ok(0) => {
+                        return Err((
+                            io::Error::new(io::ErrorKind::UnexpectedEof, "tls handshake eof"),
+                            io,
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err((e, io)),
+                }
+            }
+            Step::Done => break,
+        }
+    }
+    if let Err(e) = write_out(&mut io, &mut outgoing).await {
+        return Err((e, io));
+    }
+    let common = conn.common();
+    let peer_certificates = common.peer_certificates().map(<[_]>::to_vec);
+    let limit = match common.negotiated_cipher_suite() {
+        Some(SupportedCipherSuite::Tls13(s)) => s.common.confidentiality_limit,
+        _ => 0,
+    };
+    let taken = conn.into_kernel().and_then(|(secrets, kernel)| {
+        let unknown = || RustlsError::General("cipher suite not supported".into());
+        let tx = Keys::new(&secrets.tx.1, secrets.tx.0).ok_or_else(unknown)?;
+        let rx = Keys::new(&secrets.rx.1, secrets.rx.0).ok_or_else(unknown)?;
+        let binding = match C::ROLE {
+            Role::Client => channel_binding(&secrets.tx.1, &secrets.rx.1),
+            Role::Server => channel_binding(&secrets.rx.1, &secrets.tx.1),
+        };
+        Ok((tx, rx, kernel, binding))
+    });
+    match taken {
+        Ok((tx, rx, kernel, binding)) => Ok(Established {
+            io,
+            incoming,
+            carry,
+            peer_closed,
+            tx,
+            rx,
+            limit,
+            kernel,
+            role: C::ROLE,
+            peer_certificates,
+            binding,
+        }),
+        Err(e) => Err((invalid(format!("TLS handover from rustls failed: {e}")), io)),
+    }
+}
+
+/// Writes what rustls encoded.
+async fn write_out<T: AsyncWrite + Unpin>(io: &mut T, out: &mut Vec<u8>) -> io::Result<()> {
+    if !out.is_empty() {
+        io.write_all(out).await?;
+        io.flush().await?;
+        out.clear();
+    }
+    Ok(())
+}
+
+/// After a handshake error: sends the alert rustls queued, if any.
+///
+/// rustls is called only while it has records queued: those are handed
+/// out before it looks at any input. Past them it would deframe again,
+/// and a handshake message it was joining from several records is kept as
+/// ranges of the earlier input buffer (an empty one makes rustls panic;
+/// the real one would be parsed again, after the error).
+async fn fail<C: Unbuffered, T: AsyncWrite + Unpin>(mut conn: C, mut io: T) -> T {
+    let mut out = Vec::new();
+    // An alert is one record; a few rounds are plenty.
+    for _ in 0..4 {
+        if !conn.common().wants_write() {
+            break;
+        }
+        match conn.process(&mut []).state {
+            Ok(ConnectionState::EncodeTlsData(mut enc)) => {
+                let mut buf = [0u8; 64];
+                if let Ok(n) = enc.encode(&mut buf) {
+                    out.extend_from_slice(&buf[..n]);
+                }
+            }
+            _ => break,
+        }
+    }
+    let _ = write_out(&mut io, &mut out).await;
+    io
+}
+
+/// The channel binding of a TLS session: a hash of both directions'
+/// initial traffic keys, which only the two ends of this session hold
+/// (docs/PROTOCOL.md, "Shared secret").
+fn channel_binding(
+    client: &ConnectionTrafficSecrets,
+    server: &ConnectionTrafficSecrets,
+) -> ChannelBinding {
+    let mut h = Sha256::new();
+    h.update(CHANNEL_BINDING_LABEL);
+    for s in [client, server] {
+        if let ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+        | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+        | ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } = s
+        {
+            h.update(key.as_ref());
+            h.update(iv.as_ref());
+        }
+    }
+    h.finalize().into()
+}
+
+/// A TLS connection whose handshake is complete, taken out of rustls.
+pub(crate) struct Established<T> {
+    io: T,
+    /// Bytes read and not given to rustls: records for our layer.
+    incoming: BytesMut,
+    carry: BytesMut,
+    peer_closed: bool,
+    tx: Keys,
+    rx: Keys,
+    /// Records one key may seal (the suite's confidentiality limit).
+    limit: u64,
+    kernel: Kernel,
+    role: Role,
+    peer_certificates: Option<Vec<CertificateDer<'static>>>,
+    binding: ChannelBinding,
+}
+
+impl<T> Established<T> {
+    /// The stream, on `io`'s halves as `split` makes them.
+    pub(crate) fn into_stream<R, W>(self, split: impl FnOnce(T) -> (R, W)) -> TlsStream<R, W> {
+        let (rd, wr) = split(self.io);
+        let update = Arc::new(AtomicBool::new(false));
+        let kernel = Arc::new(Mutex::new(self.kernel));
+        TlsStream {
+            rd: TlsReadHalf {
+                io: rd,
+                buf: self.incoming,
+                consumed: 0,
+                ranges: Vec::new(),
+                failed: None,
+                pending: 0..0,
+                carry: self.carry,
+                rx: self.rx,
+                closed: self.peer_closed,
+                role: self.role,
+                update: update.clone(),
+                kernel: kernel.clone(),
+            },
+            wr: TlsWriteHalf {
+                io: wr,
+                out: BytesMut::new(),
+                written: 0,
+                tx: self.tx,
+                update,
+                update_at: self.limit,
+                close_sent: false,
+                kernel,
+            },
+            peer_certificates: self.peer_certificates,
+            binding: self.binding,
         }
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for RecordIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
-type Server<T> = tokio_rustls::server::TlsStream<RecordIo<T>>;
-type Client<T> = tokio_rustls::client::TlsStream<RecordIo<T>>;
-
+/// A TLS connection's stream after the TLS handshake: our record layer,
+/// read and written whole during the protocol handshake, then split into
+/// [`TlsReadHalf`] and [`TlsWriteHalf`] (see the module docs).
 #[derive(Debug)]
-enum Side<T> {
-    Server(Server<T>),
-    Client(Client<T>),
+pub struct TlsStream<R = OwnedReadHalf, W = OwnedWriteHalf> {
+    rd: TlsReadHalf<R>,
+    wr: TlsWriteHalf<W>,
+    peer_certificates: Option<Vec<CertificateDer<'static>>>,
+    binding: ChannelBinding,
 }
 
-/// A TLS connection's stream: rustls's until the connection starts, then
-/// split into [`TlsReadHalf`] and [`TlsWriteHalf`] (see the module docs).
-#[derive(Debug)]
-pub struct TlsStream<T = TcpStream> {
-    side: Side<T>,
-    capture: Arc<SecretCapture>,
-}
-
-impl<T: AsyncRead + AsyncWrite + Unpin> TlsStream<T> {
-    /// An accepted stream whose rustls configuration logs its secrets to
-    /// `capture`.
-    pub(crate) fn server(s: Server<T>, capture: Arc<SecretCapture>) -> Self {
-        Self {
-            side: Side::Server(s),
-            capture,
-        }
-    }
-
-    /// A dialled stream whose rustls configuration logs its secrets to
-    /// `capture`.
-    pub(crate) fn client(s: Client<T>, capture: Arc<SecretCapture>) -> Self {
-        Self {
-            side: Side::Client(s),
-            capture,
-        }
-    }
-
+impl<R, W> TlsStream<R, W> {
     /// The peer's certificate chain, if it sent one.
     pub(crate) fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
-        match &self.side {
-            Side::Server(s) => s.get_ref().1.peer_certificates(),
-            Side::Client(s) => s.get_ref().1.peer_certificates(),
-        }
+        self.peer_certificates.as_deref()
     }
 
-    /// Keying material exported from the session (RFC 5705 / 8446 §7.5).
-    pub(crate) fn export_keying_material<O: AsMut<[u8]>>(
-        &self,
-        out: O,
-        label: &[u8],
-    ) -> Result<O, rustls::Error> {
-        match &self.side {
-            Side::Server(s) => s.get_ref().1.export_keying_material(out, label, None),
-            Side::Client(s) => s.get_ref().1.export_keying_material(out, label, None),
-        }
-    }
-
-    /// Takes the connection out of rustls: our halves over `io`'s halves.
-    pub(crate) fn into_halves<R, W>(
-        self,
-        split: impl FnOnce(T) -> (R, W),
-    ) -> (TlsReadHalf<R>, TlsWriteHalf<W>) {
-        let (io, conn, role): (_, rustls::Connection, _) = match self.side {
-            Side::Server(s) => {
-                let (io, c) = s.into_inner();
-                (io, c.into(), Role::Server)
-            }
-            Side::Client(s) => {
-                let (io, c) = s.into_inner();
-                (io, c.into(), Role::Client)
-            }
-        };
-        let RecordIo { io, buf, left, .. } = io;
-        let (rd, wr) = split(io);
-        let handover = if left == 0 {
-            take_over(conn, &self.capture, role)
-        } else {
-            Err("rustls stopped inside a TLS record".to_owned())
-        };
-        match handover {
-            Ok(h) => {
-                let update = Arc::new(AtomicBool::new(false));
-                let limit = h.tx.suite().limit();
-                (
-                    TlsReadHalf {
-                        io: rd,
-                        buf,
-                        consumed: 0,
-                        ranges: Vec::new(),
-                        failed: None,
-                        pending: 0..0,
-                        carry: h.plaintext,
-                        rx: Some(h.rx),
-                        closed: h.peer_closed,
-                        broken: None,
-                        role,
-                        update: update.clone(),
-                    },
-                    TlsWriteHalf {
-                        io: wr,
-                        out: BytesMut::new(),
-                        written: 0,
-                        tx: Some(h.tx),
-                        broken: None,
-                        update,
-                        update_at: limit,
-                        close_sent: false,
-                    },
-                )
-            }
-            Err(reason) => {
-                let reason = format!("TLS handover from rustls failed: {reason}");
-                (
-                    TlsReadHalf::broken(rd, reason.clone()),
-                    TlsWriteHalf::broken(wr, reason),
-                )
-            }
-        }
+    /// What the shared-secret proofs are bound to.
+    pub(crate) fn channel_binding(&self) -> ChannelBinding {
+        self.binding
     }
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $e:expr) => {
-        match &mut $self.side {
-            Side::Server($s) => $e,
-            Side::Client($s) => $e,
-        }
-    };
-}
-
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<T> {
+impl<R: AsyncRead + Unpin, W: Unpin> AsyncRead for TlsStream<R, W> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_read(cx, buf))
+        Pin::new(&mut self.rd).poll_read(cx, buf)
     }
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<T> {
+impl<R: Unpin, W: AsyncWrite + Unpin> AsyncWrite for TlsStream<R, W> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        delegate!(self, s => Pin::new(s).poll_write(cx, buf))
+        Pin::new(&mut self.wr).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_flush(cx))
+        Pin::new(&mut self.wr).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        delegate!(self, s => Pin::new(s).poll_shutdown(cx))
+        Pin::new(&mut self.wr).poll_shutdown(cx)
     }
 }
 
-/// What rustls hands over.
-struct Handover {
-    rx: Keys,
-    tx: Keys,
-    /// Plaintext rustls decrypted and nobody read yet.
-    plaintext: BytesMut,
-    peer_closed: bool,
-}
-
-fn take_over(
-    mut conn: rustls::Connection,
-    capture: &SecretCapture,
-    role: Role,
-) -> Result<Handover, String> {
-    use std::io::Read;
-    // Records rustls has read and not processed (none, by RecordIo's
-    // design, but processing costs nothing).
-    let state = conn.process_new_packets().map_err(|e| e.to_string())?;
-    let mut plaintext = BytesMut::zeroed(state.plaintext_bytes_to_read());
-    conn.reader()
-        .read_exact(&mut plaintext)
-        .map_err(|e| e.to_string())?;
-    let suite = conn
-        .negotiated_cipher_suite()
-        .ok_or("no cipher suite was negotiated")?;
-    let suite = Suite::of(suite.suite())
-        .ok_or_else(|| format!("cipher suite {:?} is not supported", suite.suite()))?;
-    let (tx_secret, rx_secret) = capture
-        .take(role)
-        .ok_or("rustls did not log the traffic secrets")?;
-    let secrets = conn
-        .dangerous_extract_secrets()
-        .map_err(|e| e.to_string())?;
-    let tx = Keys::new(suite, tx_secret, secrets.tx.0);
-    let rx = Keys::new(suite, rx_secret, secrets.rx.0);
-    if !tx.matches(&secrets.tx.1) || !rx.matches(&secrets.rx.1) {
-        return Err("the traffic keys changed during the handshake".into());
-    }
-    Ok(Handover {
-        rx,
-        tx,
-        plaintext,
-        peer_closed: state.peer_has_closed(),
-    })
-}
-
-impl crate::security::sealed::SplitIo for TlsStream<TcpStream> {
+impl crate::security::sealed::SplitIo for TlsStream {
     type Read = TlsReadHalf;
     type Write = TlsWriteHalf;
     fn split_io(self) -> (Self::Read, Self::Write) {
-        self.into_halves(TcpStream::into_split)
+        (self.rd, self.wr)
     }
 }
 
@@ -425,35 +528,16 @@ pub struct TlsReadHalf<R = OwnedReadHalf> {
     failed: Option<io::Error>,
     /// Plaintext in `buf` not yet read (by `poll_read`).
     pending: Range<usize>,
-    /// Plaintext rustls had decrypted before the handover.
+    /// Plaintext rustls decrypted with the handshake's last records.
     carry: BytesMut,
-    rx: Option<Keys>,
+    rx: Keys,
     /// The peer sent close_notify.
     closed: bool,
-    /// Why the handover failed.
-    broken: Option<String>,
     role: Role,
     /// Set when the peer asks for our key update.
     update: Arc<AtomicBool>,
-}
-
-impl<R> TlsReadHalf<R> {
-    fn broken(io: R, reason: String) -> Self {
-        Self {
-            io,
-            buf: BytesMut::new(),
-            consumed: 0,
-            ranges: Vec::new(),
-            failed: None,
-            pending: 0..0,
-            carry: BytesMut::new(),
-            rx: None,
-            closed: false,
-            broken: Some(reason),
-            role: Role::Client,
-            update: Arc::default(),
-        }
-    }
+    /// rustls's key schedule and ticket store.
+    kernel: SharedKernel,
 }
 
 impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
@@ -470,8 +554,7 @@ impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
                 Some(n) if rest.len() >= n => n,
                 _ => return Ok(Next::More),
             };
-            let rx = self.rx.as_mut().expect("set unless broken");
-            let (typ, range) = rx.open(&mut self.buf[at..at + n]).map_err(invalid)?;
+            let (typ, range) = self.rx.open(&mut self.buf[at..at + n]).map_err(invalid)?;
             self.consumed += n;
             let range = at + range.start..at + range.end;
             match typ {
@@ -493,9 +576,6 @@ impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
     /// pending or lent: a read moves what `buf` holds.
     fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Range<usize>>>> {
         debug_assert!(self.pending.is_empty());
-        if let Some(reason) = &self.broken {
-            return Poll::Ready(Err(invalid(reason.clone())));
-        }
         if let Some(e) = self.failed.take() {
             return Poll::Ready(Err(e));
         }
@@ -543,9 +623,12 @@ impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
             let (body, after) = rest.split_at(len);
             msg = after;
             match (typ, body) {
-                // Resumption uses the tickets rustls took before the
-                // handover; later ones are dropped.
-                (NEW_SESSION_TICKET, _) if self.role == Role::Client => {}
+                // rustls keeps the ticket for resumption.
+                (NEW_SESSION_TICKET, _) if self.role == Role::Client => {
+                    if let Kernel::Client(k) = &mut *lock(&self.kernel) {
+                        k.handle_new_session_ticket(body).map_err(rustls_io)?;
+                    }
+                }
                 // The last message of its record: keys change after it.
                 (KEY_UPDATE, &[asked @ (0 | 1)]) if after.is_empty() => {
                     update = true;
@@ -562,7 +645,8 @@ impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
             }
         }
         if update {
-            self.rx.as_mut().expect("set unless broken").update();
+            let (seq, secrets) = lock(&self.kernel).update_rx().map_err(rustls_io)?;
+            self.rx.update(&secrets, seq).map_err(invalid)?;
         }
         Ok(())
     }
@@ -574,9 +658,8 @@ impl<R: AsyncRead + Unpin> TlsReadHalf<R> {
             // user_canceled: a warning, close_notify follows.
             [_, 90] => {}
             [_, d] => {
-                return Err(invalid(format!(
-                    "received fatal alert: {:?}",
-                    rustls::AlertDescription::from(d)
+                return Err(rustls_io(RustlsError::AlertReceived(
+                    rustls::AlertDescription::from(d),
                 )));
             }
             _ => return Err(invalid("malformed TLS alert")),
@@ -663,28 +746,14 @@ pub struct TlsWriteHalf<W = OwnedWriteHalf> {
     /// Sealed records; the front `written` bytes are written.
     out: BytesMut,
     written: usize,
-    tx: Option<Keys>,
-    broken: Option<String>,
+    tx: Keys,
     /// Set by the reader when the peer asks for our key update.
     update: Arc<AtomicBool>,
     /// The record number at which our key is updated.
     update_at: u64,
     close_sent: bool,
-}
-
-impl<W> TlsWriteHalf<W> {
-    fn broken(io: W, reason: String) -> Self {
-        Self {
-            io,
-            out: BytesMut::new(),
-            written: 0,
-            tx: None,
-            broken: Some(reason),
-            update: Arc::default(),
-            update_at: u64::MAX,
-            close_sent: true,
-        }
-    }
+    /// rustls's key schedule.
+    kernel: SharedKernel,
 }
 
 impl<W: AsyncWrite + Unpin> TlsWriteHalf<W> {
@@ -705,16 +774,21 @@ impl<W: AsyncWrite + Unpin> TlsWriteHalf<W> {
     /// Seals one record, preceded by a key update when the key has sealed
     /// its share or the peer asked for one.
     fn seal(&mut self, typ: u8, data: &[u8]) -> io::Result<()> {
-        let Some(tx) = self.tx.as_mut() else {
-            return Err(invalid(self.broken.clone().unwrap_or_default()));
-        };
-        if tx.seq() >= self.update_at || self.update.swap(false, Ordering::Relaxed) {
+        if self.tx.seq() >= self.update_at || self.update.swap(false, Ordering::Relaxed) {
             // update_not_requested: we update on our own.
-            tx.seal(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0], &mut self.out);
-            tx.update();
+            self.key_update(false)?;
         }
-        tx.seal(typ, data, &mut self.out);
+        self.tx.seal(typ, data, &mut self.out);
         Ok(())
+    }
+
+    /// Seals a key update (asking the peer for theirs if `request`), then
+    /// takes the next keys from rustls.
+    fn key_update(&mut self, request: bool) -> io::Result<()> {
+        let msg = [KEY_UPDATE, 0, 0, 1, u8::from(request)];
+        self.tx.seal(HANDSHAKE, &msg, &mut self.out);
+        let (seq, secrets) = lock(&self.kernel).update_tx().map_err(rustls_io)?;
+        self.tx.update(&secrets, seq).map_err(invalid)
     }
 }
 
@@ -725,9 +799,6 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for TlsWriteHalf<W> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        if let Some(reason) = &this.broken {
-            return Poll::Ready(Err(invalid(reason.clone())));
-        }
         ready!(this.poll_drain(cx))?;
         let n = buf.len().min(MAX_WRITE);
         for chunk in buf[..n].chunks(MAX_PLAINTEXT) {
@@ -762,21 +833,27 @@ mod tests {
     use std::{net::Ipv4Addr, time::Duration};
 
     use rustls::{
-        ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite, crypto::ring as provider,
-        pki_types::PrivateKeyDer, version::TLS13,
+        ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite,
+        client::{ClientSessionMemoryCache, ClientSessionStore, Resumption},
+        crypto::ring as provider,
+        pki_types::{PrivateKeyDer, ServerName},
+        version::TLS13,
     };
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
-    use tokio_rustls::{TlsAcceptor, TlsConnector};
+    use tokio_rustls::TlsConnector;
 
     use super::*;
 
     const LIMIT: Duration = Duration::from_secs(5);
 
-    /// A TLS 1.3 handshake over an in-memory pipe with `suite`:
-    /// (server, client), both still rustls's.
-    async fn pair(
+    type Ours = TlsStream<ReadHalf<DuplexStream>, WriteHalf<DuplexStream>>;
+
+    /// Configurations for one self-signed certificate with `suite`; the
+    /// client keeps its tickets in `store`.
+    fn configs(
         suite: SupportedCipherSuite,
-    ) -> (TlsStream<DuplexStream>, TlsStream<DuplexStream>) {
+        store: Arc<dyn ClientSessionStore>,
+    ) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
             .unwrap()
@@ -801,24 +878,54 @@ mod tests {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let (sc, cc) = (
-            Arc::new(SecretCapture::default()),
-            Arc::new(SecretCapture::default()),
-        );
+        client.resumption = Resumption::store(store);
         server.enable_secret_extraction = true;
         client.enable_secret_extraction = true;
-        server.key_log = sc.clone();
-        client.key_log = cc.clone();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    fn name() -> ServerName<'static> {
+        ServerName::IpAddress(Ipv4Addr::LOCALHOST.into())
+    }
+
+    fn memory() -> Arc<dyn ClientSessionStore> {
+        Arc::new(ClientSessionMemoryCache::new(8))
+    }
+
+    /// A TLS 1.3 handshake over an in-memory pipe with `suite`: our
+    /// server, a (buffered) rustls client.
+    async fn with_rustls(
+        suite: SupportedCipherSuite,
+    ) -> (Ours, tokio_rustls::client::TlsStream<DuplexStream>) {
+        let (server, client) = configs(suite, memory());
         let (a, b) = tokio::io::duplex(1 << 20);
-        let name = rustls::pki_types::ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
         let (s, c) = tokio::join!(
-            TlsAcceptor::from(Arc::new(server)).accept(RecordIo::new(a)),
-            TlsConnector::from(Arc::new(client)).connect(name, RecordIo::new(b)),
+            handshake(UnbufferedServerConnection::new(server).unwrap(), a),
+            TlsConnector::from(client).connect(name(), b),
         );
+        let s = s.map_err(|(e, _)| e).unwrap();
+        (s.into_stream(tokio::io::split), c.unwrap())
+    }
+
+    /// A TLS 1.3 handshake over an in-memory pipe, ours on both ends:
+    /// (server, client).
+    async fn ours(server: Arc<ServerConfig>, client: Arc<ClientConfig>) -> (Ours, Ours) {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let (s, c) = tokio::join!(
+            handshake(UnbufferedServerConnection::new(server).unwrap(), a),
+            handshake(UnbufferedClientConnection::new(client, name()).unwrap(), b),
+        );
+        let s = s.map_err(|(e, _)| e).unwrap();
+        let c = c.map_err(|(e, _)| e).unwrap();
         (
-            TlsStream::server(s.unwrap(), sc),
-            TlsStream::client(c.unwrap(), cc),
+            s.into_stream(tokio::io::split),
+            c.into_stream(tokio::io::split),
         )
+    }
+
+    async fn pair(suite: SupportedCipherSuite) -> (Ours, Ours) {
+        let (server, client) = configs(suite, memory());
+        ours(server, client).await
     }
 
     type Halves = (
@@ -826,17 +933,13 @@ mod tests {
         TlsWriteHalf<WriteHalf<DuplexStream>>,
     );
 
-    fn halves(s: TlsStream<DuplexStream>) -> Halves {
-        s.into_halves(tokio::io::split)
+    fn halves(s: Ours) -> Halves {
+        (s.rd, s.wr)
     }
 
-    /// rustls sends a key update (update_not_requested).
-    fn refresh_keys(s: &mut TlsStream<DuplexStream>) {
-        match &mut s.side {
-            Side::Server(s) => s.get_mut().1.refresh_traffic_keys(),
-            Side::Client(s) => s.get_mut().1.refresh_traffic_keys(),
-        }
-        .unwrap();
+    /// rustls sends a key update (update_requested).
+    fn refresh_keys(s: &mut tokio_rustls::client::TlsStream<DuplexStream>) {
+        s.get_mut().1.refresh_traffic_keys().unwrap();
     }
 
     fn payload(n: usize, seed: u8) -> Vec<u8> {
@@ -887,7 +990,7 @@ mod tests {
     #[tokio::test]
     async fn records_interoperate_with_rustls_both_ways_through_key_updates() {
         for suite in SUITES {
-            let (server, mut client) = pair(suite).await;
+            let (server, mut client) = with_rustls(suite).await;
             let (mut rd, mut wr) = halves(server);
             // rustls → our reader, several records' worth.
             let big = payload(100_000, 1);
@@ -908,25 +1011,25 @@ mod tests {
                 .unwrap();
             client.flush().await.unwrap();
             assert_eq!(read_n(&mut rd, 25).await, b"after rustls's key update");
-            assert_eq!(rd.rx.as_ref().unwrap().seq(), 1, "rx keys were updated");
+            assert_eq!(rd.rx.seq(), 1, "rx keys were updated");
             assert!(wr.update.load(Ordering::Relaxed), "rustls asked for ours");
             wr.write_all(b"one").await.unwrap();
             wr.flush().await.unwrap();
             assert_eq!(read_n(&mut client, 3).await, b"one");
-            assert_eq!(wr.tx.as_ref().unwrap().seq(), 1, "tx keys were updated");
+            assert_eq!(wr.tx.seq(), 1, "tx keys were updated");
             // Our key reaches its record limit: rustls follows our update.
             wr.update_at = 2;
             wr.write_all(b"two").await.unwrap();
             wr.write_all(b"three").await.unwrap();
             wr.flush().await.unwrap();
             assert_eq!(read_n(&mut client, 8).await, b"twothree");
-            assert_eq!(wr.tx.as_ref().unwrap().seq(), 1, "tx keys were updated");
+            assert_eq!(wr.tx.seq(), 1, "tx keys were updated");
         }
     }
 
     #[tokio::test]
     async fn the_records_of_one_read_are_one_chunk() {
-        let (server, mut client) = pair(SUITES[0]).await;
+        let (server, mut client) = with_rustls(SUITES[0]).await;
         let (mut rd, _wr) = halves(server);
         // Three records (16 KiB, 16 KiB, 8 KiB), all on the pipe before
         // the first read.
@@ -953,26 +1056,21 @@ mod tests {
         let (server, client) = pair(SUITES[0]).await;
         let (mut srd, mut swr) = halves(server);
         let (mut crd, mut cwr) = halves(client);
-        // update_requested, sealed by hand.
-        cwr.seal(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 1]).unwrap();
-        cwr.tx.as_mut().unwrap().update();
+        // update_requested.
+        cwr.key_update(true).unwrap();
         cwr.write_all(b"ping").await.unwrap();
         cwr.flush().await.unwrap();
         assert_eq!(read_n(&mut srd, 4).await, b"ping");
         swr.write_all(b"pong").await.unwrap();
         swr.flush().await.unwrap();
         assert_eq!(read_n(&mut crd, 4).await, b"pong");
-        assert_eq!(
-            swr.tx.as_ref().unwrap().seq(),
-            1,
-            "the server updated its keys"
-        );
+        assert_eq!(swr.tx.seq(), 1, "the server updated its keys");
         assert!(!swr.update.load(Ordering::Relaxed));
     }
 
     #[tokio::test]
     async fn close_notify_ends_the_stream_both_ways_and_a_bare_eof_is_an_error() {
-        let (server, mut client) = pair(SUITES[0]).await;
+        let (server, mut client) = with_rustls(SUITES[0]).await;
         let (mut rd, mut wr) = halves(server);
         wr.write_all(b"last").await.unwrap();
         wr.shutdown().await.unwrap();
@@ -987,12 +1085,9 @@ mod tests {
         assert!(matches!(end, Ok(None)), "{end:?}");
 
         // The peer's TCP ends without close_notify: a truncation.
-        let (server, client) = pair(SUITES[0]).await;
+        let (server, client) = with_rustls(SUITES[0]).await;
         let (mut rd, _wr) = halves(server);
-        let Side::Client(c) = client.side else {
-            unreachable!()
-        };
-        let (mut raw, _) = c.into_inner();
+        let (mut raw, _) = client.into_inner();
         raw.shutdown().await.unwrap();
         let err = std::future::poll_fn(|cx| rd.poll_chunk(cx, |c| c.len()))
             .await
@@ -1005,17 +1100,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn plaintext_rustls_read_before_the_handover_is_handed_on() {
-        let (mut server, mut client) = pair(SUITES[0]).await;
-        let first = payload(40_000, 3);
-        client.write_all(&first).await.unwrap();
-        client.flush().await.unwrap();
-        // The handshake reads a little through rustls, as the protocol
-        // handshake does; the rest is rustls's or still on the wire.
-        assert_eq!(read_n(&mut server, 10).await, first[..10]);
-        let (mut rd, _wr) = halves(server);
-        assert!(!rd.carry.is_empty(), "rustls had decrypted a record's rest");
-        assert_eq!(chunks_n(&mut rd, first.len() - 10).await, first[10..]);
+    async fn a_client_hands_the_servers_session_tickets_to_rustls() {
+        let store = Arc::new(ClientSessionMemoryCache::new(8));
+        let (server, client) = configs(SUITES[0], store.clone());
+        let (server, client) = ours(server, client).await;
+        let (_srd, mut swr) = halves(server);
+        let (mut crd, _cwr) = halves(client);
+        // The server's tickets precede its first record.
+        swr.write_all(b"hi").await.unwrap();
+        swr.flush().await.unwrap();
+        assert_eq!(chunks_n(&mut crd, 2).await, b"hi");
+        assert!(
+            store.take_tls13_ticket(&name()).is_some(),
+            "the ticket is in the client configuration's store"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_client_configuration_is_shared_not_copied() {
+        let (server, client) = configs(SUITES[0], memory());
+        let (s, c) = ours(server, client.clone()).await;
+        // The client's kernel connection holds the configuration itself.
+        assert_eq!(Arc::strong_count(&client), 2);
+        drop((s, c));
+        assert_eq!(Arc::strong_count(&client), 1);
     }
 
     #[tokio::test]
@@ -1052,7 +1160,7 @@ mod tests {
             let (server, client) = pair(SUITES[0]).await;
             let (mut rd, _swr) = halves(server);
             let (_crd, mut cwr) = halves(client);
-            let bytes = make(cwr.tx.as_mut().unwrap());
+            let bytes = make(&mut cwr.tx);
             cwr.io.write_all(&bytes).await.unwrap();
             let err = tokio::time::timeout(
                 LIMIT,
@@ -1070,7 +1178,7 @@ mod tests {
         let (server, client) = pair(SUITES[0]).await;
         let (mut rd, _swr) = halves(server);
         let (_crd, mut cwr) = halves(client);
-        let tx = cwr.tx.as_mut().unwrap();
+        let tx = &mut cwr.tx;
         let mut bytes = BytesMut::new();
         tx.seal(APPLICATION_DATA, b"good", &mut bytes);
         tx.seal(ALERT, &[2, 50], &mut bytes); // decode_error
@@ -1087,35 +1195,5 @@ mod tests {
         assert_eq!(next(&mut rd).await.unwrap(), b"good");
         let err = next(&mut rd).await.unwrap_err();
         assert!(err.to_string().contains("DecodeError"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn rustls_is_handed_whole_records_only() {
-        let (mut tx, mut rest) = tokio::io::duplex(1 << 16);
-        let mut io = RecordIo::new(&mut rest);
-        // Two records (lengths 3 and 2) and the start of a third.
-        tx.write_all(&[
-            23, 3, 3, 0, 3, 1, 2, 3, 23, 3, 3, 0, 2, 4, 5, 23, 3, 3, 0, 4, 9,
-        ])
-        .await
-        .unwrap();
-        let mut buf = [0u8; 6];
-        let n = io.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], &[23, 3, 3, 0, 3, 1]);
-        let n = io.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], &[2, 3], "not past the record's end");
-        let n = io.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], &[23, 3, 3, 0, 2, 4]);
-        let n = io.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], &[5]);
-        let read = tokio::time::timeout(Duration::from_millis(50), io.read(&mut buf)).await;
-        assert!(read.is_err(), "a record's start waits for the whole record");
-        assert_eq!(io.buf.len(), 6, "and stays ours");
-        // Bytes that are not TLS go through at once: rustls names them.
-        let (mut tx, mut rest) = tokio::io::duplex(1 << 16);
-        let mut io = RecordIo::new(&mut rest);
-        tx.write_all(b"\0\0\0\x10hello").await.unwrap();
-        let n = io.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], b"\0\0\0\x10he");
     }
 }

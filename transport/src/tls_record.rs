@@ -1,16 +1,18 @@
 //! TLS 1.3 records after the handshake, sans-IO: sealing into and opening
-//! in place in the caller's buffer, and the key schedule's `traffic upd`
-//! step for key updates.
+//! in place in the caller's buffer, with the keys rustls hands over.
 //!
-//! rustls runs the handshake (and the protocol handshake, which is short).
-//! Then `tls_read` takes the session's traffic keys out of rustls
-//! (`dangerous_extract_secrets`) and carries on with these records: rustls
-//! 0.23 copies every received record's plaintext into a fresh `Vec`
-//! (its unbuffered API too: `ReadTraffic::next_record` pops that `Vec`),
-//! reads at most 4 KiB per syscall, and encrypts each sent record into a
-//! fresh `Vec`. Here a read fills our own buffer, each record is decrypted
-//! where it lies and its frames are parsed there, and the writer's batch is
-//! sealed into one buffer and written with one syscall.
+//! rustls runs the TLS handshake; then `tls_read` takes the connection out
+//! of rustls through its kernel API (`dangerous_into_kernel_connection`),
+//! which hands over each direction's AEAD key, iv and sequence number, and
+//! keeps the key schedule: on a key update rustls derives the next keys
+//! (`KernelConnection::update_tx_secret` / `update_rx_secret`) and this
+//! layer only seals and opens with them, on ring. Why not rustls's own
+//! records: rustls 0.23 copies every received record's plaintext into a
+//! fresh `Vec` (its unbuffered API too: `ReadTraffic::next_record` pops
+//! that `Vec`), and encrypts each sent record into a fresh `Vec`. Here a
+//! read fills our own buffer, each record is decrypted where it lies and
+//! its frames are parsed there, and the writer's batch is sealed into one
+//! buffer and written with one syscall.
 //!
 //! ```text
 //!  record    ┌──────┬────────┬────────┬──────────────────────────────┬─────┐
@@ -21,23 +23,12 @@
 //!  nonce = iv XOR (0^4 ‖ seq as u64 big-endian), seq counting records from
 //!  0 in each direction, and from 0 again after each key update.
 //! ```
-//!
-//! A key update (RFC 8446 §4.6.3) replaces a direction's secret with
-//! `HKDF-Expand-Label(secret, "traffic upd", "", Hash.length)` and derives
-//! the key and iv from it (§7.3). rustls does not hand out traffic secrets
-//! of a buffered connection, so [`SecretCapture`] takes them from its
-//! key-log hook, for this connection only, and [`Keys::matches`] checks
-//! them against the keys rustls extracts.
 
-use std::{
-    fmt,
-    ops::Range,
-    sync::{Mutex, PoisonError},
-};
+use std::{fmt, ops::Range};
 
 use bytes::{BufMut, BytesMut};
-use ring::{aead, hkdf};
-use rustls::{CipherSuite, ConnectionTrafficSecrets};
+use ring::aead;
+use rustls::ConnectionTrafficSecrets;
 
 /// The bytes before a record's ciphertext.
 pub(crate) const HEADER_LEN: usize = 5;
@@ -94,6 +85,9 @@ pub(crate) enum RecordError {
         /// The plaintext length.
         len: usize,
     },
+    /// rustls handed over keys of another cipher suite on a key update.
+    #[error("TLS key update produced keys of another cipher suite")]
+    KeyUpdate,
 }
 
 /// The whole length of the record at the start of `buf`, checked; `None`
@@ -115,86 +109,11 @@ pub(crate) fn record_len(buf: &[u8]) -> Result<Option<usize>, RecordError> {
     Ok(Some(HEADER_LEN + len))
 }
 
-/// A TLS 1.3 cipher suite's AEAD and hash.
-#[derive(Clone, Copy)]
-pub(crate) struct Suite {
-    aead: &'static aead::Algorithm,
-    hkdf: hkdf::Algorithm,
-    /// Records one key may seal before it must be updated: 2^24 for
-    /// AES-GCM (RFC 8446 §5.5, rustls's own limit), none for ChaCha20.
-    limit: u64,
-}
-
-impl Suite {
-    /// The suite rustls negotiated; `None` for one this layer does not know
-    /// (rustls's ring provider offers only these three for TLS 1.3).
-    pub(crate) fn of(suite: CipherSuite) -> Option<Self> {
-        const AES_GCM_LIMIT: u64 = 1 << 24;
-        let (aead, hkdf, limit) = match suite {
-            CipherSuite::TLS13_AES_128_GCM_SHA256 => {
-                (&aead::AES_128_GCM, hkdf::HKDF_SHA256, AES_GCM_LIMIT)
-            }
-            CipherSuite::TLS13_AES_256_GCM_SHA384 => {
-                (&aead::AES_256_GCM, hkdf::HKDF_SHA384, AES_GCM_LIMIT)
-            }
-            CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 => {
-                (&aead::CHACHA20_POLY1305, hkdf::HKDF_SHA256, u64::MAX)
-            }
-            _ => return None,
-        };
-        Some(Self { aead, hkdf, limit })
-    }
-
-    /// How many records one key may seal.
-    pub(crate) fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    fn hash_len(&self) -> usize {
-        self.hkdf.hmac_algorithm().digest_algorithm().output_len()
-    }
-}
-
-impl fmt::Debug for Suite {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Suite").field("aead", self.aead).finish()
-    }
-}
-
-/// `HKDF-Expand-Label(secret, label, "", out.len())` (RFC 8446 §7.1).
-fn expand_label(alg: hkdf::Algorithm, secret: &[u8], label: &[u8], out: &mut [u8]) {
-    struct Len(usize);
-    impl hkdf::KeyType for Len {
-        fn len(&self) -> usize {
-            self.0
-        }
-    }
-    let len = u16::try_from(out.len())
-        .expect("labels expand to at most a hash length")
-        .to_be_bytes();
-    let label_len = [u8::try_from(6 + label.len()).expect("labels are short")];
-    let info: [&[u8]; 5] = [&len, &label_len, b"tls13 ", label, &[0]];
-    hkdf::Prk::new_less_safe(alg, secret)
-        .expand(&info, Len(out.len()))
-        .and_then(|okm| okm.fill(out))
-        .expect("a hash length or less is within HKDF's 255 blocks");
-}
-
-/// A traffic secret, wiped when dropped.
-struct Secret(Vec<u8>);
-
-impl Drop for Secret {
-    fn drop(&mut self) {
-        self.0.fill(0);
-        std::hint::black_box(&self.0);
-    }
-}
-
-/// One direction's record protection: the traffic secret, the key and iv
-/// derived from it, and the sequence number of the next record.
+/// One direction's record protection: the AEAD key and iv rustls handed
+/// over (at the start, or after a key update), and the sequence number of
+/// the next record.
 pub(crate) struct Keys {
-    suite: Suite,
-    secret: Secret,
+    aead: &'static aead::Algorithm,
     key: aead::LessSafeKey,
     iv: [u8; aead::NONCE_LEN],
     seq: u64,
@@ -203,57 +122,33 @@ pub(crate) struct Keys {
 impl fmt::Debug for Keys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keys")
-            .field("suite", &self.suite)
+            .field("aead", self.aead)
             .field("seq", &self.seq)
             .finish_non_exhaustive()
     }
 }
 
 impl Keys {
-    /// Keys from a traffic secret, the next record numbered `seq`.
-    pub(crate) fn new(suite: Suite, secret: Vec<u8>, seq: u64) -> Self {
-        let (key, iv) = Self::derive(suite, &secret);
-        Self {
-            suite,
-            secret: Secret(secret),
-            key,
-            iv,
-            seq,
-        }
-    }
-
-    fn derive(suite: Suite, secret: &[u8]) -> (aead::LessSafeKey, [u8; aead::NONCE_LEN]) {
-        let mut key = [0u8; 32];
-        let key = &mut key[..suite.aead.key_len()];
-        expand_label(suite.hkdf, secret, b"key", key);
-        let mut iv = [0u8; aead::NONCE_LEN];
-        expand_label(suite.hkdf, secret, b"iv", &mut iv);
-        let unbound = aead::UnboundKey::new(suite.aead, key)
-            .expect("the key is as long as the algorithm's key");
-        key.fill(0);
-        (aead::LessSafeKey::new(unbound), iv)
-    }
-
-    /// Whether these keys are the ones rustls extracted for this direction
-    /// (they are unless rustls updated them before we took over).
-    pub(crate) fn matches(&self, extracted: &ConnectionTrafficSecrets) -> bool {
-        let (key, iv) = match extracted {
-            ConnectionTrafficSecrets::Aes128Gcm { key, iv }
-            | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
-            | ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (key, iv),
-            _ => return false,
+    /// Keys from what rustls hands over for one direction, the next record
+    /// numbered `seq`; `None` for a suite this layer does not know
+    /// (rustls's ring provider offers only these three for TLS 1.3).
+    pub(crate) fn new(secrets: &ConnectionTrafficSecrets, seq: u64) -> Option<Self> {
+        let (aead, key, iv) = match secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
+                (&aead::CHACHA20_POLY1305, key, iv)
+            }
+            _ => return None,
         };
-        let mut derived = [0u8; 32];
-        let derived = &mut derived[..self.suite.aead.key_len()];
-        expand_label(self.suite.hkdf, &self.secret.0, b"key", derived);
-        let same = key.as_ref() == &derived[..] && iv.as_ref() == self.iv;
-        derived.fill(0);
-        same
-    }
-
-    /// The suite.
-    pub(crate) fn suite(&self) -> Suite {
-        self.suite
+        let key = key.as_ref().get(..aead.key_len())?;
+        let key = aead::LessSafeKey::new(aead::UnboundKey::new(aead, key).ok()?);
+        Some(Self {
+            aead,
+            key,
+            iv: iv.as_ref().try_into().ok()?,
+            seq,
+        })
     }
 
     /// The sequence number of the next record.
@@ -261,11 +156,23 @@ impl Keys {
         self.seq
     }
 
-    /// The next secret, key and iv (RFC 8446 §7.2); numbering restarts.
-    pub(crate) fn update(&mut self) {
-        let mut next = vec![0u8; self.suite.hash_len()];
-        expand_label(self.suite.hkdf, &self.secret.0, b"traffic upd", &mut next);
-        *self = Self::new(self.suite, next, 0);
+    /// Replaces the keys with those of a key update (RFC 8446 §4.6.3), as
+    /// rustls derived them; numbering restarts at `seq`.
+    ///
+    /// # Errors
+    /// Keys of another suite than before: rustls never hands out such.
+    pub(crate) fn update(
+        &mut self,
+        secrets: &ConnectionTrafficSecrets,
+        seq: u64,
+    ) -> Result<(), RecordError> {
+        match Self::new(secrets, seq) {
+            Some(next) if next.aead == self.aead => {
+                *self = next;
+                Ok(())
+            }
+            _ => Err(RecordError::KeyUpdate),
+        }
     }
 
     fn nonce(&self) -> aead::Nonce {
@@ -319,63 +226,26 @@ impl Keys {
     }
 }
 
-/// Which of a connection's two traffic secrets is which.
+/// Which end of the TLS connection a side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
-    /// We dialled: we send with the client's secret.
+    /// We dialled.
     Client,
-    /// We accepted: we send with the server's secret.
+    /// We accepted.
     Server,
 }
 
-/// The key-log hook of one connection's rustls configuration, keeping its
-/// two application traffic secrets (and logging nothing anywhere).
-#[derive(Default)]
-pub(crate) struct SecretCapture {
-    secrets: Mutex<[Option<Secret>; 2]>,
-}
-
-const CLIENT_SECRET: &str = "CLIENT_TRAFFIC_SECRET_0";
-const SERVER_SECRET: &str = "SERVER_TRAFFIC_SECRET_0";
-
-impl fmt::Debug for SecretCapture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SecretCapture")
+/// Fixed keys of each suite, for the fuzz entry and the tests.
+fn test_secrets(mode: u8, byte: u8) -> ConnectionTrafficSecrets {
+    let (key, iv) = (
+        [byte; 32].into(),
+        rustls::crypto::cipher::Iv::from([byte; 12]),
+    );
+    match mode % 3 {
+        0 => ConnectionTrafficSecrets::Aes128Gcm { key, iv },
+        1 => ConnectionTrafficSecrets::Aes256Gcm { key, iv },
+        _ => ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv },
     }
-}
-
-impl rustls::KeyLog for SecretCapture {
-    fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
-        let slot = match label {
-            CLIENT_SECRET => 0,
-            SERVER_SECRET => 1,
-            _ => return,
-        };
-        self.secrets.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
-            Some(Secret(secret.to_vec()));
-    }
-
-    fn will_log(&self, label: &str) -> bool {
-        matches!(label, CLIENT_SECRET | SERVER_SECRET)
-    }
-}
-
-impl SecretCapture {
-    /// The `(send, receive)` traffic secrets for `role`, taken out; `None`
-    /// if rustls did not log them.
-    pub(crate) fn take(&self, role: Role) -> Option<(Vec<u8>, Vec<u8>)> {
-        let mut s = self.secrets.lock().unwrap_or_else(PoisonError::into_inner);
-        let client = mem_take(s[0].take()?);
-        let server = mem_take(s[1].take()?);
-        Some(match role {
-            Role::Client => (client, server),
-            Role::Server => (server, client),
-        })
-    }
-}
-
-fn mem_take(mut s: Secret) -> Vec<u8> {
-    std::mem::take(&mut s.0)
 }
 
 /// Fuzzing entry (`fuzz/fuzz_targets/tls_records.rs`; not an API): seals
@@ -388,16 +258,10 @@ pub fn fuzz_records(data: &[u8]) {
     let [mode, pieces, rest @ ..] = data else {
         return;
     };
-    let suite = [
-        CipherSuite::TLS13_AES_128_GCM_SHA256,
-        CipherSuite::TLS13_AES_256_GCM_SHA384,
-        CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
-    ][usize::from(mode % 3)];
-    let suite = Suite::of(suite).expect("a ring suite");
-    let secret = vec![0x5a; suite.hash_len()];
+    let secrets = test_secrets(*mode, 0x5a);
     let (mut tx, mut rx) = (
-        Keys::new(suite, secret.clone(), 0),
-        Keys::new(suite, secret, 0),
+        Keys::new(&secrets, 0).expect("a ring suite"),
+        Keys::new(&secrets, 0).expect("a ring suite"),
     );
     // The first half is sealed, in up to 8 pieces with inner types from
     // the mode; the second half says which wire bytes to damage.
@@ -462,8 +326,7 @@ mod tests {
     use super::*;
 
     fn keys(seq: u64) -> Keys {
-        let suite = Suite::of(CipherSuite::TLS13_AES_256_GCM_SHA384).unwrap();
-        Keys::new(suite, vec![7; 48], seq)
+        Keys::new(&test_secrets(1, 7), seq).unwrap()
     }
 
     #[test]
@@ -570,34 +433,21 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_checked_against_those_rustls_extracted() {
-        use rustls::crypto::cipher::Iv;
-        let k = keys(0);
-        let mut key = [0u8; 32];
-        expand_label(k.suite.hkdf, &k.secret.0, b"key", &mut key);
-        let extracted = |key: [u8; 32], iv: [u8; 12]| ConnectionTrafficSecrets::Aes256Gcm {
-            key: key.into(),
-            iv: Iv::from(iv),
-        };
-        assert!(k.matches(&extracted(key, k.iv)));
-        let mut other = key;
-        other[31] ^= 1;
-        assert!(!k.matches(&extracted(other, k.iv)));
-        let mut iv = k.iv;
-        iv[0] ^= 1;
-        assert!(!k.matches(&extracted(key, iv)));
-    }
-
-    #[test]
-    fn a_key_update_changes_the_keys_on_both_sides_alike() {
+    fn a_key_update_takes_the_keys_rustls_derived() {
         let (mut tx, mut rx) = (keys(9), keys(2));
-        tx.update();
-        rx.update();
+        tx.update(&test_secrets(1, 8), 0).unwrap();
+        rx.update(&test_secrets(1, 8), 0).unwrap();
         assert_eq!((tx.seq(), rx.seq()), (0, 0));
         let mut wire = BytesMut::new();
         tx.seal(APPLICATION_DATA, b"after", &mut wire);
         assert!(keys(0).open(&mut wire.clone()).is_err(), "old keys");
         let (_, range) = rx.open(&mut wire).unwrap();
         assert_eq!(&wire[range], b"after");
+        // Another suite's keys are refused, and the old keys kept.
+        assert_eq!(
+            tx.update(&test_secrets(0, 8), 0),
+            Err(RecordError::KeyUpdate)
+        );
+        assert_eq!(tx.seq(), 1);
     }
 }
