@@ -671,7 +671,7 @@ impl Downing {
 /// has a builder method for each; the same names, defaults and bounds.
 ///
 /// The configuration loader is the only way to change them, and it
-/// refuses values out of range ([`validate`](Self::validate)), so they
+/// refuses values out of range, so they
 /// are always valid (a static quorum always has its size).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
