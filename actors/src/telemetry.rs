@@ -202,6 +202,22 @@ pub(crate) const METRICS: &[Spec] = &[
         labels: "node",
         help: "Associations (peer nodes) this node keeps, at most max_associations.",
     },
+    // Emitted where the peer memory budget refuses (the budget module's
+    // own constants name them, without the node label).
+    Spec {
+        name: "remoting_peer_memory_refused_total",
+        kind: Kind::Counter,
+        unit: None,
+        labels: "kind",
+        help: "What a peer asked the node to hold past its share of `set_peer_memory_budget`, refused, by kind: ids, parked, large.",
+    },
+    Spec {
+        name: "remoting_peer_memory_disconnects_total",
+        kind: Kind::Counter,
+        unit: None,
+        labels: "",
+        help: "Connections disconnected for staying over their share of `set_peer_memory_budget`.",
+    },
     Spec {
         name: MALFORMED,
         kind: Kind::Counter,
