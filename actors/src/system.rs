@@ -56,6 +56,27 @@ pub(crate) struct SystemInner {
 pub(crate) type BeforeGraceful =
     Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
+impl SystemInner {
+    /// Registers a step for [`ActorSystem::shutdown_gracefully`] to run
+    /// before the actors drain: after the steps registered so far, or
+    /// before all of them with `first`.
+    pub(crate) fn before_graceful<F>(&self, first: bool, step: impl FnOnce() -> F + Send + 'static)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let step: BeforeGraceful = Box::new(move || Box::pin(step()));
+        let mut steps = self
+            .before_graceful
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if first {
+            steps.insert(0, step);
+        } else {
+            steps.push(step);
+        }
+    }
+}
+
 /// An actor system: a named set of actors, optionally reachable from other
 /// nodes over TCP. Cheap to clone.
 ///

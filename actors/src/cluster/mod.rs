@@ -937,21 +937,14 @@ impl Cluster {
         };
         // A graceful shutdown of the system leaves the cluster first.
         let leaver = cmds.downgrade();
-        system
-            .inner
-            .before_graceful
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::new(move || {
-                Box::pin(async move {
-                    if let Some(cmds) = leaver.upgrade() {
-                        let (tx, rx) = oneshot::channel();
-                        if cmds.send(Cmd::Leave(tx)).is_ok() {
-                            let _ = rx.await;
-                        }
-                    }
-                })
-            }));
+        system.inner.before_graceful(false, move || async move {
+            if let Some(cmds) = leaver.upgrade() {
+                let (tx, rx) = oneshot::channel();
+                if cmds.send(Cmd::Leave(tx)).is_ok() {
+                    let _ = rx.await;
+                }
+            }
+        });
         tokio::spawn(task.run(
             config.announce_interval,
             config.probe_period,

@@ -390,19 +390,9 @@ impl<M: RemoteMessage> Sharding<M> {
         // A graceful shutdown hands the shards off before the cluster
         // leave (registered before it, so it runs first).
         let leaver = this.clone();
-        system
-            .inner
-            .before_graceful
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                0,
-                Box::new(move || {
-                    Box::pin(async move {
-                        leaver.leave(DEFAULT_HANDOFF_TIMEOUT).await;
-                    })
-                }),
-            );
+        system.inner.before_graceful(true, move || async move {
+            leaver.leave(DEFAULT_HANDOFF_TIMEOUT).await;
+        });
         // Join the hosting group only once the region runs.
         this.region
             .tell(RegionMsg::Local(Local::Tick))

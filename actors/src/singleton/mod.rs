@@ -295,21 +295,14 @@ impl Singleton {
         // to be told, at most the handover timeout.
         let drains = drain_tx.downgrade();
         let bound = settings.handover_timeout;
-        system
-            .inner
-            .before_graceful
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::new(move || {
-                Box::pin(async move {
-                    if let Some(tx) = drains.upgrade() {
-                        let (done, wait) = oneshot::channel();
-                        if tx.send(done).is_ok() {
-                            let _ = tokio::time::timeout(bound, wait).await;
-                        }
-                    }
-                })
-            }));
+        system.inner.before_graceful(false, move || async move {
+            if let Some(tx) = drains.upgrade() {
+                let (done, wait) = oneshot::channel();
+                if tx.send(done).is_ok() {
+                    let _ = tokio::time::timeout(bound, wait).await;
+                }
+            }
+        });
         let cancel = cancel_token(system);
         tokio::spawn(manager.run(inbox_rx, drain_rx, drain_tx, cancel));
         Ok(Self::proxy_with(
