@@ -31,6 +31,9 @@
 //!   Members judged down stay down: their incarnation is quarantined in
 //!   remoting (watchers of their actors get `Terminated` with reason
 //!   "quarantined: member down"), and only a restart (a new uid) rejoins.
+//!   A node that the others downed while it was paused or cut off hears
+//!   so from the first member it reaches and is down in its own view
+//!   too, as when its own downing strategy downs it.
 //!   The other way round, when remoting quarantines an incarnation (its
 //!   link's failure detector, or the node restarting), membership
 //!   declares it down: one view of who is alive.
@@ -1848,6 +1851,7 @@ impl Task {
                 timer,
             });
         }
+        let mut told_down = false;
         while let Some(n) = self.rt.to_notify() {
             // Defunct but not leaving: its identity cannot be renewed, so
             // it neither probes nor answers probes again; a restart rejoins.
@@ -1855,7 +1859,15 @@ impl Task {
                 && lock(&self.shared.view).me != MemberState::Leaving
             {
                 tracing::warn!(node = %transport::PeerText(&self.shared.me.node), "a member declared this node down: membership is defunct until restart");
+                told_down = true;
             }
+        }
+        // The others hold this node down (it was paused, or cut off, past
+        // their downing decision) and run its shards and singletons once
+        // their margin is over: it is down here too, so that what it
+        // hosts stops at once instead of running on beside them.
+        if told_down && !self.downed {
+            self.down_self("a member's", "a member declared this node down");
         }
         self.publish();
     }
@@ -2164,7 +2176,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_node_told_it_is_down_warns_but_not_when_it_leaves() {
+    async fn a_node_told_it_is_down_warns_and_is_down_but_not_when_it_leaves() {
         #[derive(Clone, Default)]
         struct Captured(Arc<Mutex<Vec<u8>>>);
         impl std::io::Write for Captured {
@@ -2216,8 +2228,14 @@ mod tests {
         };
         let mut told = task_for(id("a", 9001, 1, 1)).await;
         assert!(warned(&mut told, true));
+        // And it is down in its own view: what it hosts stops (a
+        // resumed node once ran its entities and singleton on beside
+        // their successors until its own strategy downed it).
+        assert!(told.downed);
+        assert_eq!(lock(&told.shared.view).me, MemberState::Down);
         let mut leaving = task_for(id("a", 9001, 1, 1)).await;
         assert!(!warned(&mut leaving, false));
+        assert!(!leaving.downed);
     }
 
     fn alive(task: &mut Task, id: &Id) {
