@@ -31,9 +31,10 @@
 //!   Members judged down stay down: their incarnation is quarantined in
 //!   remoting (watchers of their actors get `Terminated` with reason
 //!   "quarantined: member down"), and only a restart (a new uid) rejoins.
-//!   A node that the others downed while it was paused or cut off hears
-//!   so from the first member it reaches and is down in its own view
-//!   too, as when its own downing strategy downs it.
+//!   A node that the others downed while its process stood still (for
+//!   `stable_after` or more) hears so from the first member it reaches
+//!   when it runs again, and is down in its own view too, as when its own
+//!   downing strategy downs it.
 //!   The other way round, when remoting quarantines an incarnation (its
 //!   link's failure detector, or the node restarting), membership
 //!   declares it down: one view of who is alive.
