@@ -31,6 +31,10 @@
 //!   Members judged down stay down: their incarnation is quarantined in
 //!   remoting (watchers of their actors get `Terminated` with reason
 //!   "quarantined: member down"), and only a restart (a new uid) rejoins.
+//!   A node that the others downed while its process stood still (for
+//!   `stable_after` or more) hears so from the first member it reaches
+//!   when it runs again, and is down in its own view too, as when its own
+//!   downing strategy downs it.
 //!   The other way round, when remoting quarantines an incarnation (its
 //!   link's failure detector, or the node restarting), membership
 //!   declares it down: one view of who is alive.
@@ -932,6 +936,8 @@ impl Cluster {
             view_changed: true,
             lease: mpsc::channel(1),
             downed: false,
+            last_beat: Instant::now(),
+            woke_at: None,
             shutdown_when_downed: config.shutdown_when_downed,
             system: Arc::downgrade(&system.inner),
         };
@@ -1333,6 +1339,12 @@ struct Task {
     /// The downing strategy put this node on the losing side: the task
     /// ends.
     downed: bool,
+    /// When the task last carried out what foca asked for.
+    last_beat: Instant,
+    /// When it last ran again after standing still for `stable_after` or
+    /// more (the process was paused): long enough for the others to have
+    /// downed it.
+    woke_at: Option<Instant>,
     shutdown_when_downed: bool,
     /// The system, to shut down when downed.
     system: std::sync::Weak<crate::system::SystemInner>,
@@ -1836,6 +1848,13 @@ impl Task {
     /// Carries out what foca asked for, then tells subscribers what
     /// changed.
     fn drain(&mut self) {
+        // The task runs at least once a probe period: a longer gap means
+        // the process stood still (SIGSTOP, a VM pause).
+        let now = Instant::now();
+        if now.saturating_duration_since(self.last_beat) >= self.shared.stable_after {
+            self.woke_at = Some(now);
+        }
+        self.last_beat = now;
         while let Some((to, data)) = self.rt.to_send() {
             self.send(to.udp, KIND_SWIM, &data);
         }
@@ -1848,6 +1867,7 @@ impl Task {
                 timer,
             });
         }
+        let mut told_down = false;
         while let Some(n) = self.rt.to_notify() {
             // Defunct but not leaving: its identity cannot be renewed, so
             // it neither probes nor answers probes again; a restart rejoins.
@@ -1855,7 +1875,26 @@ impl Task {
                 && lock(&self.shared.view).me != MemberState::Leaving
             {
                 tracing::warn!(node = %transport::PeerText(&self.shared.me.node), "a member declared this node down: membership is defunct until restart");
+                told_down = true;
             }
+        }
+        // Woken from a pause long enough for the others to down it, and
+        // told so: they run its shards and singletons once their margin
+        // is over, so it is down here too and what it hosts stops at
+        // once, instead of running on beside them until its own strategy
+        // decides (stable_after later). Only after such a pause: foca
+        // also turns a running node undead when two members briefly hold
+        // each other down while they converge, and such a node runs on
+        // as before.
+        let member = matches!(
+            lock(&self.shared.view).me,
+            MemberState::Joining | MemberState::Up | MemberState::Suspect
+        );
+        let woke = self
+            .woke_at
+            .is_some_and(|w| now.saturating_duration_since(w) < self.shared.stable_after);
+        if told_down && woke && member && !self.downed {
+            self.down_self("a member's", "a member declared this node down");
         }
         self.publish();
     }
@@ -2105,6 +2144,8 @@ mod tests {
             view_changed: true,
             lease: mpsc::channel(1),
             downed: false,
+            last_beat: Instant::now(),
+            woke_at: None,
             shutdown_when_downed: false,
             system: std::sync::Weak::new(),
         }
@@ -2164,7 +2205,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_node_told_it_is_down_warns_but_not_when_it_leaves() {
+    async fn a_node_told_it_is_down_warns_and_after_a_pause_is_down_but_not_when_it_leaves() {
         #[derive(Clone, Default)]
         struct Captured(Arc<Mutex<Vec<u8>>>);
         impl std::io::Write for Captured {
@@ -2216,8 +2257,18 @@ mod tests {
         };
         let mut told = task_for(id("a", 9001, 1, 1)).await;
         assert!(warned(&mut told, true));
+        assert!(!told.downed, "a node that ran throughout goes on");
+        // Told so just after a pause longer than stable_after, it is down
+        // in its own view: what it hosts stops, instead of running on
+        // beside its successors until its own strategy downs it.
+        let mut woken = task_for(id("a", 9001, 1, 1)).await;
+        woken.last_beat = Instant::now() - woken.shared.stable_after;
+        assert!(warned(&mut woken, true));
+        assert!(woken.downed);
+        assert_eq!(lock(&woken.shared.view).me, MemberState::Down);
         let mut leaving = task_for(id("a", 9001, 1, 1)).await;
         assert!(!warned(&mut leaving, false));
+        assert!(!leaving.downed);
     }
 
     fn alive(task: &mut Task, id: &Id) {
