@@ -141,7 +141,8 @@ async fn main() -> ExitCode {
     // Per-peer values are published once per heartbeat interval.
     let mut config = SystemConfig::default();
     let mut hb = HeartbeatConfig::default();
-    hb.set_interval(Duration::from_millis(200));
+    hb.set_interval(Duration::from_millis(200))
+        .expect("at least 1 ms");
     config.set_heartbeat(hb);
     let bind: SocketAddr = "127.0.0.1:0".parse().expect("an address");
     let (a, b) = match tokio::try_join!(

@@ -111,14 +111,13 @@ async fn poll_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn config() -> SystemConfig {
     let mut hb = HeartbeatConfig::default();
     hb.set_interval(Duration::from_millis(50))
+        .unwrap()
         .set_acceptable_pause(Duration::from_millis(500));
     let mut c = SystemConfig::default();
     c.set_heartbeat(hb)
-        .set_reconnect_backoff(Backoff::new(
-            Duration::from_millis(20),
-            Duration::from_millis(200),
-            0.2,
-        ))
+        .set_reconnect_backoff(
+            Backoff::new(Duration::from_millis(20), Duration::from_millis(200), 0.2).unwrap(),
+        )
         .set_pending_capacity(PENDING)
         // These tests fill the link itself (a peer that stopped reading):
         // a recipient's window larger than the queue lets them.

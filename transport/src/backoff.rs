@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use crate::error::ConfigError;
+
 /// Default first reconnect delay: 100 ms.
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Default longest reconnect delay: 10 s, so a healed peer is found again
@@ -22,14 +24,21 @@ pub const DEFAULT_BACKOFF_JITTER: f64 = 0.2;
 
 /// Exponential backoff with jitter between reconnect attempts.
 ///
+/// Its three settings are checked together, by [`new`](Self::new), which
+/// refuses values out of range rather than adjusting them:
+///
 /// ```
 /// use std::time::Duration;
 /// use transport::Backoff;
-/// let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 0.0);
-/// assert_eq!(b.next_delay(0), Duration::from_millis(100));
-/// assert_eq!(b.next_delay(0), Duration::from_millis(200));
+/// let ms = Duration::from_millis;
+/// let mut b = Backoff::new(ms(100), Duration::from_secs(1), 0.0)?;
+/// assert_eq!(b.next_delay(0), ms(100));
+/// assert_eq!(b.next_delay(0), ms(200));
 /// b.reset();
-/// assert_eq!(b.next_delay(0), Duration::from_millis(100));
+/// assert_eq!(b.next_delay(0), ms(100));
+/// let e = Backoff::new(ms(100), ms(50), 0.2).unwrap_err();
+/// assert_eq!(e.to_string(), "backoff max 50ms is below min 100ms");
+/// # Ok::<(), transport::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backoff {
@@ -41,24 +50,46 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self::new(
-            DEFAULT_BACKOFF_MIN,
-            DEFAULT_BACKOFF_MAX,
-            DEFAULT_BACKOFF_JITTER,
-        )
+        Self {
+            min: DEFAULT_BACKOFF_MIN,
+            max: DEFAULT_BACKOFF_MAX,
+            jitter: DEFAULT_BACKOFF_JITTER,
+            attempt: 0,
+        }
     }
 }
 
 impl Backoff {
     /// Delays start at `min`, double per attempt up to `max`, and lose up
-    /// to `jitter` (clamped to 0..=1) of their length at random.
-    pub fn new(min: Duration, max: Duration, jitter: f64) -> Self {
-        Self {
-            min,
-            max: max.max(min),
-            jitter: jitter.clamp(0.0, 1.0),
-            attempt: 0,
+    /// to `jitter` (a share, 0 to 1) of their length at random.
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for a zero `min` (the node would redial
+    /// without pause), [`ConfigError::BackoffMaxBelowMin`] for `max` below
+    /// `min`, [`ConfigError::OutOfRange`] for `jitter` outside 0..=1 (or
+    /// NaN).
+    pub fn new(min: Duration, max: Duration, jitter: f64) -> Result<Self, ConfigError> {
+        if min.is_zero() {
+            return Err(ConfigError::Zero {
+                name: "backoff min",
+            });
         }
+        if max < min {
+            return Err(ConfigError::BackoffMaxBelowMin { min, max });
+        }
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(ConfigError::OutOfRange {
+                name: "backoff jitter",
+                value: jitter,
+                range: "between 0 and 1",
+            });
+        }
+        Ok(Self {
+            min,
+            max,
+            jitter,
+            attempt: 0,
+        })
     }
 
     /// The delay before the next attempt; `random` is any random `u64`.
@@ -105,7 +136,8 @@ mod tests {
 
     #[test]
     fn doubles_up_to_the_cap() {
-        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(100), 0.0);
+        let mut b =
+            Backoff::new(Duration::from_millis(10), Duration::from_millis(100), 0.0).unwrap();
         let got: Vec<_> = (0..40)
             .map(|_| b.next_delay(u64::MAX).as_millis())
             .collect();
@@ -116,7 +148,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_bounds() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 0.5);
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 0.5).unwrap();
         assert_eq!(b.next_delay(0), Duration::from_millis(50));
         assert_eq!(b.next_delay(u64::MAX), Duration::from_millis(200));
         let mid = b.next_delay(u64::MAX / 2);
@@ -124,12 +156,53 @@ mod tests {
     }
 
     #[test]
-    fn reset_starts_over_and_bad_settings_are_clamped() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(1), 7.0);
-        // max below min is raised to min; jitter above 1 is 1.
+    fn reset_starts_over() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 1.0).unwrap();
         assert_eq!(b.next_delay(u64::MAX), Duration::from_millis(100));
         assert_eq!(b.next_delay(0), Duration::ZERO);
+        assert_eq!(b.attempts(), 2);
         b.reset();
         assert_eq!(b.attempts(), 0);
+        assert_eq!(b.next_delay(u64::MAX), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn bad_settings_are_refused_not_adjusted() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            Backoff::new(ms(100), ms(1), 0.2).unwrap_err(),
+            ConfigError::BackoffMaxBelowMin {
+                min: ms(100),
+                max: ms(1)
+            }
+        );
+        assert_eq!(
+            Backoff::new(Duration::ZERO, ms(1), 0.2).unwrap_err(),
+            ConfigError::Zero {
+                name: "backoff min"
+            }
+        );
+        for jitter in [-0.1, 1.5, f64::NAN] {
+            let e = Backoff::new(ms(100), ms(200), jitter).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("backoff jitter must be between 0 and 1, found"),
+                "{e}"
+            );
+        }
+        // The edges are taken: min == max, jitter 0 and 1.
+        for jitter in [0.0, 1.0] {
+            let b = Backoff::new(ms(100), ms(100), jitter).unwrap();
+            assert_eq!((b.min(), b.max(), b.jitter()), (ms(100), ms(100), jitter));
+        }
+        assert_eq!(
+            Backoff::default(),
+            Backoff::new(
+                DEFAULT_BACKOFF_MIN,
+                DEFAULT_BACKOFF_MAX,
+                DEFAULT_BACKOFF_JITTER
+            )
+            .unwrap()
+        );
     }
 }

@@ -179,7 +179,7 @@ impl TransportConfig {
     /// never asks. `Sender::send_with().await` (and the actors' `send`)
     /// yield once when asked, so a batch goes to the socket while the
     /// producer encodes the next, and the peer starts on it; `try_send*`
-    /// never yield (see `Sender::try_push_with`). Smaller values mean
+    /// never yield (see [`Sender::send_with`](crate::Sender::send_with)). Smaller values mean
     /// more, smaller writes and earlier starts at the peer; larger values
     /// fewer writes and less overlap.
     pub fn set_producer_yield_bytes(&mut self, bytes: Option<usize>) -> &mut Self {

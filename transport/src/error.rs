@@ -212,9 +212,12 @@ pub enum HandshakeError {
     },
 }
 
-/// An invalid [`TransportConfig`](crate::TransportConfig), reported at
-/// bind/connect time.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// An invalid setting: of a [`TransportConfig`](crate::TransportConfig),
+/// reported at bind/connect time, or one that a setter of
+/// [`HeartbeatConfig`](crate::HeartbeatConfig) or
+/// [`Backoff::new`](crate::Backoff::new) refused (the value is then not
+/// applied).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// A size or duration that must be positive is zero.
@@ -279,6 +282,47 @@ pub enum ConfigError {
         len: usize,
         /// The limit.
         limit: usize,
+    },
+    /// A duration below the least its setting takes (a heartbeat interval
+    /// or deviation floor under 1 ms); use at least `min`.
+    #[error("{name} must be at least {min:?}, found {value:?}")]
+    DurationTooShort {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The least it takes.
+        min: Duration,
+    },
+    /// A count below the least its setting takes; use at least `min`.
+    #[error("{name} must be at least {min}, found {value}")]
+    TooSmall {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given.
+        value: u64,
+        /// The least it takes.
+        min: u64,
+    },
+    /// A number outside its setting's range, or not a number (NaN); the
+    /// message names the range.
+    #[error("{name} must be {range}, found {value}")]
+    OutOfRange {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// The values it takes, in words.
+        range: &'static str,
+    },
+    /// A reconnect backoff whose longest delay is below its first; raise
+    /// `max` or lower `min`.
+    #[error("backoff max {max:?} is below min {min:?}")]
+    BackoffMaxBelowMin {
+        /// The first delay given.
+        min: Duration,
+        /// The longest delay given.
+        max: Duration,
     },
 }
 

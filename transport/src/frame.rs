@@ -115,7 +115,7 @@ impl Frame {
 /// # Errors
 /// [`FrameError::ControlTooLarge`] naming the kind and both sizes.
 #[inline]
-pub fn check_kind_len(kind: FrameKind, body_len: usize) -> Result<(), FrameError> {
+pub(crate) fn check_kind_len(kind: FrameKind, body_len: usize) -> Result<(), FrameError> {
     // The length test first: it is false for the common small frames only
     // when they are tiny, and then the kind test is one compare.
     if body_len > MAX_HEARTBEAT_BODY
@@ -135,7 +135,7 @@ pub fn check_kind_len(kind: FrameKind, body_len: usize) -> Result<(), FrameError
 /// # Errors
 /// [`FrameError::TooLarge`] naming both sizes.
 #[inline]
-pub fn check_len(body_len: usize, max_frame_size: usize) -> Result<(), FrameError> {
+pub(crate) fn check_len(body_len: usize, max_frame_size: usize) -> Result<(), FrameError> {
     if body_len > max_frame_size {
         return Err(FrameError::TooLarge {
             len: body_len as u64,
@@ -147,8 +147,11 @@ pub fn check_len(body_len: usize, max_frame_size: usize) -> Result<(), FrameErro
 
 /// Appends the 5-byte header of a frame with a body of `body_len` bytes.
 ///
-/// The caller has checked the length (see [`check_len`]); lengths above
-/// `u32::MAX` cannot be represented and are a caller bug.
+/// The caller has checked the length against the maximum frame size;
+/// lengths above `u32::MAX` cannot be represented and are a caller bug.
+// Hidden: for `actors`, which encodes envelopes straight into the
+// connection's queue (`Sender::try_push_with`) and stages whole frames.
+#[doc(hidden)]
 #[inline]
 pub fn encode_header(kind: FrameKind, body_len: usize, dst: &mut BytesMut) {
     debug_assert!(body_len <= u32::MAX as usize);
@@ -161,10 +164,12 @@ pub fn encode_header(kind: FrameKind, body_len: usize, dst: &mut BytesMut) {
 /// whose body was appended after a header with a placeholder length (the
 /// body's size is known only once it is encoded).
 ///
-/// The caller has checked the length (see [`check_len`]).
+/// The caller has checked the length against the maximum frame size.
 ///
 /// # Panics
 /// If `frame` is shorter than [`HEADER_LEN`]: the caller wrote no header.
+// Hidden, as `encode_header`.
+#[doc(hidden)]
 #[inline]
 pub fn set_body_len(frame: &mut [u8], body_len: usize) {
     debug_assert!(body_len <= u32::MAX as usize);
@@ -176,7 +181,8 @@ pub fn set_body_len(frame: &mut [u8], body_len: usize) {
 /// # Errors
 /// [`FrameError::TooLarge`] if the body exceeds `max_frame_size`,
 /// [`FrameError::ControlTooLarge`] if it exceeds its kind's own limit
-/// (see [`check_kind_len`]); `dst` is then unchanged.
+/// ([`MAX_HEARTBEAT_BODY`] for heartbeats and their acks); `dst` is then
+/// unchanged.
 pub fn encode(frame: &Frame, dst: &mut BytesMut, max_frame_size: usize) -> Result<(), FrameError> {
     check_len(frame.body.len(), max_frame_size)?;
     check_kind_len(frame.kind, frame.body.len())?;
@@ -241,6 +247,8 @@ pub fn decode_header(
 /// checked: for bytes this node encoded itself (the writer walks its queue
 /// with it). Bytes from a peer go through [`decode_header`], which checks
 /// both fields.
+// Hidden, as `encode_header`: `actors` walks the frames it staged.
+#[doc(hidden)]
 #[inline]
 pub fn peek_header(src: &[u8]) -> Option<(u8, usize)> {
     let [a, b, c, d, kind] = *src.first_chunk::<HEADER_LEN>()?;

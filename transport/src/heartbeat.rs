@@ -27,6 +27,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::error::ConfigError;
+
 /// Default heartbeat interval: 1 s (Akka's `heartbeat-interval`).
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// Default phi threshold: 10 (Akka's). A node whose phi reaches it is
@@ -44,12 +46,20 @@ pub const DEFAULT_MAX_SAMPLES: usize = 200;
 
 /// Settings of a [`Heartbeater`] and its [`PhiAccrualDetector`].
 ///
+/// Setters that take any value return `&mut Self`; those with a range
+/// return `Result<&mut Self, ConfigError>` and leave the setting unchanged
+/// on an error (the style of the actors' `SystemConfig`):
+///
 /// ```
 /// use std::time::Duration;
 /// let mut c = transport::HeartbeatConfig::default();
-/// c.set_interval(Duration::from_millis(100))
+/// c.set_interval(Duration::from_millis(100))?
 ///     .set_acceptable_pause(Duration::from_millis(500));
 /// assert_eq!(c.interval(), Duration::from_millis(100));
+/// let e = c.set_threshold(0.0).unwrap_err();
+/// assert_eq!(e.to_string(), "phi threshold must be a positive number, found 0");
+/// assert_eq!(c.threshold(), 10.0);
+/// # Ok::<(), transport::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeartbeatConfig {
@@ -72,23 +82,56 @@ impl Default for HeartbeatConfig {
     }
 }
 
+/// The shortest heartbeat interval and standard deviation floor: 1 ms.
+/// A shorter interval would flood the control lane; a zero floor lets a
+/// perfectly regular history make phi infinite on the first late
+/// heartbeat.
+const MIN_HEARTBEAT_DURATION: Duration = Duration::from_millis(1);
+
+/// The fewest inter-arrival samples: 2, the least a standard deviation
+/// is computed from.
+const MIN_SAMPLES: usize = 2;
+
+fn at_least(name: &'static str, value: Duration, min: Duration) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(ConfigError::DurationTooShort { name, value, min });
+    }
+    Ok(())
+}
+
 impl HeartbeatConfig {
     /// Time between heartbeats. Default 1 s. Cost: one 13-byte frame each
-    /// way per interval per peer. Clamped to at least 1 ms.
-    pub fn set_interval(&mut self, interval: Duration) -> &mut Self {
-        self.interval = interval.max(Duration::from_millis(1));
-        self
+    /// way per interval per peer.
+    ///
+    /// # Errors
+    /// [`ConfigError::DurationTooShort`] below 1 ms. The setting is left
+    /// unchanged.
+    pub fn set_interval(&mut self, interval: Duration) -> Result<&mut Self, ConfigError> {
+        at_least("heartbeat interval", interval, MIN_HEARTBEAT_DURATION)?;
+        self.interval = interval;
+        Ok(self)
     }
 
     /// Phi at which a node is judged unreachable. Default 10. Lower detects
     /// sooner and errs more often.
-    pub fn set_threshold(&mut self, phi: f64) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::OutOfRange`] unless positive and finite. The setting
+    /// is left unchanged.
+    pub fn set_threshold(&mut self, phi: f64) -> Result<&mut Self, ConfigError> {
+        if !(phi > 0.0 && phi.is_finite()) {
+            return Err(ConfigError::OutOfRange {
+                name: "phi threshold",
+                value: phi,
+                range: "a positive number",
+            });
+        }
         self.threshold = phi;
-        self
+        Ok(self)
     }
 
     /// Silence tolerated on top of the usual heartbeat interval before phi
-    /// climbs. Default 10 s.
+    /// climbs. Default 10 s; any duration, zero included.
     pub fn set_acceptable_pause(&mut self, pause: Duration) -> &mut Self {
         self.acceptable_pause = pause;
         self
@@ -96,15 +139,32 @@ impl HeartbeatConfig {
 
     /// Floor of the standard deviation of inter-arrival times. Default
     /// 100 ms.
-    pub fn set_min_std_deviation(&mut self, d: Duration) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::DurationTooShort`] below 1 ms. The setting is left
+    /// unchanged.
+    pub fn set_min_std_deviation(&mut self, d: Duration) -> Result<&mut Self, ConfigError> {
+        at_least("heartbeat min std deviation", d, MIN_HEARTBEAT_DURATION)?;
         self.min_std_deviation = d;
-        self
+        Ok(self)
     }
 
-    /// Inter-arrival samples kept. Default 200. Clamped to at least 2.
-    pub fn set_max_samples(&mut self, n: usize) -> &mut Self {
-        self.max_samples = n.max(2);
-        self
+    /// Inter-arrival samples kept. Default 200. Cost: 8 bytes each per
+    /// monitored peer.
+    ///
+    /// # Errors
+    /// [`ConfigError::TooSmall`] below 2, the least a deviation is
+    /// computed from. The setting is left unchanged.
+    pub fn set_max_samples(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        if n < MIN_SAMPLES {
+            return Err(ConfigError::TooSmall {
+                name: "heartbeat max samples",
+                value: n as u64,
+                min: MIN_SAMPLES as u64,
+            });
+        }
+        self.max_samples = n;
+        Ok(self)
     }
 
     /// The heartbeat interval.
@@ -120,6 +180,16 @@ impl HeartbeatConfig {
     /// The acceptable pause.
     pub fn acceptable_pause(&self) -> Duration {
         self.acceptable_pause
+    }
+
+    /// The floor of the standard deviation.
+    pub fn min_std_deviation(&self) -> Duration {
+        self.min_std_deviation
+    }
+
+    /// The inter-arrival samples kept.
+    pub fn max_samples(&self) -> usize {
+        self.max_samples
     }
 }
 
@@ -147,8 +217,9 @@ impl PhiAccrualDetector {
             threshold: config.threshold,
             acceptable_pause_ms: ms(config.acceptable_pause),
             min_std_ms: ms(config.min_std_deviation),
-            max_samples: config.max_samples.max(2),
-            intervals: VecDeque::with_capacity(config.max_samples.max(2)),
+            // At least MIN_SAMPLES: the setter refuses fewer.
+            max_samples: config.max_samples,
+            intervals: VecDeque::with_capacity(config.max_samples),
             sum: 0.0,
             sum_sq: 0.0,
             last: None,
@@ -324,8 +395,60 @@ mod tests {
     fn config(interval_ms: u64, pause_ms: u64) -> HeartbeatConfig {
         let mut c = HeartbeatConfig::default();
         c.set_interval(Duration::from_millis(interval_ms))
+            .unwrap()
             .set_acceptable_pause(Duration::from_millis(pause_ms));
         c
+    }
+
+    #[test]
+    fn out_of_range_settings_are_refused_and_leave_the_config_unchanged() {
+        let mut c = HeartbeatConfig::default();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            c.set_interval(ms(0)).unwrap_err(),
+            ConfigError::DurationTooShort {
+                name: "heartbeat interval",
+                value: Duration::ZERO,
+                min: ms(1),
+            }
+        );
+        assert_eq!(
+            c.set_interval(Duration::from_micros(999))
+                .unwrap_err()
+                .to_string(),
+            "heartbeat interval must be at least 1ms, found 999µs"
+        );
+        for phi in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(
+                matches!(c.set_threshold(phi), Err(ConfigError::OutOfRange { .. })),
+                "{phi}"
+            );
+        }
+        assert_eq!(
+            c.set_min_std_deviation(Duration::ZERO)
+                .unwrap_err()
+                .to_string(),
+            "heartbeat min std deviation must be at least 1ms, found 0ns"
+        );
+        assert_eq!(
+            c.set_max_samples(1).unwrap_err().to_string(),
+            "heartbeat max samples must be at least 2, found 1"
+        );
+        assert_eq!(c, HeartbeatConfig::default());
+        // The boundaries themselves are taken.
+        c.set_interval(ms(1))
+            .unwrap()
+            .set_min_std_deviation(ms(1))
+            .unwrap()
+            .set_max_samples(2)
+            .unwrap()
+            .set_threshold(f64::MIN_POSITIVE)
+            .unwrap()
+            .set_acceptable_pause(Duration::ZERO);
+        assert_eq!(
+            (c.interval(), c.min_std_deviation(), c.max_samples()),
+            (ms(1), ms(1), 2)
+        );
     }
 
     #[test]
@@ -386,7 +509,7 @@ mod tests {
     #[test]
     fn history_is_bounded() {
         let mut c = config(10, 0);
-        c.set_max_samples(5);
+        c.set_max_samples(5).unwrap();
         let t0 = Instant::now();
         let mut d = PhiAccrualDetector::new(&c, Duration::from_millis(10));
         for i in 0..1000 {

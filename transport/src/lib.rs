@@ -38,7 +38,7 @@
 //!
 //! # Layout
 //! Bottom-up: a module calls only modules listed above it (`→` names
-//! them), never one that calls it back. Private modules are named in
+//! them), never one that calls it back. Private and hidden modules are named in
 //! `code`; their public types are re-exported at the root.
 //!
 //! Pure, no IO and no tasks:
@@ -50,17 +50,17 @@
 //!   → nothing.
 //! - [`heartbeat`]: sans-IO phi-accrual failure detector and heartbeat
 //!   schedule ([`Heartbeater`]). → nothing.
-//! - `pool`: [`BufferPool`] and adaptive read sizing. → nothing.
-//! - [`auth`]: [`SharedSecret`] and the HMAC proof of the handshake.
+//! - `pool`: `BufferPool` and adaptive read sizing. → nothing.
+//! - `auth`: [`SharedSecret`] and the HMAC proof of the handshake.
 //!   → `error`.
 //! - `cookie`: where the shared secret comes from when none is set
 //!   (`ACTORS_COOKIE`, the cookie file, created atomically);
 //!   [`load_cookie_file`]. → `auth`, `error`.
 //! - `config`: [`TransportConfig`] with documented defaults. → `auth`,
 //!   `cookie`, `error`.
-//! - [`handshake`]: sans-IO hello exchange with magic, version, uid.
+//! - `handshake`: sans-IO hello exchange with magic, version, uid.
 //!   → `auth`, `error`, `frame`.
-//! - `peer_text`: [`PeerText`], a peer's text (close reasons, addresses)
+//! - `peer_text`: `PeerText`, a peer's text (close reasons, addresses)
 //!   truncated and escaped for logs and errors. → nothing.
 //! - `log_limit`: rate limits for log lines a peer can trigger (a burst
 //!   per window, then counts). → nothing.
@@ -76,8 +76,8 @@
 //!   the bound per address, eviction of idle connections when full.
 //!   → `error`, `shared`.
 //! - `sender`: [`Sender`], the producers' handle (encodes into the out
-//!   queue, never touches the socket), [`Pushed`], [`SendFrameError`], [`SendManyError`],
-//!   [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
+//!   queue, never touches the socket), [`SendFrameError`],
+//!   [`SendManyError`], [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
 //!
 //! The two tasks of a connection (the only code on a socket):
 //! - `writer`: the writer task: take the queue, write it (the control
@@ -142,6 +142,11 @@
 )]
 #![deny(unsafe_code)]
 
+// The shared-secret proof's wire constants and `Role`: `SharedSecret`
+// and `MIN_SECRET_LEN` are re-exported below; the rest is public only for
+// `actors` (the cluster's UDP packets are authenticated with keys derived
+// from the same secret), the integration tests and the fuzz targets.
+#[doc(hidden)]
 pub mod auth;
 mod backoff;
 mod config;
@@ -150,6 +155,12 @@ mod cookie;
 mod endpoint;
 mod error;
 pub mod frame;
+// Wire internals (the magic, the version, the flags, the hello and its
+// state machine), specified in docs/PROTOCOL.md: public for `actors`,
+// which checks the magic and version of a stream it is handed, for the
+// integration tests that speak the handshake by hand, and for the fuzz
+// target; not an API.
+#[doc(hidden)]
 pub mod handshake;
 pub mod heartbeat;
 mod inbound;
@@ -168,7 +179,9 @@ mod tls;
 mod tls_read;
 #[cfg(feature = "tls")]
 mod tls_record;
-#[cfg(feature = "tls")]
+/// The fuzz target's entry (`fuzz/fuzz_targets/tls_records.rs`), built
+/// only under `cargo fuzz` (which sets `--cfg fuzzing`).
+#[cfg(all(feature = "tls", fuzzing))]
 #[doc(hidden)]
 pub use tls_record::fuzz_records as fuzz_tls_records;
 mod writer;
@@ -184,21 +197,34 @@ pub use config::{
 };
 pub use conn::{Connection, Established};
 pub use cookie::{COOKIE_ENV, DEFAULT_COOKIE_FILE_NAME, load_cookie_file};
-pub use endpoint::{ACCEPT_QUEUE, Endpoint, random_uid};
+pub use endpoint::{ACCEPT_QUEUE, Endpoint};
+// The uid generator the endpoint uses, for `actors`' cluster incarnations.
+#[doc(hidden)]
+pub use endpoint::random_uid;
 pub use error::{
     AcceptError, ConfigError, FrameError, HandshakeError, SecretSource, TlsError, TransportError,
 };
 pub use frame::{Frame, FrameKind, MAX_HEARTBEAT_BODY};
 pub use heartbeat::{HeartbeatConfig, Heartbeater, PhiAccrualDetector};
 pub use inbound::Inbound;
+// The log limiter and the escaping of a peer's text: shared with `actors`
+// so that every log line a peer can trigger goes through one limiter and
+// one escaping; not part of the transport's API.
+#[doc(hidden)]
 pub use log_limit::{LOG_BURST, LOG_WINDOW, LogLimit, Sampled};
+#[doc(hidden)]
 pub use peer_text::{MAX_PEER_TEXT, PeerText, peer_text_from_bytes};
-pub use pool::{BufferPool, MAX_POOLED_BUFFERS, ReadSize};
-pub use reader::{Handler, MAX_READ_SIZE};
+// The buffer pool: public for the crate's benchmarks (`benches/pool.rs`),
+// which are built as a separate crate.
+#[doc(hidden)]
+pub use pool::BufferPool;
+pub use reader::Handler;
 pub use security::{Plain, Security, Stream};
-pub use sender::{
-    PushFramesError, Pushed, PushedFrames, SendFrameError, SendManyError, Sender, TrySendFrameError,
-};
+pub use sender::{SendFrameError, SendManyError, Sender, TrySendFrameError};
+// What `Sender`'s internal enqueue paths return (see `Sender`'s docs):
+// `actors` encodes envelopes straight into the queue and stages batches.
+#[doc(hidden)]
+pub use sender::{PushFramesError, Pushed, PushedFrames};
 pub use shared::{CloseReason, ConnStats, PeerInfo, PeerVerified};
 #[cfg(feature = "tls")]
 pub use tls::{PeerIdentity, Tls, TlsConfig, fingerprint};

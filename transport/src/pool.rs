@@ -13,7 +13,7 @@ use bytes::BytesMut;
 
 /// How many idle buffers a pool keeps. Two per connection for 32
 /// connections; beyond that buffers are freed.
-pub const MAX_POOLED_BUFFERS: usize = 64;
+pub(crate) const MAX_POOLED_BUFFERS: usize = 64;
 
 /// A shared pool of `BytesMut` write buffers; cheap to clone.
 #[derive(Debug, Clone)]
@@ -87,7 +87,7 @@ impl BufferPool {
 /// doubles the next (up to `max`), two reads under half of it halve it
 /// (down to `min`).
 #[derive(Debug, Clone)]
-pub struct ReadSize {
+pub(crate) struct ReadSize {
     next: usize,
     min: usize,
     max: usize,
@@ -96,7 +96,7 @@ pub struct ReadSize {
 
 impl ReadSize {
     /// Starts at `initial`, adapting between `initial` and `max`.
-    pub fn new(initial: usize, max: usize) -> Self {
+    pub(crate) fn new(initial: usize, max: usize) -> Self {
         Self {
             next: initial,
             min: initial,
@@ -106,12 +106,12 @@ impl ReadSize {
     }
 
     /// Bytes to ask for in the next read.
-    pub fn next(&self) -> usize {
+    pub(crate) fn next(&self) -> usize {
         self.next
     }
 
     /// Records that a read returned `n` bytes.
-    pub fn record(&mut self, n: usize) {
+    pub(crate) fn record(&mut self, n: usize) {
         if n >= self.next {
             self.next = (self.next * 2).min(self.max);
             self.shrink_pending = false;

@@ -38,7 +38,7 @@ static CLOSED_ON_ERROR: LogLimit = LogLimit::new();
 static LOST: LogLimit = LogLimit::new();
 
 /// The most a single read asks for, however full reads come back.
-pub const MAX_READ_SIZE: usize = 1024 * 1024;
+pub(crate) const MAX_READ_SIZE: usize = 1024 * 1024;
 
 /// What the reader task reads from: a stream it reads with `poll_read`
 /// into its own buffer (`TcpStream`'s half), or one that lends out its own

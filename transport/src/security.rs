@@ -31,7 +31,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static + sealed::SplitIo> Strea
 /// on, and checks the peer's identity once its hello is known.
 ///
 /// Implemented by [`Plain`] and [`Tls`](crate::Tls); the trait is public so
-/// that `Endpoint<S>` can name it, and sealed so it can grow.
+/// that `Endpoint<S>` can name it, and sealed so it can grow. Its methods
+/// are the endpoint's own (they take the handshake's internal types) and
+/// are hidden from these docs.
 pub trait Security: Send + Sync + 'static + sealed::Sealed {
     /// The stream of an inbound connection.
     type Accepted: Stream;
@@ -39,6 +41,7 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     type Dialed: Stream;
 
     /// Secures an inbound TCP stream from `peer`.
+    #[doc(hidden)]
     fn accept(
         &self,
         tcp: TcpStream,
@@ -46,6 +49,7 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     ) -> impl Future<Output = Result<Self::Accepted, TransportError>> + Send;
 
     /// Secures an outbound TCP stream to `addr`.
+    #[doc(hidden)]
     fn connect(
         &self,
         tcp: TcpStream,
@@ -59,6 +63,7 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     ///
     /// # Errors
     /// [`HandshakeError::Identity`] saying why not.
+    #[doc(hidden)]
     fn verify_accepted(
         &self,
         stream: &Self::Accepted,
@@ -69,6 +74,7 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     ///
     /// # Errors
     /// [`HandshakeError::Identity`] saying why not.
+    #[doc(hidden)]
     fn verify_dialed(
         &self,
         stream: &Self::Dialed,
@@ -78,6 +84,7 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     /// Keying material exported from the secure session of an inbound
     /// stream, which the shared-secret proof is bound to; `None` for a
     /// stream with no session (plaintext).
+    #[doc(hidden)]
     fn channel_binding_accepted(&self, stream: &Self::Accepted) -> Option<ChannelBinding> {
         let _ = stream;
         None
@@ -85,6 +92,7 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
 
     /// As [`channel_binding_accepted`](Self::channel_binding_accepted),
     /// for a dialled stream.
+    #[doc(hidden)]
     fn channel_binding_dialed(&self, stream: &Self::Dialed) -> Option<ChannelBinding> {
         let _ = stream;
         None
@@ -93,12 +101,14 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     /// Whether this layer authenticates dialers by itself (mutual TLS that
     /// checks identities): decides how loud the warning is when shared-
     /// secret authentication is turned off.
+    #[doc(hidden)]
     fn authenticates_dialers(&self) -> bool {
         false
     }
 
     /// The error to report for an IO error on the secured stream during the
     /// protocol handshake (TLS reports a peer's alert this way).
+    #[doc(hidden)]
     fn handshake_io_error(&self, peer: SocketAddr, error: io::Error) -> TransportError {
         let _ = peer;
         TransportError::Io(error)

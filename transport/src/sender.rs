@@ -38,13 +38,29 @@ pub enum Pushed {
 
 /// A cheap, cloneable handle that queues frames on one connection.
 ///
-/// Method groups:
-/// - waiting for room: [`send`](Self::send), [`send_with`](Self::send_with);
-/// - never waiting: [`try_send`](Self::try_send),
-///   [`try_send_with`](Self::try_send_with).
+/// Applications queue frames with these:
+/// - [`send`](Self::send): a [`Frame`] whose body is already in `Bytes`,
+///   waiting while the queue is full (backpressure). Start here.
+/// - [`send_with`](Self::send_with): the body encoded straight into the
+///   connection's outbound buffer (no allocation of its own); waits.
+/// - [`send_many_with`](Self::send_many_with): a burst of frames, the
+///   queue's lock taken once per run of frames that fit; waits.
+/// - [`try_send`](Self::try_send), [`try_send_with`](Self::try_send_with):
+///   never wait; a full or closed queue hands the frame (or the encoder)
+///   back.
+/// - [`send_heartbeat`](Self::send_heartbeat): a liveness probe on the
+///   control lane, ahead of queued data, for a failure detector such as
+///   [`Heartbeater`](crate::Heartbeater).
 ///
-/// `*_with` variants encode the body straight into the connection's
-/// outbound buffer, with no intermediate allocation.
+/// The queue's state: [`queued_bytes`](Self::queued_bytes),
+/// [`is_full`](Self::is_full), [`is_closed`](Self::is_closed),
+/// [`wait_taken`](Self::wait_taken); and [`abort`](Self::abort) ends the
+/// connection at once.
+///
+/// Three more enqueue methods, for `actors`, are hidden from these docs
+/// and are not a stable API: they encode an envelope straight into the
+/// queue with an encoder that may give up, extend the last queued frame,
+/// and hand over frames staged outside the lock.
 #[derive(Clone)]
 pub struct Sender {
     pub(crate) shared: Arc<Shared>,
@@ -92,10 +108,17 @@ impl Sender {
     /// Queues a frame whose body `encode` appends to the buffer it is given,
     /// waiting while the queue is full.
     ///
-    /// Once the woken writer has a large batch waiting for a thread (see
-    /// [`try_push_with`](Self::try_push_with)), this yields once,
-    /// so a producer sending in a loop lets the batch go out while it goes
-    /// on, instead of holding the thread until its loop ends.
+    /// Once the woken writer has a large batch waiting for a thread (the
+    /// queue has reached
+    /// [`TransportConfig::set_producer_yield_bytes`](crate::TransportConfig::set_producer_yield_bytes)
+    /// since the writer was woken), this yields once, so a producer
+    /// sending in a loop lets the batch go out while it goes on, instead
+    /// of holding the thread until its loop ends. Why: the writer is a
+    /// task, and on a single-threaded runtime (or when tokio keeps the
+    /// woken writer on the waking worker) it only runs when the producing
+    /// task yields. A producer that sends thousands of frames in one go
+    /// would otherwise hand them all to the socket in one write after its
+    /// loop, and the peer would start on none of them until then.
     ///
     /// `encode` runs under the connection's queue lock: keep it to encoding.
     /// If the body it writes exceeds the maximum frame size, the frame is
@@ -243,22 +266,17 @@ impl Sender {
     /// to the writer: `yield_now` is true when the writer, woken by an
     /// earlier frame, has not run yet and the queue has reached the yield
     /// threshold
-    /// ([`TransportConfig::set_producer_yield_bytes`](crate::TransportConfig::set_producer_yield_bytes)).
-    ///
-    /// Why: the writer is a task, and on a single-threaded runtime (or
-    /// when tokio keeps the woken writer on the waking worker) it only runs
-    /// when the producing task yields. A producer that sends thousands of
-    /// frames in one go would otherwise hand them all to the socket in one
-    /// write after its loop, and the peer would start on none of them
-    /// until then. Yielding once per threshold lets the first batch go out
-    /// while the producer encodes the next, so both nodes work at once.
-    /// Once per wake of the writer; ignoring it is harmless.
+    /// ([`TransportConfig::set_producer_yield_bytes`](crate::TransportConfig::set_producer_yield_bytes)),
+    /// for the reason [`send_with`](Self::send_with) gives. Once per wake
+    /// of the writer; ignoring it is harmless.
     ///
     /// # Errors
     /// As [`try_send_with`](Self::try_send_with).
+    // Hidden: `actors`' envelope path, not a stable API (see `Sender`).
     // Inlined into the caller's encode loop: the actors' hot path (callgrind
     // counted 27 M of 161 M sender-thread instructions in this call and
     // its prologue when it was not).
+    #[doc(hidden)]
     #[inline]
     pub fn try_push_with<F: FnOnce(&mut BytesMut) -> bool>(
         &self,
@@ -295,6 +313,8 @@ impl Sender {
     ///
     /// # Errors
     /// As [`try_push_with`](Self::try_push_with).
+    // Hidden: `actors`' runs of records to one recipient (see `Sender`).
+    #[doc(hidden)]
     #[inline(always)]
     pub fn try_push_run_with<F: FnOnce(&mut BytesMut, bool) -> bool>(
         &self,
@@ -335,6 +355,8 @@ impl Sender {
     /// not queued; it says how many messages they carry), [`PushFramesError::Malformed`]
     /// (nothing queued, `frames` untouched) if `frames[room..]` is not a
     /// sequence of whole application frames within the maximum frame size.
+    // Hidden: `actors`' staged batches (see `Sender`).
+    #[doc(hidden)]
     pub fn push_frames(
         &self,
         frames: &mut BytesMut,
@@ -377,8 +399,8 @@ impl Sender {
         self.shared.out.queued_bytes()
     }
 
-    /// True while the queue is at or over its capacity: frames other than
-    /// [`push_frames`](Self::push_frames)' are refused as full (or wait).
+    /// True while the queue is at or over its capacity: frames are refused
+    /// as full (or wait).
     pub fn is_full(&self) -> bool {
         self.shared.out.is_full()
     }

@@ -236,6 +236,7 @@ pub(crate) enum Role {
 }
 
 /// Fixed keys of each suite, for the fuzz entry and the tests.
+#[cfg(any(test, fuzzing))]
 fn test_secrets(mode: u8, byte: u8) -> ConnectionTrafficSecrets {
     let (key, iv) = (
         [byte; 32].into(),
@@ -253,6 +254,11 @@ fn test_secrets(mode: u8, byte: u8) -> ConnectionTrafficSecrets {
 /// `data` says, and opens what arrives as the reader does. Panics only if
 /// the layer is wrong: a record that was not damaged must open to what was
 /// sealed, in order, and nothing may panic on the damaged ones.
+///
+/// Compiled only for the unit tests and under `cargo fuzz` (`--cfg
+/// fuzzing`), so it never ships in the library.
+#[cfg(any(test, fuzzing))]
+#[allow(unreachable_pub)] // re-exported at the root under cfg(fuzzing) only
 #[doc(hidden)]
 pub fn fuzz_records(data: &[u8]) {
     let [mode, pieces, rest @ ..] = data else {

@@ -332,9 +332,12 @@ mod tests {
     fn config() -> (HeartbeatConfig, Backoff) {
         let mut hb = HeartbeatConfig::default();
         hb.set_interval(SEC)
+            .unwrap()
             .set_acceptable_pause(Duration::from_secs(3))
-            .set_threshold(8.0);
-        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10), 0.0);
+            .set_threshold(8.0)
+            .unwrap();
+        let backoff =
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(10), 0.0).unwrap();
         (hb, backoff)
     }
 

@@ -297,7 +297,7 @@ async fn main() {
     let mut config = SystemConfig::default();
     let mut hb = HeartbeatConfig::default();
     if let Some(i) = args.heartbeat {
-        hb.set_interval(i);
+        hb.set_interval(i).expect("--heartbeat: at least 1 ms");
     }
     if let Some(p) = args.pause {
         hb.set_acceptable_pause(p);
@@ -309,7 +309,9 @@ async fn main() {
             .expect("--peer-memory-budget: at least MIN_PEER_MEMORY_BUDGET");
     }
     if let Some(max) = args.backoff_max {
-        config.set_reconnect_backoff(Backoff::new(Duration::from_millis(50), max, 0.2));
+        let backoff = Backoff::new(Duration::from_millis(50), max, 0.2)
+            .expect("--backoff-max: at least 50 ms");
+        config.set_reconnect_backoff(backoff);
     }
     let system = ActorSystem::with_config(&args.name, Some(args.bind), config)
         .await

@@ -317,7 +317,7 @@ async fn a_peer_back_after_a_long_outage_is_reached_without_waiting_out_the_back
     let mut first = PeerProcess::spawn(env!("CARGO_BIN_EXE_peer"), "b", &bind).await;
     let mut config = SystemConfig::default();
     no_detector(&mut config)
-        .set_reconnect_backoff(Backoff::new(Duration::from_millis(4), NEVER, 0.0))
+        .set_reconnect_backoff(Backoff::new(Duration::from_millis(4), NEVER, 0.0).unwrap())
         .set_refused_connect_grace(NEVER)
         .set_route(&first.node, proxy.addr());
     let a = actor_system_with("a", config).await;

@@ -26,13 +26,12 @@ use super::actors_common::{Count, Counter, Seq, SeqCheck, SeqReport, total};
 pub(crate) fn fast_config(pause: Duration) -> SystemConfig {
     let mut hb = HeartbeatConfig::default();
     hb.set_interval(Duration::from_millis(50))
+        .unwrap()
         .set_acceptable_pause(pause);
     let mut c = SystemConfig::default();
-    c.set_heartbeat(hb).set_reconnect_backoff(Backoff::new(
-        Duration::from_millis(20),
-        Duration::from_millis(200),
-        0.2,
-    ));
+    c.set_heartbeat(hb).set_reconnect_backoff(
+        Backoff::new(Duration::from_millis(20), Duration::from_millis(200), 0.2).unwrap(),
+    );
     c
 }
 

@@ -173,6 +173,7 @@ async fn a_saturated_actor_slows_only_its_own_senders() {
     const RUN: Duration = Duration::from_secs(3);
     let mut hb = HeartbeatConfig::default();
     hb.set_interval(Duration::from_millis(100))
+        .unwrap()
         .set_acceptable_pause(Duration::from_secs(1));
     let mut config = SystemConfig::default();
     config

@@ -87,6 +87,7 @@ fn config(on: bool) -> SystemConfig {
     c.set_message_runs(false);
     let mut hb = HeartbeatConfig::default();
     hb.set_interval(Duration::from_secs(600))
+        .unwrap()
         .set_acceptable_pause(Duration::from_secs(3600));
     c.set_heartbeat(hb);
     c

@@ -22,7 +22,6 @@ use crate::config::{
 
 const U32: u64 = u32::MAX as u64;
 const USIZE: u64 = usize::MAX as u64;
-const MS: Duration = Duration::from_millis(1);
 
 /// `[mailbox]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,27 +248,25 @@ impl Default for HeartbeatSection {
 }
 
 impl HeartbeatSection {
+    /// The rules are [`HeartbeatConfig`]'s own setters', so a file and
+    /// code refuse the same values; the error names the key.
     fn validate(&self) -> Result<(), Invalid> {
-        at_least("heartbeat.interval", self.interval, MS)?;
-        if !(self.threshold > 0.0 && self.threshold.is_finite()) {
-            return Err(Invalid::new(
-                "heartbeat.threshold",
-                format!("must be a positive number, found {}", self.threshold),
-            ));
-        }
-        at_least("heartbeat.min_std_deviation", self.min_std_deviation, MS)?;
-        within("heartbeat.max_samples", self.max_samples as u64, 2, USIZE)
+        self.config().map(drop)
     }
 
-    fn config(&self) -> HeartbeatConfig {
-        let mut heartbeat = HeartbeatConfig::default();
-        heartbeat
-            .set_interval(self.interval)
+    fn config(&self) -> Result<HeartbeatConfig, Invalid> {
+        let key = |key| move |e: transport::ConfigError| Invalid::new(key, e.to_string());
+        let mut c = HeartbeatConfig::default();
+        c.set_interval(self.interval)
+            .map_err(key("heartbeat.interval"))?
             .set_threshold(self.threshold)
+            .map_err(key("heartbeat.threshold"))?
             .set_acceptable_pause(self.acceptable_pause)
             .set_min_std_deviation(self.min_std_deviation)
-            .set_max_samples(self.max_samples);
-        heartbeat
+            .map_err(key("heartbeat.min_std_deviation"))?
+            .set_max_samples(self.max_samples)
+            .map_err(key("heartbeat.max_samples"))?;
+        Ok(c)
     }
 }
 
@@ -284,25 +281,26 @@ impl Default for BackoffSection {
 }
 
 impl BackoffSection {
+    /// The rules are [`Backoff::new`]'s, as for the heartbeat.
     fn validate(&self) -> Result<(), Invalid> {
-        if !(0.0..=1.0).contains(&self.jitter) {
-            let reason = format!("must be between 0 and 1, found {}", self.jitter);
-            return Err(Invalid::new("reconnect_backoff.jitter", reason));
-        }
-        if self.max < self.min {
-            return Err(Invalid {
-                or: Some("reconnect_backoff.min"),
-                ..Invalid::new(
-                    "reconnect_backoff.max",
-                    format!(
-                        "max {} is below min {}",
-                        humantime::format_duration(self.max),
-                        humantime::format_duration(self.min)
-                    ),
-                )
-            });
-        }
-        Ok(())
+        self.backoff().map(drop)
+    }
+
+    fn backoff(&self) -> Result<Backoff, Invalid> {
+        Backoff::new(self.min, self.max, self.jitter).map_err(|e| {
+            let reason = e.to_string();
+            match e {
+                // A rule about two keys: both origins are cited.
+                transport::ConfigError::BackoffMaxBelowMin { .. } => Invalid {
+                    or: Some("reconnect_backoff.min"),
+                    ..Invalid::new("reconnect_backoff.max", reason)
+                },
+                transport::ConfigError::OutOfRange { .. } => {
+                    Invalid::new("reconnect_backoff.jitter", reason)
+                }
+                _ => Invalid::new("reconnect_backoff.min", reason),
+            }
+        })
     }
 }
 
@@ -486,8 +484,10 @@ impl Settings {
             trace_propagation: r.trace_propagation,
             message_runs: r.message_runs,
             lookup_paths: r.lookup_paths,
-            heartbeat: heartbeat.config(),
-            backoff: Backoff::new(b.min, b.max, b.jitter),
+            heartbeat: heartbeat
+                .config()
+                .expect("validated: the same setters' rules"),
+            backoff: b.backoff().expect("validated: the same rules"),
             cluster,
             ..SystemConfig::default()
         };

@@ -237,8 +237,11 @@ fn a_file_changes_exactly_its_keys() {
     let mut heartbeat = HeartbeatConfig::default();
     heartbeat
         .set_interval(Duration::from_millis(500))
+        .unwrap()
         .set_threshold(8.0)
-        .set_max_samples(50);
+        .unwrap()
+        .set_max_samples(50)
+        .unwrap();
     expected
         .set_mailbox_capacity(4096)
         .unwrap()
@@ -257,11 +260,14 @@ fn a_file_changes_exactly_its_keys() {
         .set_untrusted_mode(true)
         .set_lookup_paths(["/user/api", "/user/workers/"])
         .set_heartbeat(heartbeat)
-        .set_reconnect_backoff(Backoff::new(
-            transport::DEFAULT_BACKOFF_MIN,
-            Duration::from_secs(30),
-            transport::DEFAULT_BACKOFF_JITTER,
-        ));
+        .set_reconnect_backoff(
+            Backoff::new(
+                transport::DEFAULT_BACKOFF_MIN,
+                Duration::from_secs(30),
+                transport::DEFAULT_BACKOFF_JITTER,
+            )
+            .unwrap(),
+        );
     expected
         .transport_mut()
         .set_queue_capacity(8 << 20)
@@ -537,6 +543,21 @@ fn bad_values_name_the_key() {
             "max 50ms is below min 100ms",
         ),
         (
+            "[reconnect_backoff]\nmin = \"0s\"",
+            "reconnect_backoff.min",
+            "backoff min must be greater than zero",
+        ),
+        (
+            "[heartbeat]\nmin_std_deviation = \"0s\"",
+            "heartbeat.min_std_deviation",
+            "must be at least 1ms, found 0ns",
+        ),
+        (
+            "[heartbeat]\nmax_samples = 1",
+            "heartbeat.max_samples",
+            "must be at least 2, found 1",
+        ),
+        (
             "[remote]\ndial_allow_list = [\"10.0.0.0/33\"]",
             "remote.dial_allow_list",
             "\"10.0.0.0/33\"",
@@ -586,7 +607,7 @@ fn environment_overrides_file() {
     ]);
     let mut expected = SystemConfig::default();
     let mut heartbeat = HeartbeatConfig::default();
-    heartbeat.set_interval(Duration::from_secs(2));
+    heartbeat.set_interval(Duration::from_secs(2)).unwrap();
     expected
         .set_mailbox_capacity(200)
         .unwrap()
