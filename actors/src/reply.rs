@@ -30,7 +30,10 @@
 //! decoded it sends [`NoReply`] back on the reply path when its last
 //! handle is dropped unanswered (`SysWire::NoReply`).
 
-use std::{cell::RefCell, sync::Arc};
+use std::{
+    cell::{Cell, RefCell},
+    sync::Arc,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +89,13 @@ thread_local! {
     /// emptied at stop): drops are held here until the actor's task
     /// knows why they happened.
     static SINK: RefCell<Option<Deferred>> = const { RefCell::new(None) };
+    /// Set whenever the open sink may hold something (a drop was deferred
+    /// into it, or a non-empty one was opened or restored); cleared when
+    /// [`resolve_open`] empties it. `resolve_open` runs after every
+    /// handled message and nearly always finds nothing: this flag, with no
+    /// destructor, is one load, where the sink (a `RefCell` around a `Vec`)
+    /// cost about 60 instructions a message to borrow, take and drop.
+    static MAYBE_HELD: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The last handle to `slot` was dropped unanswered: deferred if a sink
@@ -94,6 +104,7 @@ pub(crate) fn unanswered(slot: Arc<dyn Unanswered>) {
     let slot = SINK.with(|s| match &mut *s.borrow_mut() {
         Some(held) => {
             held.push(slot);
+            MAYBE_HELD.set(true);
             None
         }
         None => Some(slot),
@@ -115,10 +126,16 @@ pub(crate) fn collect<R>(held: &mut Deferred, f: impl FnOnce() -> R) -> R {
     impl Drop for Scope<'_> {
         fn drop(&mut self) {
             let outer = self.outer.take();
+            if outer.as_ref().is_some_and(|o| !o.is_empty()) {
+                MAYBE_HELD.set(true);
+            }
             if let Some(ours) = SINK.with(|s| std::mem::replace(&mut *s.borrow_mut(), outer)) {
                 *self.held = ours;
             }
         }
+    }
+    if !held.is_empty() {
+        MAYBE_HELD.set(true);
     }
     let outer = SINK.with(|s| s.borrow_mut().replace(std::mem::take(held)));
     let _scope = Scope { held, outer };
@@ -128,8 +145,20 @@ pub(crate) fn collect<R>(held: &mut Deferred, f: impl FnOnce() -> R) -> R {
 /// Fails every slot held by the sink open on this thread (the actor
 /// task being polled) with `why`: after a handler returned `Ok`, what it
 /// dropped was dropped unanswered.
-#[inline]
+#[inline(always)]
 pub(crate) fn resolve_open(why: &NoReply) {
+    if MAYBE_HELD.get() {
+        resolve_held(why);
+    }
+}
+
+/// [`resolve_open`] when the open sink may hold something.
+#[cold]
+#[inline(never)]
+fn resolve_held(why: &NoReply) {
+    // Cleared before the slots are failed: a drop while failing them is
+    // deferred again and sets it.
+    MAYBE_HELD.set(false);
     let held = SINK.with(|s| match &mut *s.borrow_mut() {
         Some(held) if !held.is_empty() => std::mem::take(held),
         _ => Vec::new(),
@@ -211,5 +240,30 @@ mod tests {
         let c = Arc::new(Slot::default());
         unanswered(c.clone());
         assert_eq!(got(&c), Some(NoReply::Dropped));
+    }
+
+    #[test]
+    fn resolve_open_fails_what_earlier_polls_and_outer_sinks_held() {
+        let (a, b) = (Arc::new(Slot::default()), Arc::new(Slot::default()));
+        let mut held = Deferred::new();
+        // A poll defers a drop; outside any sink there is nothing to fail.
+        collect(&mut held, || unanswered(a.clone()));
+        resolve_open(&NoReply::Dropped);
+        assert_eq!((got(&a), held.len()), (None, 1));
+        // The task's next poll fails it.
+        collect(&mut held, || resolve_open(&NoReply::Dropped));
+        assert_eq!(got(&a), Some(NoReply::Dropped));
+        assert!(held.is_empty());
+        collect(&mut held, || {
+            unanswered(b.clone());
+            // A runtime driven from inside the handler: its own (empty)
+            // sink is resolved, then the outer one is open again.
+            let mut inner = Deferred::new();
+            collect(&mut inner, || resolve_open(&NoReply::Dropped));
+            assert_eq!(got(&b), None, "not in the sink that was open");
+            resolve_open(&NoReply::Dropped);
+        });
+        assert_eq!(got(&b), Some(NoReply::Dropped));
+        assert!(held.is_empty());
     }
 }
