@@ -420,9 +420,11 @@ struct Traffic {
     refused: AtomicU64,
 }
 
+/// Sends rounds numbered on from `t.rounds` (every change's rounds are
+/// above those of the changes before it, which entities have handled).
 async fn traffic(refs: Vec<EntityRef<Msg>>, period: Duration, t: Arc<Traffic>) {
     let mut next = tokio::time::Instant::now();
-    let mut round = 0;
+    let mut round = t.rounds.load(Ordering::Relaxed);
     while !t.stop.load(Ordering::Relaxed) {
         round += 1;
         for r in &refs {
@@ -573,12 +575,24 @@ async fn change(
         .iter()
         .map(|n| collect(n.name(), &n.sharding, log.clone()))
         .collect();
-    let flow = Arc::new(Traffic::default());
+    let first = book
+        .last_round
+        .iter()
+        .map(|r| r.load(Ordering::Relaxed))
+        .max()
+        .unwrap_or(0);
+    let flow = Arc::new(Traffic {
+        rounds: AtomicU64::new(first),
+        ..Traffic::default()
+    });
     let refs: Vec<EntityRef<Msg>> = (0..opts.entities)
         .map(|i| nodes[0].sharding.entity_ref(entity_id(i)))
         .collect();
     let sender = nodes[0].rt.spawn(traffic(refs, opts.round, flow.clone()));
-    until("traffic flows", || flow.rounds.load(Ordering::Relaxed) >= 2).await?;
+    until("traffic flows", || {
+        flow.rounds.load(Ordering::Relaxed) >= first + 2
+    })
+    .await?;
 
     // The change itself.
     let mut held = BTreeSet::new();
@@ -647,7 +661,6 @@ async fn change(
                 settled_round.and_then(|r| book.behind(r))
             );
         }
-        let rounds_now = flow.rounds.load(Ordering::Relaxed);
         let mut buffered = 0;
         let mut agree = true;
         let mut moving = false;
@@ -683,8 +696,9 @@ async fn change(
         if !agree {
             settled_round = None;
         } else if settled_round.is_none() {
-            // The round after the one in progress starts after this.
-            settled_round = Some(rounds_now + 2);
+            // Read after the views: the round after the one in progress
+            // starts after every view was seen to agree.
+            settled_round = Some(flow.rounds.load(Ordering::Relaxed) + 2);
         }
         if let Some(r) = settled_round
             && !moving
