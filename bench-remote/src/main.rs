@@ -5,8 +5,9 @@
 //! # Layout
 //! - `main.rs`: the options, their validation and the dispatch to a mode.
 //! - `modes/`: one file per mode (`burst` the default, `raw`, `compare`,
-//!   `rate`, `sweep`, `two_process`), plus `output`, the lines a single run
-//!   prints after the reference lines.
+//!   `rate`, `sweep`, `two_process`, and the `cluster` and `sharding`
+//!   subcommands), plus `output`, the lines a single run prints after the
+//!   reference lines.
 //! - `pacer`: the `--rate` generator's schedule and its lateness.
 //! - `pattern`: the message pattern (warm-up, markers, windows) as a state
 //!   machine, driven by an actor, a raw-transport task or the ceiling.
@@ -90,8 +91,11 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         probe_ms: u64,
     },
-    /// Cluster sharding in this process, each node on its own runtime over
-    /// loopback, every node hosting one entity type. From node 0: tells
+    /// Cluster sharding in this process: what `entity_ref`'s routing
+    /// costs, and how shards move when a node leaves, joins or is killed.
+    ///
+    /// Each node runs on its own runtime over loopback, and every node
+    /// hosts one entity type. From node 0: tells
     /// (`--messages`) and asks (`--asks`) to the entities through
     /// `entity_ref` against the same traffic to the entities' own refs
     /// looked up once, and the ratio; then, while a tell to every entity
