@@ -5,8 +5,9 @@
 //! # Layout
 //! - `main.rs`: the options, their validation and the dispatch to a mode.
 //! - `modes/`: one file per mode (`burst` the default, `raw`, `compare`,
-//!   `rate`, `sweep`, `two_process`), plus `output`, the lines a single run
-//!   prints after the reference lines.
+//!   `rate`, `sweep`, `two_process`, and the `cluster` and `sharding`
+//!   subcommands), plus `output`, the lines a single run prints after the
+//!   reference lines.
 //! - `pacer`: the `--rate` generator's schedule and its lateness.
 //! - `pattern`: the message pattern (warm-up, markers, windows) as a state
 //!   machine, driven by an actor, a raw-transport task or the ceiling.
@@ -89,6 +90,42 @@ enum Cmd {
         /// is five periods).
         #[arg(long, default_value_t = 200)]
         probe_ms: u64,
+    },
+    /// Cluster sharding in this process: what `entity_ref`'s routing
+    /// costs, and how shards move when a node leaves, joins or is killed.
+    ///
+    /// Each node runs on its own runtime over loopback, and every node
+    /// hosts one entity type. From node 0: tells
+    /// (`--messages`) and asks (`--asks`) to the entities through
+    /// `entity_ref` against the same traffic to the entities' own refs
+    /// looked up once, and the ratio; then, while a tell to every entity
+    /// goes out each `--round-ms`, a graceful leave of the last node, a
+    /// join of a new one, and a kill of node 1 (its runtime dropped: no
+    /// leave, no goodbye). For each: the time until the node's shards are
+    /// active elsewhere (join: until the shards it takes are active on
+    /// it), `sent = delivered + dropped + uncounted` for the tells sent
+    /// meanwhile (dropped: counted by the regions; uncounted: lost with
+    /// the killed node), and the most messages buffered at once. With
+    /// `--json`, one JSON line.
+    Sharding {
+        /// Nodes at the start (at least 3).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Entities, spread over 100 shards.
+        #[arg(long, default_value_t = 1000)]
+        entities: usize,
+        /// Asks timed each way, one at a time.
+        #[arg(long, default_value_t = 20_000)]
+        asks: u64,
+        /// The cluster's stable-after (how long a killed node is suspect
+        /// before it is downed) and sharding's down-removal margin, in
+        /// milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        stable_ms: u64,
+        /// Milliseconds between rounds of tells to every entity while
+        /// members change.
+        #[arg(long, default_value_t = 50)]
+        round_ms: u64,
     },
 }
 
@@ -392,6 +429,21 @@ const SENDER_ONLY: &[&str] = &[
     "plot",
 ];
 
+/// Options of the burst pattern that `sharding` would ignore: it sends
+/// its own messages between nodes it starts with their own secret.
+const SHARDING_IGNORES: &[&str] = &[
+    "burst",
+    "payload",
+    "in_flight",
+    "echo_all",
+    "raw_ceiling",
+    "plot",
+    "tls",
+    "secret_file",
+    "no_message_runs",
+    "stall_timeout",
+];
+
 /// The clap command with [`EXCLUSIVE`] applied and listed under `--help`.
 fn command() -> Command {
     let long = |id: &str| format!("--{}", id.replace('_', "-"));
@@ -405,9 +457,11 @@ fn command() -> Command {
     }
     let list = |ids: &[&str]| ids.iter().map(|id| long(id)).collect::<Vec<_>>().join(", ");
     refused.push_str(&format!(
-        "\n  receiver, sender with {}\n  receiver with {}\n  --tls-dir without receiver or sender",
+        "\n  receiver, sender, cluster, sharding with {}\n  receiver with {}\n  sharding with {}\n  \
+         --tls-dir without receiver or sender",
         list(EMBEDDED_ONLY),
-        list(SENDER_ONLY)
+        list(SENDER_ONLY),
+        list(SHARDING_IGNORES)
     ));
     EXCLUSIVE
         .iter()
@@ -474,7 +528,16 @@ fn refuse_ignored(cmd: &mut Command, m: &ArgMatches) -> Result<(), clap::Error> 
         return Ok(());
     };
     let sender_only = if name == "receiver" { SENDER_ONLY } else { &[] };
-    for &id in EMBEDDED_ONLY.iter().chain(sender_only) {
+    let sharding_ignores = if name == "sharding" {
+        SHARDING_IGNORES
+    } else {
+        &[]
+    };
+    for &id in EMBEDDED_ONLY
+        .iter()
+        .chain(sender_only)
+        .chain(sharding_ignores)
+    {
         if !given(sub, id) {
             continue;
         }
@@ -485,6 +548,8 @@ fn refuse_ignored(cmd: &mut Command, m: &ArgMatches) -> Result<(), clap::Error> 
         let long = format!("--{}", arg.get_long().expect("every run option is long"));
         let tip = if sender_only.contains(&id) {
             format!("a receiver echoes whatever its senders send; pass {long} to `sender`")
+        } else if matches!(name, "cluster" | "sharding") {
+            format!("`{name}` starts its own nodes and sends its own messages; drop {long}")
         } else if id == "layout" {
             "each process has its own runtime; --layout places the two embedded nodes".to_owned()
         } else {
@@ -574,6 +639,24 @@ fn real_main() -> Result<()> {
                 )
                 .await
             }
+            Some(Cmd::Sharding {
+                nodes,
+                entities,
+                asks,
+                stable_ms,
+                round_ms,
+            }) => {
+                modes::sharding::run(&modes::sharding::Opts {
+                    nodes: *nodes,
+                    entities: *entities,
+                    tells: cli.run.messages,
+                    asks: *asks,
+                    stable: std::time::Duration::from_millis(*stable_ms),
+                    round: std::time::Duration::from_millis(*round_ms),
+                    json: cli.run.json,
+                })
+                .await
+            }
             None if cli.run.sweep => modes::sweep::run(&recv, &cli.run).await,
             None if cli.run.rate.is_some() => modes::rate::run(&recv, &cli.run).await,
             None if cli.run.compare.is_some() => modes::compare::run(&recv, &cli.run).await,
@@ -603,7 +686,8 @@ mod tests {
             .iter()
             .flat_map(|&(a, b, _)| [a, b])
             .chain(EMBEDDED_ONLY.iter().copied())
-            .chain(SENDER_ONLY.iter().copied());
+            .chain(SENDER_ONLY.iter().copied())
+            .chain(SHARDING_IGNORES.iter().copied());
         for id in ids {
             let arg = cmd
                 .get_arguments()

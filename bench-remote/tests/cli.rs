@@ -864,3 +864,174 @@ fn cluster_reports_suspect_and_restart_times() {
         assert!(v > 0.0 && v < 120_000.0, "{key} = {v}: {line}");
     }
 }
+
+/// The figures of one `sharding` move line.
+struct MoveLine {
+    shards: u64,
+    ms: u64,
+    aside_ms: Option<u64>,
+    sent: u64,
+    delivered: u64,
+    dropped: u64,
+    uncounted: i64,
+}
+
+/// Finds the line of change `what` (`leave`, `join`, `kill`) and checks
+/// that its counts add up.
+fn move_line(out: &str, what: &str) -> MoveLine {
+    let re = Regex::new(&format!(
+        r"^{what} .*?(?: holding (\d+) shards)?: (?:(\d+) shards rebalanced onto it|active elsewhere) after (\d+) ms(?: \([a-z ]+ after (\d+) ms\))?; sent (\d+) = delivered (\d+) \+ dropped (\d+) \+ uncounted (-?\d+); peak buffered (\d+); dead letters on the other nodes (\d+)$"
+    ))
+    .unwrap();
+    let c = out
+        .lines()
+        .find_map(|l| re.captures(l))
+        .unwrap_or_else(|| panic!("no {what} line in:\n{out}"));
+    let n = |i: usize| c.get(i).map(|m| m.as_str().parse::<u64>().unwrap());
+    let m = MoveLine {
+        shards: n(1).or(n(2)).unwrap(),
+        ms: n(3).unwrap(),
+        aside_ms: n(4),
+        sent: n(5).unwrap(),
+        delivered: n(6).unwrap(),
+        dropped: n(7).unwrap(),
+        uncounted: c[8].parse().unwrap(),
+    };
+    assert_eq!(
+        m.sent as i64,
+        m.delivered as i64 + m.dropped as i64 + m.uncounted,
+        "{what}: the counts add up:\n{out}"
+    );
+    assert!(m.sent > 0, "{what}: traffic flowed:\n{out}");
+    m
+}
+
+/// `sharding` on three small nodes prints the indirection rates and, for
+/// a leave, a join and a kill, the move time and where every message sent
+/// meanwhile went: all delivered on a leave and a join; on a kill,
+/// nothing delivered twice and the shards active again only after the
+/// down-removal margin.
+#[test]
+fn sharding_reports_indirection_and_moves_whose_counts_add_up() {
+    let (ok, out, err) = run(&[
+        "sharding",
+        "--nodes",
+        "3",
+        "--entities",
+        "100",
+        "--messages",
+        "2000",
+        "--asks",
+        "200",
+        "--stable-ms",
+        "1000",
+    ]);
+    assert!(ok, "bench-remote sharding failed:\n{out}\n{err}");
+    assert!(
+        Regex::new(r"(?m)^sharding: 3 nodes .*, 100 entities in 100 shards; .*margin 1000 ms")
+            .unwrap()
+            .is_match(&out),
+        "no header line:\n{out}"
+    );
+    let rates = |kind: &str, count: &str, unit: &str| {
+        let re = Regex::new(&format!(
+            r"(?m)^{kind}, {count} one [a-z ]+: through entity_ref (\d+){unit}.*, to refs resolved once (\d+){unit}.*, indirection ([\d.]+)x$"
+        ))
+        .unwrap();
+        let c = re
+            .captures(&out)
+            .unwrap_or_else(|| panic!("no {kind} line:\n{out}"));
+        let (by_entity, resolved, ratio) = (
+            c[1].parse::<f64>().unwrap(),
+            c[2].parse::<f64>().unwrap(),
+            c[3].parse::<f64>().unwrap(),
+        );
+        assert!(by_entity > 0.0 && resolved > 0.0, "{out}");
+        // The ratio is of the unrounded rates.
+        assert!(
+            (ratio - resolved / by_entity).abs() <= 0.01 + 0.01 * ratio,
+            "{kind}: {ratio} vs {resolved}/{by_entity}"
+        );
+    };
+    rates("tell", "2000", " msg/s");
+    rates("ask", "200", "/s");
+    for what in ["leave", "join"] {
+        let m = move_line(&out, what);
+        assert!(m.shards > 0, "{what}: shards moved:\n{out}");
+        assert_eq!(
+            (m.delivered, m.dropped, m.uncounted),
+            (m.sent, 0, 0),
+            "{what}: every message delivered:\n{out}"
+        );
+    }
+    assert!(move_line(&out, "leave").aside_ms.is_some(), "{out}");
+    let kill = move_line(&out, "kill");
+    assert!(kill.shards > 0 && kill.delivered > 0, "{out}");
+    assert!(kill.uncounted >= 0, "nothing delivered twice:\n{out}");
+    // Down only after the stable-after, active only after the margin.
+    let down = kill.aside_ms.expect("the kill line says when it was down");
+    assert!(down >= 1000 && kill.ms >= down, "{out}");
+}
+
+/// `sharding --json` prints one JSON line with every figure.
+#[test]
+fn sharding_json_has_every_figure() {
+    let (ok, out, err) = run(&[
+        "--json",
+        "sharding",
+        "--nodes",
+        "3",
+        "--entities",
+        "30",
+        "--messages",
+        "500",
+        "--asks",
+        "50",
+        "--stable-ms",
+        "1000",
+    ]);
+    assert!(ok, "bench-remote sharding failed:\n{out}\n{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line:\n{out}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON object");
+    assert_eq!(v["nodes"], 3, "{line}");
+    assert_eq!(v["entities"], 30, "{line}");
+    for key in ["tell_ratio", "ask_ratio", "tell_entity_ref_per_sec"] {
+        assert!(
+            v["indirection"][key].as_f64().is_some_and(|x| x > 0.0),
+            "{key}: {line}"
+        );
+    }
+    let moves = v["moves"].as_array().expect("moves");
+    let kinds: Vec<&str> = moves.iter().filter_map(|m| m["change"].as_str()).collect();
+    assert_eq!(kinds, ["leave", "join", "kill"], "{line}");
+    for m in moves {
+        let n = |k: &str| m[k].as_i64().unwrap_or_else(|| panic!("{k}: {line}"));
+        assert_eq!(
+            n("sent"),
+            n("delivered") + n("dropped") + n("uncounted"),
+            "{m}"
+        );
+    }
+}
+
+/// Options of the burst pattern are refused by `sharding`, with a tip.
+#[test]
+fn sharding_refuses_options_it_would_ignore() {
+    for opt in [&["--payload", "10"][..], &["--tls"], &["--pairs", "2"]] {
+        let mut args = vec!["sharding"];
+        args.extend_from_slice(opt);
+        assert_refused(
+            &args,
+            &[
+                &format!("the subcommand 'sharding' cannot be used with '{}", opt[0]),
+                &format!(
+                    "`sharding` starts its own nodes and sends its own messages; drop {}",
+                    opt[0]
+                ),
+            ],
+        );
+    }
+}

@@ -12,6 +12,8 @@
 //! - `two_process`: the `receiver` and `sender` subcommands.
 //! - `cluster`: the `cluster` subcommand, membership convergence and
 //!   failure detection.
+//! - `sharding`: the `sharding` subcommand, the cost of `entity_ref`'s
+//!   indirection and how shards move on leave, join and kill.
 //! - `output`: what a single run prints after the reference lines
 //!   (percentiles, drops, transport counters, ceiling, plot, JSON).
 
@@ -21,5 +23,6 @@ pub mod compare;
 pub mod output;
 pub mod rate;
 pub mod raw;
+pub mod sharding;
 pub mod sweep;
 pub mod two_process;
