@@ -63,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
 pub(crate) use association::Association;
+pub(crate) use budget::Charge;
 pub use budget::PeerMemory;
 pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
