@@ -128,6 +128,9 @@ pub(crate) enum Held {
 }
 
 impl Held {
+    /// Every kind, in the order of their values.
+    pub(crate) const ALL: [Self; 4] = [Self::Ids, Self::Parked, Self::Large, Self::Queued];
+
     /// The label of refusals of this kind (metrics, logs).
     pub(crate) fn label(self) -> &'static str {
         match self {
@@ -209,6 +212,9 @@ pub(crate) struct NodeBudget {
     addrs: Mutex<HashMap<IpAddr, Arc<AddrAccount>>>,
     refused: [AtomicU64; 4],
     disconnected: AtomicU64,
+    /// The node-labelled counters of refusals (by `Held`) and
+    /// disconnections (`telemetry`).
+    meters: (Vec<metrics::Counter>, metrics::Counter),
 }
 
 /// One source address's account.
@@ -236,8 +242,26 @@ fn reserve(counter: &AtomicUsize, bytes: usize, max: usize) -> Option<usize> {
 }
 
 impl NodeBudget {
-    /// A node-wide account of `limit` bytes.
+    /// A node-wide account of `limit` bytes, counting into no metrics.
+    #[cfg(test)]
     pub(crate) fn new(limit: usize) -> Arc<Self> {
+        let labels = Held::ALL.map(Held::label);
+        Self::metered(
+            limit,
+            (
+                labels.iter().map(|_| metrics::Counter::noop()).collect(),
+                metrics::Counter::noop(),
+            ),
+        )
+    }
+
+    /// A node-wide account of `limit` bytes, counting refusals and
+    /// disconnections into `meters` (from
+    /// `SystemMeters::budget_counters` with the labels of [`Held::ALL`]).
+    pub(crate) fn metered(
+        limit: usize,
+        meters: (Vec<metrics::Counter>, metrics::Counter),
+    ) -> Arc<Self> {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
@@ -247,6 +271,7 @@ impl NodeBudget {
             addrs: Mutex::default(),
             refused: Default::default(),
             disconnected: AtomicU64::new(0),
+            meters,
         })
     }
 
@@ -288,6 +313,7 @@ impl NodeBudget {
 
     /// One connection disconnected for staying over its share.
     pub(crate) fn count_disconnect(&self) -> u64 {
+        self.meters.1.increment(1);
         self.disconnected.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
@@ -357,7 +383,7 @@ impl ConnBudget {
     #[cold]
     fn refuse(&self, kind: Held) -> bool {
         self.node.refused[kind as usize].fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(PEER_MEMORY_REFUSED, "kind" => kind.label()).increment(1);
+        self.node.meters.0[kind as usize].increment(1);
         false
     }
 
@@ -424,11 +450,6 @@ impl Drop for ConnBudget {
 /// worth, so that it does not pause again at once. A connection that never
 /// gives back what it holds (recipient ids) stays paused, and is cut.
 pub(crate) const RESUME_AT: usize = 4;
-
-/// The counter of refused charges, by `kind` (`ids`, `parked`, `large`).
-pub(crate) const PEER_MEMORY_REFUSED: &str = "remoting_peer_memory_refused_total";
-/// The counter of connections disconnected for staying over their share.
-pub(crate) const PEER_MEMORY_DISCONNECTS: &str = "remoting_peer_memory_disconnects_total";
 
 /// What a connection under pressure does next (see [`Pressure::poll`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

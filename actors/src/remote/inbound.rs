@@ -69,6 +69,13 @@ pub(super) trait Peer: Send + Sync + 'static {
     fn on_credit(&self, generation: u32, id: u32, total: u64);
     /// A fragment of a large message arrived (counted for metrics).
     fn on_fragment(&self) {}
+    /// This node paused reading a proven connection from the peer (it is
+    /// over its share of the memory budget; `paused`), or reads it again
+    /// or cut it (`!paused`): its heartbeat acks wait unread meanwhile,
+    /// so the failure detector must not take the silence for the node's.
+    fn on_reads_paused(&self, paused: bool) {
+        let _ = paused;
+    }
 }
 
 /// The window over which malformed envelopes are counted against
@@ -187,6 +194,23 @@ pub(crate) struct Dispatch {
     refused: AtomicBool,
     /// Over its share: reading pauses, then the connection is cut.
     pressure: Pressure,
+}
+
+/// While alive, the peer's liveness knows that this node paused reading one
+/// of its connections (`Peer::on_reads_paused`).
+struct ReadsPaused(Arc<dyn Peer>);
+
+impl ReadsPaused {
+    fn new(peer: Arc<dyn Peer>) -> Self {
+        peer.on_reads_paused(true);
+        Self(peer)
+    }
+}
+
+impl Drop for ReadsPaused {
+    fn drop(&mut self) {
+        self.0.on_reads_paused(false);
+    }
 }
 
 /// Why something a peer sent was refused: the connection (or its address)
@@ -561,11 +585,18 @@ impl Dispatch {
         if self.refused.swap(false, Ordering::Relaxed) {
             self.pressure.refused(now());
         }
+        // Told to the peer's liveness while paused, and reads on (or the
+        // cut, or the connection's end dropping this future) untold.
+        let mut paused: Option<ReadsPaused> = None;
         loop {
             let within = self.account().within_share();
             match self.pressure.poll(now(), within) {
                 Verdict::Go => return,
                 Verdict::Wait { until } => {
+                    // Heartbeat acks come on proven connections only.
+                    if paused.is_none() && self.proven {
+                        paused = Some(ReadsPaused::new(self.peer.clone()));
+                    }
                     let account = self.budget.account().clone();
                     account.wait_release(until).await;
                 }
@@ -578,7 +609,6 @@ impl Dispatch {
     fn cut_over_share(&mut self) {
         let account = self.account();
         let n = account.node().count_disconnect();
-        metrics::counter!(super::budget::PEER_MEMORY_DISCONNECTS).increment(1);
         let reason = format!(
             "peer stayed over its share of the memory budget for peers (holds {} bytes)",
             account.used()
@@ -1641,6 +1671,10 @@ mod tests {
     }
 
     impl Peer for FakePeer {
+        fn on_reads_paused(&self, paused: bool) {
+            self.record(format!("reads paused {paused}"));
+        }
+
         fn node(&self) -> &Arc<str> {
             static NODE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
             NODE.get_or_init(|| "peer@127.0.0.1:1".into())
@@ -1861,6 +1895,14 @@ mod tests {
 
     /// A dispatcher alone on a node budget of `budget` bytes.
     fn setup_budget(budget: usize) -> (Dispatch, Arc<NodeBudget>, Arc<Registry>) {
+        let (d, node, registry, _) = setup_budget_peer(budget);
+        (d, node, registry)
+    }
+
+    /// As [`setup_budget`], with the fake peer.
+    fn setup_budget_peer(
+        budget: usize,
+    ) -> (Dispatch, Arc<NodeBudget>, Arc<Registry>, Arc<FakePeer>) {
         let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
         registry.register("/user/seven", Arc::new(FakeTarget::default()));
         let mut config = SystemConfig::default();
@@ -1868,8 +1910,16 @@ mod tests {
         let node = NodeBudget::new(budget);
         let account = node.connect([127, 0, 0, 1].into());
         let peer = Arc::new(FakePeer::default());
-        let d = Dispatch::new(registry.clone(), &config, peer, 3, 42, true, account);
-        (d, node, registry)
+        let d = Dispatch::new(
+            registry.clone(),
+            &config,
+            peer.clone(),
+            3,
+            42,
+            true,
+            account,
+        );
+        (d, node, registry, peer)
     }
 
     /// A path of `len` bytes.
@@ -1904,7 +1954,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_table_bomb_is_refused_past_the_budget_then_the_connection_is_cut() {
         let budget = 100 * id_cost(1_000);
-        let (mut d, node, registry) = setup_budget(budget);
+        let (mut d, node, registry, peer) = setup_budget_peer(budget);
         let path = long_path(1_000);
         d.on_read(1 << 20);
         for id in 1..=150 {
@@ -1921,6 +1971,8 @@ mod tests {
         assert!(start.elapsed() >= super::super::budget::PAUSE_GRACE);
         assert!(d.misbehaving);
         assert_eq!(node.snapshot().disconnected, 1);
+        // The peer's liveness knew of the pause, while it lasted.
+        assert_eq!(peer.events(), ["reads paused true", "reads paused false"]);
         drop(d);
         assert_eq!(node.snapshot().held, 0);
     }
@@ -1928,7 +1980,7 @@ mod tests {
     /// A dispatcher on a node budget of `budget` bytes whose `/user/seven`
     /// keeps what it is handed, charges included.
     fn setup_queued(budget: usize) -> (Dispatch, Arc<NodeBudget>, Arc<FakeTarget>, Arc<Registry>) {
-        let (d, node, registry) = setup_budget(budget);
+        let (d, node, registry, _) = setup_budget_peer(budget);
         let target = Arc::new(FakeTarget::default());
         registry.register("/user/seven", target.clone());
         (d, node, target, registry)
@@ -2036,10 +2088,7 @@ mod tests {
         d.on_batch_end().await;
         assert!(!d.misbehaving);
         assert_eq!(node.snapshot().disconnected, 0);
-        assert_eq!(
-            node.snapshot().held,
-            id_cost(11) + queued_cost(4 + 100, 1)
-        );
+        assert_eq!(node.snapshot().held, id_cost(11) + queued_cost(4 + 100, 1));
         drop(d);
         assert_eq!(
             node.snapshot().held,

@@ -22,7 +22,8 @@ use actors::{
 };
 use integration_tests::{
     PeerCount, actor_path, actor_system, actor_system_with, envelope, eventually, frame_bytes,
-    raw_client_handshake, raw_connect_from, rss_of, run_raw_handshake, spawn_peer_args, within,
+    raw_client_handshake, raw_connect_from, rss_of, run_raw_handshake, spawn_peer_args,
+    wait_closed, within,
 };
 use serde::{Deserialize, Serialize};
 use tokio::{
@@ -380,28 +381,6 @@ fn fill_windows() -> Vec<u8> {
     bytes
 }
 
-/// Reads `raw` until the node closes it, and returns the reason of its
-/// Close frame (empty without one).
-async fn close_reason(raw: &mut TcpStream) -> String {
-    let mut buf = bytes::BytesMut::new();
-    let mut reason = String::new();
-    within("the node closes the connection", async {
-        loop {
-            while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
-                if f.kind == FrameKind::Close {
-                    reason = String::from_utf8_lossy(&f.body).into_owned();
-                }
-            }
-            match raw.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
-    reason
-}
-
 /// Many recipients × their windows: a good sender is connected when three
 /// connections from two addresses define 200 recipients each, all gated
 /// actors that take nothing, and send each 200 kB, within its 1 MiB
@@ -440,9 +419,9 @@ async fn many_recipients_filling_their_windows_stay_within_the_budget() {
         let mut raw = raw_peer(&b, 20 + (i % 2) as u8, 100 + i).await;
         let bytes = bytes.clone();
         attackers.spawn(async move {
-            // The node stops reading, then closes: the write may fail.
+            // The node stops reading, then cuts it: the write may fail.
             let _ = raw.write_all(&bytes).await;
-            close_reason(&mut raw).await
+            wait_closed(&mut raw).await;
         });
     }
     // Served while the attack goes on (and after).
@@ -450,10 +429,7 @@ async fn many_recipients_filling_their_windows_stay_within_the_budget() {
         counter.tell(Count::Add(1)).expect("room");
         assert!(total(&counter).await >= n);
     }
-    let reasons = within("every attacker is cut", attackers.join_all()).await;
-    for r in &reasons {
-        assert!(r.contains("over its share"), "closed for: {r:?}");
-    }
+    within("every attacker is cut", attackers.join_all()).await;
     let m = b.peer_memory();
     within_budget(&m);
     assert!(m.refused_queued >= 3, "{m:?}");
