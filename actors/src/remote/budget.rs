@@ -94,23 +94,23 @@ pub(crate) fn share(limit: usize, active: usize) -> usize {
 }
 
 /// What one batch of remote messages costs while it waits for its actor
-/// beside its records' bytes: its mailbox entry (56 bytes), the buffer's
-/// shared header and the allocator's rounding. Measured with
-/// `measure_queued_cost` below the budget tests (a node process's
-/// `VmRSS`, batches for blocked actors); see [`queued_cost`].
+/// beside the buffer it keeps alive: its mailbox entry (56 bytes), the
+/// buffer's shared header and the allocator's rounding, and the growth of
+/// an idle mailbox's queue. Measured on a node process's `VmRSS` with
+/// batches for blocked actors (`budget::measure_what_waiting_batches_cost`
+/// in the integration tests): 141 bytes a batch of one 6-byte message,
+/// 283 for the first batch of an idle mailbox; see [`queued_cost`].
 pub(crate) const BATCH_COST: usize = 256;
 
-/// What one record of a waiting batch costs beside its bytes: its length
-/// prefix is among them already, so nothing; kept as a named term so that
-/// the measured figure is stated where the cost is computed.
-pub(crate) const RECORD_COST: usize = 0;
-
-/// The cost charged for a batch of `n` records in `len` bytes waiting for
-/// an actor, from the moment it is queued (or parked) until the actor has
-/// handled its messages (see [`Charge`]).
+/// The cost charged for a batch waiting for an actor whose buffer keeps
+/// `held` bytes alive (its records' bytes, and the room left
+/// in its allocation: measured, a 6-byte record in a batch of many holds
+/// about 10 bytes, a 10 kB message 12.6 kB), from the moment it is queued
+/// (or parked) until the actor has handled its messages (see [`Charge`]).
+/// A record's own cost is in its bytes: its length prefix is among them.
 #[inline]
-pub(crate) fn queued_cost(len: usize, n: usize) -> usize {
-    len + n * RECORD_COST + BATCH_COST
+pub(crate) fn queued_cost(held: usize) -> usize {
+    held + BATCH_COST
 }
 
 /// What a charge is for: the counters of refusals name it.

@@ -1145,7 +1145,7 @@ impl Dispatch {
             } else {
                 Held::Queued
             };
-            let Some(mut charge) = self.charge(kind, queued_cost(batch.len(), 1)) else {
+            let Some(mut charge) = self.charge(kind, queued_cost(batch.len())) else {
                 self.dead(
                     target.manifest_name(),
                     &self.registry().path(&path),
@@ -1249,7 +1249,7 @@ impl Dispatch {
             } else {
                 (run.buf.split().freeze(), len + spare)
             };
-            let cost = queued_cost(held, run.n);
+            let cost = queued_cost(held);
             let b = ParkedBatch {
                 n: std::mem::take(&mut run.n),
                 credit: std::mem::take(&mut run.credit),
@@ -1998,7 +1998,7 @@ mod tests {
         d.on_batch_end().await;
         // Two records of `[len u32][payload]`.
         let ids = id_cost("/user/seven".len());
-        assert_eq!(node.snapshot().held, ids + queued_cost(4 + 3 + 4 + 2, 2));
+        assert_eq!(node.snapshot().held, ids + queued_cost(4 + 3 + 4 + 2));
         assert_eq!(
             target.charges.lock().unwrap().len(),
             1,
@@ -2014,7 +2014,7 @@ mod tests {
         d.on_frame_ref(FrameKind::Message, &envelope(1, None, 7, b"f"));
         d.on_batch_end().await;
         drop(d);
-        assert_eq!(node.snapshot().held, queued_cost(5, 1));
+        assert_eq!(node.snapshot().held, queued_cost(5));
         target.charges.lock().unwrap().clear();
         let s = node.snapshot();
         assert_eq!((s.held, s.connections, s.refused_queued), (0, 0, 0));
@@ -2024,7 +2024,7 @@ mod tests {
     async fn batches_past_the_share_are_dead_letters_and_the_connection_pauses_then_is_cut() {
         // Room for the id and three batches of one 1 kB message (each
         // copied out of its read's buffer, so charged its own size).
-        let budget = id_cost("/user/seven".len()) + 3 * queued_cost(1_004, 1) + 100;
+        let budget = id_cost("/user/seven".len()) + 3 * queued_cost(1_004) + 100;
         let (mut d, node, target, registry) = setup_queued(budget);
         let payload = vec![9u8; 1_000];
         for i in 0..4 {
@@ -2088,11 +2088,11 @@ mod tests {
         d.on_batch_end().await;
         assert!(!d.misbehaving);
         assert_eq!(node.snapshot().disconnected, 0);
-        assert_eq!(node.snapshot().held, id_cost(11) + queued_cost(4 + 100, 1));
+        assert_eq!(node.snapshot().held, id_cost(11) + queued_cost(4 + 100));
         drop(d);
         assert_eq!(
             node.snapshot().held,
-            queued_cost(4 + 100, 1),
+            queued_cost(4 + 100),
             "the delivered message waits for its actor"
         );
     }
