@@ -128,6 +128,10 @@ pub(super) fn run_records(mut b: &[u8]) -> Result<usize, &'static str> {
 /// A large message's recipient path and target.
 type LargeTarget = (Arc<str>, Arc<dyn Target>);
 
+/// A large message held for a full mailbox: its recipient's path and
+/// target, the one-record batch, and its charge.
+type HeldLarge = (Arc<str>, Arc<dyn Target>, Bytes, Charge);
+
 /// A connection's inbound side (the transport's [`Handler`]).
 pub(crate) struct Dispatch {
     registry: Arc<Registry>,
@@ -224,7 +228,7 @@ const OVER_SHARE: &str = "the peer holds its share of SystemConfig::set_peer_mem
 /// next (the large lane is paced by acks, not by credit).
 #[derive(Default)]
 struct LargeHold {
-    queue: VecDeque<(Arc<str>, Arc<dyn Target>, Bytes, Charge)>,
+    queue: VecDeque<HeldLarge>,
     /// The ack not sent because something is held.
     ack: Option<(u32, u32)>,
     active: bool,
