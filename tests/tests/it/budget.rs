@@ -660,3 +660,95 @@ async fn measure_what_waiting_batches_cost() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A node paused reading a connection it dialed, since the peer at the
+/// other end went over its share (it filled the windows of 200 gated
+/// actors): the heartbeat acks behind the peer's messages wait unread, and
+/// the node must not take that silence (its own doing) for the peer's and
+/// judge it unreachable, with an acceptable pause (2 s) below the budget's
+/// grace (5 s). The peer is a raw socket that `b` dials (a connection `b`
+/// dialed is proven, and carries its heartbeats), answering every
+/// heartbeat it reads in order with the rest it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_connection_is_not_judged_unreachable_for_its_silence() {
+    let mut hb = actors::HeartbeatConfig::default();
+    hb.set_interval(Duration::from_millis(100))
+        .set_acceptable_pause(Duration::from_secs(2));
+    let mut config = SystemConfig::default();
+    config.set_heartbeat(hb);
+    config.set_peer_memory_budget(BUDGET).unwrap();
+    let b = actor_system_with("b", config).await;
+    let (_open, gate) = watch::channel(false);
+    for r in 0..RECIPIENTS {
+        let gated = Gated {
+            gate: gate.clone(),
+            got: Arc::default(),
+        };
+        b.spawn_named(&format!("gated-{r}"), gated).expect("free");
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let node = format!("raw@{}", listener.local_addr().expect("bound"));
+    let mut events = b.subscribe_remote_events();
+    // Makes `b` dial the raw node (the resolve is never answered).
+    let _resolving = tokio::spawn({
+        let (b, path) = (b.clone(), format!("tcp://{node}/user/x"));
+        async move { b.resolve::<Count>(&path).await }
+    });
+    let (mut stream, _) = within("b dials the raw node", listener.accept())
+        .await
+        .expect("accepted");
+    let hs = integration_tests::raw_side_handshake(
+        Hello {
+            uid: 0x5eed_0002,
+            addr: node.clone(),
+        },
+        transport::auth::Role::Listener,
+    );
+    let (_, mut buf) = run_raw_handshake(&mut stream, hs).await;
+    let (mut rd, mut wr) = stream.into_split();
+    let (out, mut queue) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    // One writer: the flood and the acks go out in the order they are
+    // queued, and wait together while `b` does not read.
+    tokio::spawn(async move {
+        while let Some(bytes) = queue.recv().await {
+            if wr.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let acks = out.clone();
+    let answered = Arc::new(AtomicU64::new(0));
+    let counted = answered.clone();
+    tokio::spawn(async move {
+        loop {
+            while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                if f.kind == FrameKind::Heartbeat {
+                    let _ = acks.send(frame_bytes(FrameKind::HeartbeatAck, &f.body));
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            match rd.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    });
+    // Ten answered heartbeats first: the detector has a history.
+    eventually("b's heartbeats are answered", || {
+        answered.load(Ordering::Relaxed) >= 10
+    })
+    .await;
+    out.send(fill_windows()).expect("the writer runs");
+    eventually("b pauses, then cuts, the raw node's connection", || {
+        b.peer_memory().disconnected >= 1
+    })
+    .await;
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, actors::RemoteEvent::Unreachable { .. }),
+            "judged unreachable while its reads were paused: {e:?}"
+        );
+    }
+}
