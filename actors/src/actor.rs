@@ -27,6 +27,7 @@ use crate::{
     },
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
+    remote::Charge,
     reply::{self, NoReply},
     serialization::{RemoteMessage, decoders, manifests, with_decode_scope},
     supervision::{
@@ -891,7 +892,7 @@ fn drop_unhandled<M: Send + 'static>(
     let mut left = 0;
     for queued in user.drain(..) {
         left += queued.count() as u64;
-        let (Queued::Batch(bytes, _), Some(decoders)) = (queued, decoders) else {
+        let (Queued::Batch(bytes, _, _charge), Some(decoders)) = (queued, decoders) else {
             continue;
         };
         let decode_all = || {
@@ -1052,6 +1053,12 @@ struct Runner<A: Actor> {
     /// of plain records never looks here but once, when `decoded` is
     /// empty.
     traced: VecDeque<(A::Msg, Option<TraceContext>)>,
+    /// The charge of the last remote batch taken whole (`budget::Charge`):
+    /// held while its decoded messages wait in `decoded` and `traced`, and
+    /// given back when the next batch is taken or nothing is left, so that
+    /// what a peer's bytes became stays charged to its connection until
+    /// the actor has handled it.
+    held: Charge,
     /// Counts this actor alive until the task ends (or is dropped), and
     /// its mailbox depth and handling time when a recorder is installed.
     meter: crate::telemetry::ActorMeter,
@@ -1073,6 +1080,7 @@ impl<A: Actor> Runner<A> {
             sys,
             decoded,
             traced,
+            held,
             meter,
             handling,
         } = self;
@@ -1168,6 +1176,8 @@ impl<A: Actor> Runner<A> {
                     match user.pop_front() {
                         None => {
                             *handling = false;
+                            // Every message of the last batch is handled.
+                            *held = Charge::default();
                             break;
                         }
                         Some(Queued::Local(m)) => m,
@@ -1180,7 +1190,7 @@ impl<A: Actor> Runner<A> {
                             m
                         }
                         Some(Queued::Stop) => return Outcome::Stop(StopReason::Stopped),
-                        Some(Queued::Batch(bytes, n)) => {
+                        Some(Queued::Batch(bytes, n, charge)) => {
                             let decoders = cell.decode.get().expect(
                                 "remote messages reach only registered actors, which have a decoder",
                             );
@@ -1233,19 +1243,23 @@ impl<A: Actor> Runner<A> {
                                 None => decode_slice(),
                             };
                             *handling = true;
-                            if slice.cut {
-                                if slice.end < bytes.len() {
-                                    // The rest waits, undecoded, until
-                                    // this slice is handled.
-                                    user.push_front(Queued::Batch(
-                                        bytes.slice(slice.end..),
-                                        n.saturating_sub(slice.records),
-                                    ));
+                            if slice.cut && slice.end < bytes.len() {
+                                // The rest waits, undecoded, until this
+                                // slice is handled, and keeps the charge.
+                                user.push_front(Queued::Batch(
+                                    bytes.slice(slice.end..),
+                                    n.saturating_sub(slice.records as u32),
+                                    charge,
+                                ));
+                            } else {
+                                // Held until this slice is handled (the
+                                // last batch's goes now).
+                                *held = charge;
+                                if !slice.cut && slice.end < bytes.len() {
+                                    // A graceful stop from another node:
+                                    // after the messages decoded before it.
+                                    stop_in_batch(user, &bytes, slice.end);
                                 }
-                            } else if slice.end < bytes.len() {
-                                // A graceful stop from another node: after
-                                // the messages decoded before it.
-                                stop_in_batch(user, &bytes, slice.end);
                             }
                             continue;
                         }
@@ -1403,6 +1417,7 @@ async fn run_actor<A: Actor>(
         sys: VecDeque::new(),
         decoded: VecDeque::new(),
         traced: VecDeque::new(),
+        held: Charge::default(),
         meter,
         handling: false,
     };
@@ -1552,6 +1567,7 @@ async fn run_actor<A: Actor>(
     reply::collect(&mut held, || {
         run.decoded.clear();
         run.traced.clear();
+        run.held = Charge::default();
         left += drop_unhandled(&mut run.user, run.cell.decode.get(), run.scope.as_ref());
     });
     run.registry.dead_letters_n(

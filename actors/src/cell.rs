@@ -22,6 +22,7 @@ use crate::{
     mailbox::{Mailbox, Refused, SystemMsg, next_record_ext},
     path::ActorPath,
     registry::{Registry, Target},
+    remote::Charge,
     reply::{NoReply, Unanswered},
     serialization::{
         Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,
@@ -95,8 +96,8 @@ impl<M: RemoteMessage> Target for Cell<M> {
         M::MANIFEST
     }
 
-    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
-        self.mailbox.push_batch(batch, n)
+    fn push_batch(&self, batch: &Bytes, n: usize, charge: &mut Charge) -> Result<(), Refused> {
+        self.mailbox.push_batch(batch, n, charge)
     }
 
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -185,7 +186,7 @@ impl<M: RemoteMessage> Target for Promise<M> {
         M::MANIFEST
     }
 
-    fn push_batch(&self, batch: &Bytes, _n: usize) -> Result<(), Refused> {
+    fn push_batch(&self, batch: &Bytes, _n: usize, _: &mut Charge) -> Result<(), Refused> {
         let Some(registry) = self.registry.upgrade() else {
             // The asking system is gone; so is the ask.
             return Ok(());

@@ -26,7 +26,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::{lifecycle::Terminated, supervision::ChildEvent, timer::TimerKey};
+use crate::{lifecycle::Terminated, remote::Charge, supervision::ChildEvent, timer::TimerKey};
 
 /// What sits in a mailbox: a message, a batch of remote messages that
 /// arrived in one socket read (which the actor's own task decodes), a
@@ -35,10 +35,13 @@ use crate::{lifecycle::Terminated, supervision::ChildEvent, timer::TimerKey};
 ///
 /// A batch is one buffer of `[len u32 LE][payload]` records: one
 /// reference-counted allocation per read, not one per message, so the
-/// reader's and the actor's cores do not trade a counter per message.
+/// reader's and the actor's cores do not trade a counter per message. It
+/// holds its count of records and the charge on the sending connection's
+/// share of the node's budget for peers (`budget::Charge`), given back
+/// when the actor is done with it or it is dropped.
 pub(crate) enum Queued<M> {
     Local(M),
-    Batch(Bytes, usize),
+    Batch(Bytes, u32, Charge),
     /// Handled only if the timer was not cancelled since (see `timer`).
     /// Boxed: timer messages are rare next to tells, and unboxed the key
     /// would grow every entry of a mailbox whose message is over 32 bytes.
@@ -53,7 +56,7 @@ impl<M> Queued<M> {
     pub(crate) fn count(&self) -> usize {
         match self {
             Self::Local(_) | Self::Timer(..) => 1,
-            Self::Batch(_, n) => *n,
+            Self::Batch(_, n, _) => *n as usize,
             Self::Stop => 0,
         }
     }
@@ -70,6 +73,8 @@ pub(crate) const STOP_RECORD: u32 = u32::MAX;
 /// then the rest of the batch, which becomes dead letters when the actor
 /// stops. The messages decoded before the marker are handled first.
 /// False if `at` holds no stop marker (a batch this node did not build).
+/// The rest carries no charge (`budget::Charge`): the caller holds the
+/// batch's until the messages before the marker are handled.
 #[cold]
 #[inline(never)]
 pub(crate) fn stop_in_batch<M>(user: &mut VecDeque<Queued<M>>, batch: &Bytes, at: usize) -> bool {
@@ -79,7 +84,8 @@ pub(crate) fn stop_in_batch<M>(user: &mut VecDeque<Queued<M>>, batch: &Bytes, at
     let rest = batch.slice(at + 4..);
     let n = count_records(&rest);
     if n > 0 {
-        user.push_front(Queued::Batch(rest, n));
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        user.push_front(Queued::Batch(rest, n, Charge::default()));
     }
     user.push_front(Queued::Stop);
     true
@@ -287,8 +293,14 @@ impl<M> Mailbox<M> {
 
     /// Appends a batch of `n` remote messages (one socket read's worth) if
     /// the mailbox is under capacity, in messages and in bytes; the batch
-    /// may overshoot either.
-    pub(crate) fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
+    /// may overshoot either. Takes `charge` with it if appended (it stays
+    /// with the caller if not).
+    pub(crate) fn push_batch(
+        &self,
+        batch: &Bytes,
+        n: usize,
+        charge: &mut Charge,
+    ) -> Result<(), Refused> {
         let mut st = self.lock();
         if st.closed {
             return Err(Refused::Closed);
@@ -297,7 +309,11 @@ impl<M> Mailbox<M> {
             st.space_waiters = true;
             return Err(Refused::Full);
         }
-        st.user.push_back(Queued::Batch(batch.clone(), n));
+        // A batch is one read's records (or one large message): far fewer
+        // than 2^32.
+        let count = u32::try_from(n).unwrap_or(u32::MAX);
+        st.user
+            .push_back(Queued::Batch(batch.clone(), count, mem::take(charge)));
         st.queued += n;
         st.queued_bytes += batch.len();
         self.wake_if_idle(st);
@@ -475,7 +491,7 @@ mod tests {
         assert!(stop_in_batch(&mut user, &batch, pos));
         assert!(matches!(user[0], Queued::Stop));
         // "two" and the second marker: left for dead letters at the stop.
-        assert!(matches!(user[1], Queued::Batch(_, 2)));
+        assert!(matches!(user[1], Queued::Batch(_, 2, _)));
         assert!(matches!(user[2], Queued::Local(9)));
         // Where there is no marker, nothing is queued.
         let plain = Bytes::from_static(&[1, 0, 0, 0]);
@@ -509,7 +525,7 @@ mod tests {
         assert!(stop_in_batch(&mut user, &batch, pos));
         assert!(matches!(user[0], Queued::Stop));
         assert!(
-            matches!(user[1], Queued::Batch(_, 1)),
+            matches!(user[1], Queued::Batch(_, 1, _)),
             "the plain record behind it"
         );
     }
@@ -517,8 +533,9 @@ mod tests {
     #[test]
     fn a_timer_entry_does_not_grow_the_mailbox_entry() {
         // One word for the variant, then the largest of a message and a
-        // batch (`Bytes` + count): as before timers existed.
-        let size = |m: usize| m.max(40) + 8;
+        // batch (`Bytes`, its count beside the variant's tag, and its
+        // 16-byte charge): as before timers existed.
+        let size = |m: usize| m.max(48) + 8;
         assert!(std::mem::size_of::<Queued<[u8; 64]>>() <= size(64));
         assert!(std::mem::size_of::<Queued<u64>>() <= size(8));
     }

@@ -22,6 +22,7 @@ use crate::{
     dead_letter::DeadLetterReason,
     mailbox::Refused,
     path::ActorPath,
+    remote::Charge,
     telemetry::SystemMeters,
     watch::{TooManyWatches, WatchSink},
 };
@@ -60,8 +61,10 @@ pub(crate) trait Target: Send + Sync + 'static {
     fn manifest(&self) -> u32;
     fn manifest_name(&self) -> &'static str;
     /// Appends a batch of `n` records (`[len u32 LE][payload]`, one read's
-    /// worth for this target); refuses when full or closed.
-    fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused>;
+    /// worth for this target); refuses when full or closed. A target that
+    /// keeps the batch takes `charge` with it (held until it is done with
+    /// the batch); one that handles it at once leaves it to the caller.
+    fn push_batch(&self, batch: &Bytes, n: usize, charge: &mut Charge) -> Result<(), Refused>;
     fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
     /// Whether it still takes messages (an actor that stopped does not).
     fn is_open(&self) -> bool {

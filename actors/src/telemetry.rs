@@ -76,6 +76,9 @@ pub(crate) const PHI: &str = "remoting_phi";
 pub(crate) const FRAGMENTS_OUT: &str = "remoting_large_fragments_out_total";
 pub(crate) const FRAGMENTS_IN: &str = "remoting_large_fragments_in_total";
 pub(crate) const ASSOCIATIONS: &str = "remoting_associations";
+pub(crate) const PEER_MEMORY_REFUSED: &str = "remoting_peer_memory_refused_total";
+pub(crate) const PEER_MEMORY_DISCONNECTS: &str = "remoting_peer_memory_disconnects_total";
+pub(crate) const PEER_MEMORY_HELD: &str = "remoting_peer_memory_held_bytes";
 pub(crate) const MALFORMED: &str = "remoting_malformed_total";
 pub(crate) const DEAD_LETTERS: &str = "actors_dead_letters_total";
 pub(crate) const ALIVE: &str = "actors_alive";
@@ -202,21 +205,29 @@ pub(crate) const METRICS: &[Spec] = &[
         labels: "node",
         help: "Associations (peer nodes) this node keeps, at most max_associations.",
     },
-    // Emitted where the peer memory budget refuses (the budget module's
-    // own constants name them, without the node label).
+    // The peer memory budget's counters are emitted where it refuses or
+    // cuts (handles the budget registers once per node); the gauge with
+    // the associations'.
     Spec {
-        name: "remoting_peer_memory_refused_total",
+        name: PEER_MEMORY_REFUSED,
         kind: Kind::Counter,
         unit: None,
-        labels: "kind",
-        help: "What a peer asked the node to hold past its share of `set_peer_memory_budget`, refused, by kind: ids, parked, large.",
+        labels: "node, kind",
+        help: "What a peer asked the node to hold past its share of `set_peer_memory_budget`, refused, by kind: ids, parked, large, queued.",
     },
     Spec {
-        name: "remoting_peer_memory_disconnects_total",
+        name: PEER_MEMORY_DISCONNECTS,
         kind: Kind::Counter,
         unit: None,
-        labels: "",
+        labels: "node",
         help: "Connections disconnected for staying over their share of `set_peer_memory_budget`.",
+    },
+    Spec {
+        name: PEER_MEMORY_HELD,
+        kind: Kind::Gauge,
+        unit: Some(Unit::Bytes),
+        labels: "node",
+        help: "Bytes the node holds for its peers now (ids, batches waiting in mailboxes or parked, large messages), at most `set_peer_memory_budget`.",
     },
     Spec {
         name: MALFORMED,
@@ -403,6 +414,7 @@ pub(crate) struct SystemMeters {
     dead: Vec<Counter>,
     malformed: Vec<Counter>,
     associations: Gauge,
+    peer_memory: Gauge,
     actors: Mutex<HashMap<&'static str, Arc<ActorHandles>>>,
 }
 
@@ -419,6 +431,7 @@ impl SystemMeters {
                 dead: Vec::new(),
                 malformed: Vec::new(),
                 associations: Gauge::noop(),
+                peer_memory: Gauge::noop(),
                 actors: Mutex::default(),
             };
         }
@@ -433,6 +446,7 @@ impl SystemMeters {
             dead: by(DEAD_LETTERS, "reason", &DeadLetterReason::LABELS),
             malformed: by(MALFORMED, "kind", &MalformedKind::LABELS),
             associations: metrics::gauge!(ASSOCIATIONS, "node" => node.clone()),
+            peer_memory: metrics::gauge!(PEER_MEMORY_HELD, "node" => node.clone()),
             node,
             enabled,
             actors: Mutex::default(),
@@ -461,6 +475,29 @@ impl SystemMeters {
     /// How many associations the node keeps.
     pub(crate) fn associations(&self, n: usize) {
         self.associations.set(n as f64);
+    }
+
+    /// Sets the bytes held for peers (`ActorSystem::peer_memory`).
+    pub(crate) fn peer_memory(&self, held: usize) {
+        self.peer_memory.set(held as f64);
+    }
+
+    /// The peer memory budget's counters for this node: refusals by kind
+    /// (in the order of `labels`) and disconnections.
+    pub(crate) fn budget_counters(&self, labels: &[&'static str]) -> (Vec<Counter>, Counter) {
+        if !self.enabled {
+            return (
+                labels.iter().map(|_| Counter::noop()).collect(),
+                Counter::noop(),
+            );
+        }
+        let node = &self.node;
+        let refused = labels
+            .iter()
+            .map(|&l| metrics::counter!(PEER_MEMORY_REFUSED, "node" => node.clone(), "kind" => l))
+            .collect();
+        let cut = metrics::counter!(PEER_MEMORY_DISCONNECTS, "node" => node.clone());
+        (refused, cut)
     }
 
     /// The handles for peer `peer` (a node address; their number is

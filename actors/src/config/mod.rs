@@ -467,8 +467,10 @@ impl SystemConfig {
 
     /// The most memory all peers together may make this node hold, in
     /// bytes: their recipient-id tables (about 1,000 bytes plus the path
-    /// per id), batches parked for full mailboxes and large messages held
-    /// for them, and large messages being reassembled. Default 256 MiB
+    /// per id), their messages waiting in actors' mailboxes until handled
+    /// (each batch the buffer it keeps alive plus 256 bytes), batches
+    /// parked for full mailboxes and large messages held for them, and
+    /// large messages being reassembled. Default 256 MiB
     /// ([`DEFAULT_PEER_MEMORY_BUDGET`]): the default per-connection bounds
     /// of four busy peers (64 MiB parked each), while a thousand
     /// connections can never take a machine's memory.

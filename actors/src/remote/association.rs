@@ -1234,6 +1234,15 @@ impl Peer for Association {
         self.heartbeat_acked(seq);
     }
 
+    fn on_reads_paused(&self, paused: bool) {
+        let mut life = lock(&self.life);
+        if paused {
+            life.reads_paused();
+        } else {
+            life.reads_resumed(Instant::now());
+        }
+    }
+
     fn on_identity(&self, id: u64, manifest: Option<(u32, String)>) {
         self.requests.answer_identify(id, manifest);
     }

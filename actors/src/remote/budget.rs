@@ -1,6 +1,7 @@
 //! The node-wide memory budget for what peers' bytes make this node hold:
-//! recipient-id tables, batches parked for full mailboxes (and large
-//! messages held for them), and large messages being reassembled. One
+//! recipient-id tables, batches waiting in actors' mailboxes (see
+//! [`Charge`]), batches parked for full mailboxes (and large messages held
+//! for them), and large messages being reassembled. One
 //! accounting in bytes, with three bounds checked on every charge:
 //!
 //! - the node: at most `limit` bytes
@@ -12,7 +13,7 @@
 //!
 //! ```text
 //!  Dispatch (per connection) ──take/give_back──▶ ConnBudget ─┬─▶ AddrAccount (per IP)
-//!  Unpark / LargeUnpark tasks ─────give_back───▶     │       └─▶ NodeBudget (per node)
+//!  a batch's Charge (park → mailbox → actor) ─drop─▶ │       └─▶ NodeBudget (per node)
 //!                                                    └─ Drop: everything still held goes back
 //! ```
 //!
@@ -92,6 +93,26 @@ pub(crate) fn share(limit: usize, active: usize) -> usize {
         .min(limit)
 }
 
+/// What one batch of remote messages costs while it waits for its actor
+/// beside the buffer it keeps alive: its mailbox entry (56 bytes), the
+/// buffer's shared header and the allocator's rounding, and the growth of
+/// an idle mailbox's queue. Measured on a node process's `VmRSS` with
+/// batches for blocked actors (`budget::measure_what_waiting_batches_cost`
+/// in the integration tests): 141 bytes a batch of one 6-byte message,
+/// 283 for the first batch of an idle mailbox; see [`queued_cost`].
+pub(crate) const BATCH_COST: usize = 256;
+
+/// The cost charged for a batch waiting for an actor whose buffer keeps
+/// `held` bytes alive (its records' bytes, and the room left
+/// in its allocation: measured, a 6-byte record in a batch of many holds
+/// about 10 bytes, a 10 kB message 12.6 kB), from the moment it is queued
+/// (or parked) until the actor has handled its messages (see [`Charge`]).
+/// A record's own cost is in its bytes: its length prefix is among them.
+#[inline]
+pub(crate) fn queued_cost(held: usize) -> usize {
+    held + BATCH_COST
+}
+
 /// What a charge is for: the counters of refusals name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Held {
@@ -101,15 +122,47 @@ pub(crate) enum Held {
     Parked = 1,
     /// A large message being reassembled.
     Large = 2,
+    /// A batch (or a large message) for a mailbox with room, waiting there
+    /// until its actor handles it.
+    Queued = 3,
 }
 
 impl Held {
+    /// Every kind, in the order of their values.
+    pub(crate) const ALL: [Self; 4] = [Self::Ids, Self::Parked, Self::Large, Self::Queued];
+
     /// The label of refusals of this kind (metrics, logs).
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Ids => "ids",
             Self::Parked => "parked",
             Self::Large => "large",
+            Self::Queued => "queued",
+        }
+    }
+}
+
+/// Bytes charged to a connection's account for one batch of its messages,
+/// given back when the charge is dropped: it travels with the batch (park,
+/// mailbox entry, the actor that decodes it) and goes when the actor is
+/// done with the batch or the batch is dropped (a dead letter, a closed
+/// mailbox, a stopped actor). The default charges nothing.
+///
+/// 16 bytes, so that a mailbox entry holding a batch grows by 8 bytes
+/// only (`mailbox::Queued`). Making and dropping one costs four atomic
+/// read-modify-writes each (the account's three counters and the
+/// account's reference count), once per batch, never per message.
+#[derive(Debug, Default)]
+pub(crate) struct Charge {
+    account: Option<Arc<ConnBudget>>,
+    bytes: u32,
+}
+
+impl Drop for Charge {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(account) = &self.account {
+            account.give_back(self.bytes as usize);
         }
     }
 }
@@ -137,6 +190,9 @@ pub struct PeerMemory {
     pub refused_parked: u64,
     /// Large messages whose reassembly was refused (dead letters).
     pub refused_large: u64,
+    /// Batches and large messages for mailboxes with room refused, since
+    /// what waits in mailboxes counts too (dead letters).
+    pub refused_queued: u64,
     /// Connections disconnected for staying over their share.
     pub disconnected: u64,
 }
@@ -154,8 +210,11 @@ pub(crate) struct NodeBudget {
     active_addrs: AtomicUsize,
     /// Per source address; locked only when a connection opens or closes.
     addrs: Mutex<HashMap<IpAddr, Arc<AddrAccount>>>,
-    refused: [AtomicU64; 3],
+    refused: [AtomicU64; 4],
     disconnected: AtomicU64,
+    /// The node-labelled counters of refusals (by `Held`) and
+    /// disconnections (`telemetry`).
+    meters: (Vec<metrics::Counter>, metrics::Counter),
 }
 
 /// One source address's account.
@@ -183,8 +242,26 @@ fn reserve(counter: &AtomicUsize, bytes: usize, max: usize) -> Option<usize> {
 }
 
 impl NodeBudget {
-    /// A node-wide account of `limit` bytes.
+    /// A node-wide account of `limit` bytes, counting into no metrics.
+    #[cfg(test)]
     pub(crate) fn new(limit: usize) -> Arc<Self> {
+        let labels = Held::ALL.map(Held::label);
+        Self::metered(
+            limit,
+            (
+                labels.iter().map(|_| metrics::Counter::noop()).collect(),
+                metrics::Counter::noop(),
+            ),
+        )
+    }
+
+    /// A node-wide account of `limit` bytes, counting refusals and
+    /// disconnections into `meters` (from
+    /// `SystemMeters::budget_counters` with the labels of [`Held::ALL`]).
+    pub(crate) fn metered(
+        limit: usize,
+        meters: (Vec<metrics::Counter>, metrics::Counter),
+    ) -> Arc<Self> {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
@@ -194,6 +271,7 @@ impl NodeBudget {
             addrs: Mutex::default(),
             refused: Default::default(),
             disconnected: AtomicU64::new(0),
+            meters,
         })
     }
 
@@ -228,12 +306,14 @@ impl NodeBudget {
             refused_ids: r(Held::Ids),
             refused_parked: r(Held::Parked),
             refused_large: r(Held::Large),
+            refused_queued: r(Held::Queued),
             disconnected: self.disconnected.load(Ordering::Relaxed),
         }
     }
 
     /// One connection disconnected for staying over its share.
     pub(crate) fn count_disconnect(&self) -> u64 {
+        self.meters.1.increment(1);
         self.disconnected.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
@@ -277,14 +357,33 @@ impl ConnBudget {
             self.addr.used.fetch_sub(bytes, Ordering::AcqRel);
             return self.refuse(kind);
         };
-        node.peak.fetch_max(after, Ordering::AcqRel);
+        // A read first: the peak moves rarely, and the read-modify-write
+        // would take the line from every other core each time.
+        if after > node.peak.load(Ordering::Relaxed) {
+            node.peak.fetch_max(after, Ordering::AcqRel);
+        }
         true
+    }
+
+    /// Charges `bytes` of `kind` as [`take`](Self::take) does, as a
+    /// [`Charge`] that gives them back when dropped; `None` if refused.
+    #[inline]
+    pub(crate) fn charge(self: &Arc<Self>, kind: Held, bytes: usize) -> Option<Charge> {
+        let Ok(small) = u32::try_from(bytes) else {
+            // No batch is this large (messages are below 2 GiB).
+            self.refuse(kind);
+            return None;
+        };
+        self.take(kind, bytes).then(|| Charge {
+            account: Some(self.clone()),
+            bytes: small,
+        })
     }
 
     #[cold]
     fn refuse(&self, kind: Held) -> bool {
         self.node.refused[kind as usize].fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(PEER_MEMORY_REFUSED, "kind" => kind.label()).increment(1);
+        self.node.meters.0[kind as usize].increment(1);
         false
     }
 
@@ -351,11 +450,6 @@ impl Drop for ConnBudget {
 /// worth, so that it does not pause again at once. A connection that never
 /// gives back what it holds (recipient ids) stays paused, and is cut.
 pub(crate) const RESUME_AT: usize = 4;
-
-/// The counter of refused charges, by `kind` (`ids`, `parked`, `large`).
-pub(crate) const PEER_MEMORY_REFUSED: &str = "remoting_peer_memory_refused_total";
-/// The counter of connections disconnected for staying over their share.
-pub(crate) const PEER_MEMORY_DISCONNECTS: &str = "remoting_peer_memory_disconnects_total";
 
 /// What a connection under pressure does next (see [`Pressure::poll`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -46,7 +46,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::budget::{ConnBudget, Held};
+use super::budget::{Charge, ConnBudget};
 
 /// As the `lock` of `link` (this unit sits below it): nothing here leaves a
 /// lock's state half-changed, so a poisoned lock is consistent.
@@ -228,11 +228,14 @@ pub(crate) struct Parked {
 
 #[derive(Debug)]
 /// One read's messages for one recipient: `n` records, `credit` envelope
-/// bytes to credit back when handed over.
+/// bytes to credit back when handed over, and its charge on the
+/// connection's share of the node's budget, which goes into the mailbox
+/// with it.
 pub(crate) struct ParkedBatch {
     pub(crate) batch: Bytes,
     pub(crate) n: usize,
     pub(crate) credit: u64,
+    pub(crate) charge: Charge,
 }
 
 impl Park {
@@ -284,18 +287,15 @@ impl Park {
     }
 }
 
-/// Why [`ParkBudget::take`] refused.
+/// Why [`ParkBudget::take`] refused: the connection's own bound
+/// (`SystemConfig::set_max_parked_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ParkRefused {
-    /// The connection's own bound (`SystemConfig::set_max_parked_bytes`).
-    Bound,
-    /// Its share of the node's budget (`budget`).
-    Share,
-}
+pub(crate) struct ParkRefused;
 
 /// Bytes parked on one connection, against its own bound
-/// (`SystemConfig::set_max_parked_bytes`) and, through its account, the
-/// node-wide budget (`budget`): a batch is parked only if both take it.
+/// (`SystemConfig::set_max_parked_bytes`). What a parked batch costs the
+/// node-wide budget (`budget`) is its [`Charge`], taken before it was
+/// parked or queued and carried with it.
 #[derive(Debug)]
 pub(crate) struct ParkBudget {
     used: AtomicUsize,
@@ -312,24 +312,18 @@ impl ParkBudget {
         }
     }
 
-    /// Takes `bytes` if they fit the connection's bound and its share of
-    /// the node's budget; says which refused them if not.
+    /// Takes `bytes` if they fit the connection's bound.
     pub(crate) fn take(&self, bytes: usize) -> Result<(), ParkRefused> {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                 (u + bytes <= self.max).then_some(u + bytes)
             })
-            .map_err(|_| ParkRefused::Bound)?;
-        if !self.account.take(Held::Parked, bytes) {
-            self.used.fetch_sub(bytes, Ordering::AcqRel);
-            return Err(ParkRefused::Share);
-        }
-        Ok(())
+            .map(|_| ())
+            .map_err(|_| ParkRefused)
     }
 
     pub(crate) fn give_back(&self, bytes: usize) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
-        self.account.give_back(bytes);
     }
 
     /// The connection's account (shared with its dispatcher).
@@ -398,6 +392,7 @@ mod tests {
             batch: Bytes::new(),
             n,
             credit: 0,
+            charge: Charge::default(),
         };
         assert!(park.append_if_active(b(1)).is_err(), "nothing parked");
         assert!(park.start(b(1)));
@@ -417,21 +412,14 @@ mod tests {
         let node = super::super::budget::NodeBudget::new(1 << 20);
         let budget = ParkBudget::new(100, node.connect([127, 0, 0, 1].into()));
         assert_eq!(budget.take(60), Ok(()));
-        assert_eq!(budget.take(41), Err(ParkRefused::Bound));
+        assert_eq!(budget.take(41), Err(ParkRefused));
         assert_eq!(budget.take(40), Ok(()));
-        assert_eq!(node.snapshot().held, 100, "charged to the node as well");
+        assert_eq!(
+            node.snapshot().held,
+            0,
+            "the node is charged by each batch's own charge"
+        );
         budget.give_back(100);
         assert_eq!(budget.used(), 0);
-        assert_eq!(node.snapshot().held, 0);
-    }
-
-    #[test]
-    fn the_node_budget_bounds_parking_below_the_connection_bound() {
-        let node = super::super::budget::NodeBudget::new(100);
-        let budget = ParkBudget::new(1_000, node.connect([127, 0, 0, 1].into()));
-        assert_eq!(budget.take(100), Ok(()));
-        assert_eq!(budget.take(1), Err(ParkRefused::Share), "the node is full");
-        assert_eq!(budget.used(), 100, "the refused bytes are not kept");
-        assert_eq!(node.snapshot().refused_parked, 1);
     }
 }

@@ -18,7 +18,7 @@ use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 
 use super::{
     access::Access,
-    budget::{ConnBudget, Held, Pressure, Verdict, id_cost},
+    budget::{Charge, ConnBudget, Held, Pressure, Verdict, id_cost, queued_cost},
     compression::InboundIds,
     envelope::{self, EnvelopeError, Fragment, Kind},
     flow::{ParkBudget, ParkRefused, ParkedBatch, Windowed},
@@ -69,6 +69,13 @@ pub(super) trait Peer: Send + Sync + 'static {
     fn on_credit(&self, generation: u32, id: u32, total: u64);
     /// A fragment of a large message arrived (counted for metrics).
     fn on_fragment(&self) {}
+    /// This node paused reading a proven connection from the peer (it is
+    /// over its share of the memory budget; `paused`), or reads it again
+    /// or cut it (`!paused`): its heartbeat acks wait unread meanwhile,
+    /// so the failure detector must not take the silence for the node's.
+    fn on_reads_paused(&self, paused: bool) {
+        let _ = paused;
+    }
 }
 
 /// The window over which malformed envelopes are counted against
@@ -78,6 +85,12 @@ const MALFORMED_WINDOW: Duration = Duration::from_secs(1);
 const RUN_BUFFER: usize = 64 * 1024;
 /// Runs (recipients) whose buffers are kept between reads.
 const MAX_RUNS: usize = 64;
+/// A batch this small whose buffer has more room left than it fills is
+/// copied into an allocation of its own (`Dispatch::deliver_runs`): 4 KiB,
+/// a page. A copy of that much costs less than the batch's charge would
+/// for the spare room it otherwise keeps alive, and a batch of a full
+/// read (the throughput case) fills its buffer and is never copied.
+const COPY_BATCH_BELOW: usize = 4096;
 /// The id an inline recipient (`envelope::To::Inline`) is known by while
 /// its envelope is handled; a peer may not define it.
 const INLINE_ID: u32 = u32::MAX;
@@ -114,6 +127,10 @@ pub(super) fn run_records(mut b: &[u8]) -> Result<usize, &'static str> {
 
 /// A large message's recipient path and target.
 type LargeTarget = (Arc<str>, Arc<dyn Target>);
+
+/// A large message held for a full mailbox: its recipient's path and
+/// target, the one-record batch, and its charge.
+type HeldLarge = (Arc<str>, Arc<dyn Target>, Bytes, Charge);
 
 /// A connection's inbound side (the transport's [`Handler`]).
 pub(crate) struct Dispatch {
@@ -183,6 +200,23 @@ pub(crate) struct Dispatch {
     pressure: Pressure,
 }
 
+/// While alive, the peer's liveness knows that this node paused reading one
+/// of its connections (`Peer::on_reads_paused`).
+struct ReadsPaused(Arc<dyn Peer>);
+
+impl ReadsPaused {
+    fn new(peer: Arc<dyn Peer>) -> Self {
+        peer.on_reads_paused(true);
+        Self(peer)
+    }
+}
+
+impl Drop for ReadsPaused {
+    fn drop(&mut self) {
+        self.0.on_reads_paused(false);
+    }
+}
+
 /// Why something a peer sent was refused: the connection (or its address)
 /// holds its share of the node's budget for peers already, or the node
 /// holds the whole budget.
@@ -194,7 +228,7 @@ const OVER_SHARE: &str = "the peer holds its share of SystemConfig::set_peer_mem
 /// next (the large lane is paced by acks, not by credit).
 #[derive(Default)]
 struct LargeHold {
-    queue: VecDeque<(Arc<str>, Arc<dyn Target>, Bytes)>,
+    queue: VecDeque<HeldLarge>,
     /// The ack not sent because something is held.
     ack: Option<(u32, u32)>,
     active: bool,
@@ -555,11 +589,18 @@ impl Dispatch {
         if self.refused.swap(false, Ordering::Relaxed) {
             self.pressure.refused(now());
         }
+        // Told to the peer's liveness while paused, and reads on (or the
+        // cut, or the connection's end dropping this future) untold.
+        let mut paused: Option<ReadsPaused> = None;
         loop {
             let within = self.account().within_share();
             match self.pressure.poll(now(), within) {
                 Verdict::Go => return,
                 Verdict::Wait { until } => {
+                    // Heartbeat acks come on proven connections only.
+                    if paused.is_none() && self.proven {
+                        paused = Some(ReadsPaused::new(self.peer.clone()));
+                    }
                     let account = self.budget.account().clone();
                     account.wait_release(until).await;
                 }
@@ -572,7 +613,6 @@ impl Dispatch {
     fn cut_over_share(&mut self) {
         let account = self.account();
         let n = account.node().count_disconnect();
-        metrics::counter!(super::budget::PEER_MEMORY_DISCONNECTS).increment(1);
         let reason = format!(
             "peer stayed over its share of the memory budget for peers (holds {} bytes)",
             account.used()
@@ -1104,15 +1144,28 @@ impl Dispatch {
         let ready = std::mem::take(&mut self.ready);
         let mut hold = lock(&self.large_hold);
         for (path, mut target, batch) in ready {
+            let kind = if hold.active {
+                Held::Parked
+            } else {
+                Held::Queued
+            };
+            let Some(mut charge) = self.charge(kind, queued_cost(batch.len())) else {
+                self.dead(
+                    target.manifest_name(),
+                    &self.registry().path(&path),
+                    &DeadLetterReason::OverShare(OVER_SHARE.into()),
+                );
+                continue;
+            };
             if hold.active {
-                self.hold_large(&mut hold, path, target, batch);
+                self.hold_large(&mut hold, path, target, batch, charge);
                 continue;
             }
             loop {
-                match target.push_batch(&batch, 1) {
+                match target.push_batch(&batch, 1, &mut charge) {
                     Ok(()) => break,
                     Err(Refused::Full) => {
-                        if self.hold_large(&mut hold, path, target, batch) {
+                        if self.hold_large(&mut hold, path, target, batch, charge) {
                             hold.active = true;
                             tokio::spawn(
                                 LargeUnpark {
@@ -1150,13 +1203,26 @@ impl Dispatch {
         path: Arc<str>,
         target: Arc<dyn Target>,
         batch: Bytes,
+        charge: Charge,
     ) -> bool {
         if let Err(why) = self.park_take(batch.len()) {
             self.dead(target.manifest_name(), &self.registry().path(&path), &why);
             return false;
         }
-        hold.queue.push_back((path, target, batch));
+        hold.queue.push_back((path, target, batch, charge));
         true
+    }
+
+    /// Charges `cost` for a batch about to wait for an actor (`kind`: in
+    /// its mailbox, or parked for it) to the connection's share; `None`,
+    /// and the connection's reads pause, if it is over its share.
+    #[inline]
+    fn charge(&self, kind: Held, cost: usize) -> Option<Charge> {
+        let charge = self.budget.account().charge(kind, cost);
+        if charge.is_none() {
+            self.over_share();
+        }
+        charge
     }
 
     /// The sender and outbox this connection answers with, for a task.
@@ -1173,10 +1239,26 @@ impl Dispatch {
             if run.n == 0 {
                 continue;
             }
+            // What the batch keeps alive while it waits: its buffer's whole
+            // allocation. A small batch in a buffer reserved for more is
+            // copied out, so that it does not hold the rest (measured: a
+            // 6-byte message alone in a read held a 4 KiB page of a 64 KiB
+            // reservation, for as long as its actor did not take it).
+            let len = run.buf.len();
+            let spare = run.buf.capacity() - len;
+            let (batch, held) = if spare > len && len <= COPY_BATCH_BELOW {
+                let batch = Bytes::copy_from_slice(&run.buf);
+                run.buf.clear();
+                (batch, len)
+            } else {
+                (run.buf.split().freeze(), len + spare)
+            };
+            let cost = queued_cost(held);
             let b = ParkedBatch {
                 n: std::mem::take(&mut run.n),
                 credit: std::mem::take(&mut run.credit),
-                batch: run.buf.split().freeze(),
+                batch,
+                charge: Charge::default(),
             };
             let (id, win, path, target) = (
                 run.id,
@@ -1184,14 +1266,15 @@ impl Dispatch {
                 run.path.clone(),
                 run.target.clone(),
             );
-            if let Some(t) = self.deliver_run(id, win, &path, target, b) {
+            if let Some(t) = self.deliver_run(id, win, &path, target, b, cost) {
                 self.runs.list[i].target = t;
             }
         }
     }
 
-    /// Hands one run to its mailbox, or parks it. Returns the actor that
-    /// took it if it was not `target` (a new one at the same path).
+    /// Hands one run to its mailbox, or parks it, charging `cost` for it
+    /// while it waits. Returns the actor that took it if it was not
+    /// `target` (a new one at the same path).
     fn deliver_run(
         &self,
         id: u32,
@@ -1199,10 +1282,23 @@ impl Dispatch {
         path: &Arc<str>,
         mut target: Arc<dyn Target>,
         mut b: ParkedBatch,
+        cost: usize,
     ) -> Option<Arc<dyn Target>> {
         let mut replaced = None;
+        // Charged before it waits anywhere: its charge goes with it into
+        // the park or the mailbox, and back when its actor is done.
+        let parked = win.as_ref().is_some_and(|w| w.park.is_active());
+        let kind = if parked { Held::Parked } else { Held::Queued };
+        match self.charge(kind, cost) {
+            Some(charge) => b.charge = charge,
+            None => {
+                let why = DeadLetterReason::OverShare(OVER_SHARE.into());
+                self.lose(id, win.as_deref(), path, &target, &b, &why);
+                return None;
+            }
+        }
         if let Some(w) = &win
-            && w.park.is_active()
+            && parked
         {
             // Behind what is parked already.
             let len = b.batch.len();
@@ -1219,7 +1315,7 @@ impl Dispatch {
             }
         }
         loop {
-            match target.push_batch(&b.batch, b.n) {
+            match target.push_batch(&b.batch, b.n, &mut b.charge) {
                 Ok(()) => {
                     self.release(id, win.as_deref(), b.credit);
                     return replaced;
@@ -1251,18 +1347,13 @@ impl Dispatch {
         }
     }
 
-    /// Takes `bytes` to park for a full mailbox, or says why not (the
-    /// reason of the dead letters); over its share of the node's budget,
-    /// the connection's reads pause.
+    /// Takes `bytes` to park for a full mailbox within the connection's
+    /// bound, or says why not (the reason of the dead letters). The node's
+    /// budget was charged for the batch before (`charge`).
     fn park_take(&self, bytes: usize) -> Result<(), DeadLetterReason> {
-        match self.budget.take(bytes) {
-            Ok(()) => Ok(()),
-            Err(ParkRefused::Bound) => Err(mailbox_full(PARK_FULL)),
-            Err(ParkRefused::Share) => {
-                self.over_share();
-                Err(DeadLetterReason::OverShare(PARK_OVER_SHARE.into()))
-            }
-        }
+        self.budget
+            .take(bytes)
+            .map_err(|ParkRefused| mailbox_full(PARK_FULL))
     }
 
     /// A batch given up on: dead letters, and its credit goes back.
@@ -1321,9 +1412,6 @@ impl Dispatch {
 /// Why a batch for a full mailbox was dropped: the connection's bound.
 const PARK_FULL: &str =
     "and this connection holds SystemConfig::set_max_parked_bytes for full mailboxes already";
-/// Why a batch for a full mailbox was dropped: the peer's share of the
-/// node's budget.
-const PARK_OVER_SHARE: &str = "the mailbox is full, and the peer holds its share of SystemConfig::set_peer_memory_budget already";
 /// Why a batch for a full mailbox was dropped: no window.
 const INLINE_FULL: &str =
     "and the recipient came inline (past the link's recipient ids): no window to wait in";
@@ -1370,8 +1458,8 @@ impl Unpark {
             let mut released = 0;
             let done = {
                 let mut q = self.win.park.lock();
-                while let Some(b) = q.batches.front() {
-                    match self.target.push_batch(&b.batch, b.n) {
+                while let Some(b) = q.batches.front_mut() {
+                    match self.target.push_batch(&b.batch, b.n, &mut b.charge) {
                         Ok(()) => {}
                         Err(Refused::Full) => break,
                         Err(Refused::Closed) => {
@@ -1425,8 +1513,8 @@ impl LargeUnpark {
             };
             target.wait_space().await;
             let mut hold = lock(&self.hold);
-            while let Some((path, target, batch)) = hold.queue.front_mut() {
-                match target.push_batch(batch, 1) {
+            while let Some((path, target, batch, charge)) = hold.queue.front_mut() {
+                match target.push_batch(batch, 1, charge) {
                     Ok(()) => {}
                     Err(Refused::Full) => break,
                     Err(Refused::Closed) => {
@@ -1441,7 +1529,7 @@ impl LargeUnpark {
                         );
                     }
                 }
-                let (_, _, batch) = hold.queue.pop_front().expect("a front message");
+                let (_, _, batch, _) = hold.queue.pop_front().expect("a front message");
                 self.budget.give_back(batch.len());
             }
             if hold.queue.is_empty() {
@@ -1587,6 +1675,10 @@ mod tests {
     }
 
     impl Peer for FakePeer {
+        fn on_reads_paused(&self, paused: bool) {
+            self.record(format!("reads paused {paused}"));
+        }
+
         fn node(&self) -> &Arc<str> {
             static NODE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
             NODE.get_or_init(|| "peer@127.0.0.1:1".into())
@@ -1628,6 +1720,8 @@ mod tests {
     #[derive(Default)]
     struct FakeTarget {
         batches: Mutex<Vec<(usize, Bytes)>>,
+        /// The charges of the batches it holds, as a mailbox keeps them.
+        charges: Mutex<Vec<Charge>>,
     }
 
     impl Target for FakeTarget {
@@ -1637,11 +1731,15 @@ mod tests {
         fn manifest_name(&self) -> &'static str {
             "test.Seven"
         }
-        fn push_batch(&self, batch: &Bytes, n: usize) -> Result<(), Refused> {
+        fn push_batch(&self, batch: &Bytes, n: usize, charge: &mut Charge) -> Result<(), Refused> {
             self.batches
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((n, batch.clone()));
+            self.charges
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(std::mem::take(charge));
             Ok(())
         }
         fn wait_space(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -1801,6 +1899,14 @@ mod tests {
 
     /// A dispatcher alone on a node budget of `budget` bytes.
     fn setup_budget(budget: usize) -> (Dispatch, Arc<NodeBudget>, Arc<Registry>) {
+        let (d, node, registry, _) = setup_budget_peer(budget);
+        (d, node, registry)
+    }
+
+    /// As [`setup_budget`], with the fake peer.
+    fn setup_budget_peer(
+        budget: usize,
+    ) -> (Dispatch, Arc<NodeBudget>, Arc<Registry>, Arc<FakePeer>) {
         let registry = Arc::new(Registry::new("me", "me@127.0.0.1:2".into(), true));
         registry.register("/user/seven", Arc::new(FakeTarget::default()));
         let mut config = SystemConfig::default();
@@ -1808,8 +1914,16 @@ mod tests {
         let node = NodeBudget::new(budget);
         let account = node.connect([127, 0, 0, 1].into());
         let peer = Arc::new(FakePeer::default());
-        let d = Dispatch::new(registry.clone(), &config, peer, 3, 42, true, account);
-        (d, node, registry)
+        let d = Dispatch::new(
+            registry.clone(),
+            &config,
+            peer.clone(),
+            3,
+            42,
+            true,
+            account,
+        );
+        (d, node, registry, peer)
     }
 
     /// A path of `len` bytes.
@@ -1844,7 +1958,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_table_bomb_is_refused_past_the_budget_then_the_connection_is_cut() {
         let budget = 100 * id_cost(1_000);
-        let (mut d, node, registry) = setup_budget(budget);
+        let (mut d, node, registry, peer) = setup_budget_peer(budget);
         let path = long_path(1_000);
         d.on_read(1 << 20);
         for id in 1..=150 {
@@ -1861,8 +1975,81 @@ mod tests {
         assert!(start.elapsed() >= super::super::budget::PAUSE_GRACE);
         assert!(d.misbehaving);
         assert_eq!(node.snapshot().disconnected, 1);
+        // The peer's liveness knew of the pause, while it lasted.
+        assert_eq!(peer.events(), ["reads paused true", "reads paused false"]);
         drop(d);
         assert_eq!(node.snapshot().held, 0);
+    }
+
+    /// A dispatcher on a node budget of `budget` bytes whose `/user/seven`
+    /// keeps what it is handed, charges included.
+    fn setup_queued(budget: usize) -> (Dispatch, Arc<NodeBudget>, Arc<FakeTarget>, Arc<Registry>) {
+        let (d, node, registry, _) = setup_budget_peer(budget);
+        let target = Arc::new(FakeTarget::default());
+        registry.register("/user/seven", target.clone());
+        (d, node, target, registry)
+    }
+
+    #[tokio::test]
+    async fn a_batch_waiting_in_a_mailbox_is_charged_until_its_actor_is_done_with_it() {
+        let (mut d, node, target, _) = setup_queued(1 << 20);
+        d.on_read(1 << 16);
+        d.on_frame_ref(
+            FrameKind::Message,
+            &envelope(1, Some("/user/seven"), 7, b"abc"),
+        );
+        d.on_frame_ref(FrameKind::Message, &envelope(1, None, 7, b"de"));
+        d.on_batch_end().await;
+        // Two records of `[len u32][payload]`.
+        let ids = id_cost("/user/seven".len());
+        assert_eq!(node.snapshot().held, ids + queued_cost(4 + 3 + 4 + 2));
+        assert_eq!(
+            target.charges.lock().unwrap().len(),
+            1,
+            "one charge a batch"
+        );
+        // The actor is done with it: its charge goes back, and the
+        // connection holds its ids only.
+        target.charges.lock().unwrap().clear();
+        assert_eq!(node.snapshot().held, ids);
+        // The connection goes while a batch still waits: the batch's
+        // charge keeps its account (and the node's count) until it goes.
+        d.on_read(1 << 16);
+        d.on_frame_ref(FrameKind::Message, &envelope(1, None, 7, b"f"));
+        d.on_batch_end().await;
+        drop(d);
+        assert_eq!(node.snapshot().held, queued_cost(5));
+        target.charges.lock().unwrap().clear();
+        let s = node.snapshot();
+        assert_eq!((s.held, s.connections, s.refused_queued), (0, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_past_the_share_are_dead_letters_and_the_connection_pauses_then_is_cut() {
+        // Room for the id and three batches of one 1 kB message (each
+        // copied out of its read's buffer, so charged its own size).
+        let budget = id_cost("/user/seven".len()) + 3 * queued_cost(1_004) + 100;
+        let (mut d, node, target, registry) = setup_queued(budget);
+        let payload = vec![9u8; 1_000];
+        for i in 0..4 {
+            d.on_read(1 << 16);
+            let path = (i == 0).then_some("/user/seven");
+            d.on_frame_ref(FrameKind::Message, &envelope(1, path, 7, &payload));
+            if i < 3 {
+                d.on_batch_end().await;
+            }
+        }
+        // The fourth batch was refused (a dead letter) and the read's end
+        // pauses reading: nothing is given back, so it is cut.
+        let start = tokio::time::Instant::now();
+        d.on_batch_end().await;
+        assert!(start.elapsed() >= super::super::budget::PAUSE_GRACE);
+        assert!(d.misbehaving);
+        let s = node.snapshot();
+        assert_eq!((s.refused_queued, s.disconnected), (1, 1), "{s:?}");
+        assert!(s.peak <= budget);
+        assert_eq!(registry.dead_letter_count(), 1);
+        assert_eq!(target.batches.lock().unwrap().len(), 3);
     }
 
     fn fragment(msg: u32, total: u32, offset: u32, piece: &[u8]) -> Vec<u8> {
@@ -1897,16 +2084,21 @@ mod tests {
         // Its further fragments are skipped, not malformed.
         d.on_frame_ref(FrameKind::Message, &fragment(1, 1_000_000, 300_000, &piece));
         assert_eq!(registry.dead_letter_count(), 1);
-        // A message that fits is delivered, and gives its charge back.
+        // A message that fits is delivered, and gives its reassembly's
+        // charge back; it is charged as one record while its actor holds it.
         d.on_frame_ref(FrameKind::Message, &fragment(2, 100, 0, &[2; 100]));
         // Back within its share at once (the dropped message's buffer went
         // back): a strike, no pause, no disconnection.
         d.on_batch_end().await;
         assert!(!d.misbehaving);
         assert_eq!(node.snapshot().disconnected, 0);
-        assert_eq!(node.snapshot().held, id_cost(11));
+        assert_eq!(node.snapshot().held, id_cost(11) + queued_cost(4 + 100));
         drop(d);
-        assert_eq!(node.snapshot().held, 0);
+        assert_eq!(
+            node.snapshot().held,
+            queued_cost(4 + 100),
+            "the delivered message waits for its actor"
+        );
     }
 
     #[tokio::test]

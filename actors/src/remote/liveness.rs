@@ -88,6 +88,11 @@ pub(crate) struct Liveness {
     /// The incarnation the verdict is about, once the association named
     /// it (`judged`): sends to it fail at once while the verdict holds.
     judged: Option<u64>,
+    /// Connections to the node whose reads this node paused (the peer is
+    /// over its share of the memory budget for peers): heartbeat acks
+    /// wait unread behind what it sent, so silence is no evidence, and
+    /// the detector gives no verdict meanwhile.
+    paused: u32,
 }
 
 /// What one tick asks the association to do.
@@ -128,6 +133,7 @@ impl Liveness {
             grace,
             lost_at: None,
             judged: None,
+            paused: 0,
         }
     }
 
@@ -137,7 +143,8 @@ impl Liveness {
     pub(crate) fn tick(&mut self, now: Instant, link_up: bool, needs_link: bool) -> Tick {
         // The schedule advances whether or not a link can carry it.
         let heartbeat = self.hb.poll_transmit(now).filter(|_| link_up);
-        let fire = self.monitoring && !self.unreachable && !self.hb.is_available(now);
+        let fire =
+            self.monitoring && !self.unreachable && self.paused == 0 && !self.hb.is_available(now);
         let unreachable = fire.then(|| self.hb.phi(now));
         if fire {
             self.set_unreachable();
@@ -180,6 +187,22 @@ impl Liveness {
         self.monitoring = true;
         self.hb.reset(now);
         true
+    }
+
+    /// This node paused reading a connection to the node (`budget::Pressure`):
+    /// until it reads on, the detector holds its verdict.
+    pub(crate) fn reads_paused(&mut self) {
+        self.paused += 1;
+    }
+
+    /// This node reads a paused connection again (or cut it): the detector
+    /// starts over from `now`, as on a link coming up, since the acks it
+    /// missed were unread, not unanswered.
+    pub(crate) fn reads_resumed(&mut self, now: Instant) {
+        self.paused = self.paused.saturating_sub(1);
+        if self.paused == 0 && self.monitoring {
+            self.hb.reset(now);
+        }
     }
 
     /// The verdict: unreachable until an answer or a link says otherwise.
@@ -625,5 +648,36 @@ mod tests {
         assert_eq!(displaced(0, 5), None, "first contact");
         assert_eq!(displaced(5, 5), None, "same incarnation");
         assert_eq!(displaced(5, 6), Some(5));
+    }
+
+    #[test]
+    fn a_connection_whose_reads_are_paused_is_not_judged_by_its_silence() {
+        let t0 = Instant::now();
+        let mut hb = HeartbeatConfig::default();
+        hb.set_interval(SEC / 10).set_acceptable_pause(SEC / 2);
+        let mut l = Liveness::new(hb, Backoff::default(), SEC, t0);
+        assert!(!l.on_link_up(t0));
+        let mut now = t0;
+        for seq in 1..=10 {
+            now = t0 + SEC / 10 * seq;
+            l.tick(now, true, false);
+            l.on_heartbeat_ack(now, u64::from(seq));
+        }
+        // Reads paused for 5 s (the budget's grace): no ack is read.
+        l.reads_paused();
+        for step in 1..=50 {
+            let t = now + SEC / 10 * step;
+            assert_eq!(l.tick(t, true, false).unreachable, None, "at {step}");
+        }
+        now += SEC * 5;
+        // Read again: the detector starts over, and judges silence after.
+        l.reads_resumed(now);
+        assert_eq!(l.tick(now + SEC / 10, true, false).unreachable, None);
+        let fired = (2..=50).any(|step| {
+            l.tick(now + SEC / 10 * step, true, false)
+                .unreachable
+                .is_some()
+        });
+        assert!(fired, "silence after reading on is judged");
     }
 }

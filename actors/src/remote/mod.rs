@@ -63,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
 pub(crate) use association::Association;
+pub(crate) use budget::Charge;
 pub use budget::PeerMemory;
 pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
@@ -175,6 +176,12 @@ impl Remoting {
         config: SystemConfig,
         events: broadcast::Sender<RemoteEvent>,
     ) -> Arc<Self> {
+        let budget = budget::NodeBudget::metered(
+            config.peer_memory_budget,
+            registry
+                .meters()
+                .budget_counters(&budget::Held::ALL.map(budget::Held::label)),
+        );
         let remoting = Arc::new(Self {
             shared: Arc::new(Context {
                 registry,
@@ -183,7 +190,7 @@ impl Remoting {
                 endpoint: bound.0,
                 cancel: CancellationToken::new(),
                 dials: tokio::sync::Semaphore::new(config.max_concurrent_dials),
-                budget: budget::NodeBudget::new(config.peer_memory_budget),
+                budget,
             }),
             associations: Mutex::new(HashMap::new()),
             refs: Mutex::new(HashMap::new()),
@@ -311,7 +318,9 @@ impl Remoting {
             let mut wake = schedule.next().map_or(next_sweep, |n| n.min(next_sweep));
             if let Some(p) = &mut published {
                 if let Some(live) = p.publish_due(now, |a| a.sample(now)) {
-                    r.shared.registry.meters().associations(live);
+                    let meters = r.shared.registry.meters();
+                    meters.associations(live);
+                    meters.peer_memory(r.shared.budget.snapshot().held);
                 }
                 wake = wake.min(p.next());
             }

@@ -4,12 +4,17 @@
 //! ```text
 //! peer NAME BIND_ADDR [--client NODE] [--heartbeat-ms N] [--pause-ms N]
 //!                     [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N]
-//!                     [--evolve NODE] [--peer-memory-budget BYTES]
+//!                     [--evolve NODE] [--peer-memory-budget BYTES] [--blocked N]
 //! ```
 //!
 //! Starts an actor system with a counter at `/user/counter`, prints
 //! `ready NODE` on stdout, and runs until killed or until its stdin closes
 //! (so a test that dies takes its peers with it).
+//!
+//! With `--blocked N` it also spawns `N` actors `/user/blocked-0` ...
+//! `/user/blocked-{N-1}` that take the counter's messages but never finish
+//! handling the first one: whatever reaches them waits in their mailboxes
+//! (memory tests).
 //!
 //! With `--client NODE` it also talks to the counter of `NODE`: it resolves
 //! it, watches it, and every `--ask-every-ms` (default 100) adds one and asks
@@ -136,6 +141,17 @@ impl Actor for Counter {
     }
 }
 
+/// Never finishes handling its first message (`--blocked`).
+struct Blocked;
+
+impl Actor for Blocked {
+    type Msg = PeerCount;
+
+    async fn handle(&mut self, _: PeerCount, _: &mut Ctx<Self>) -> ActorResult {
+        std::future::pending().await
+    }
+}
+
 struct Args {
     name: String,
     bind: std::net::SocketAddr,
@@ -147,11 +163,12 @@ struct Args {
     ask_timeout: Duration,
     evolve: Option<String>,
     peer_memory_budget: Option<usize>,
+    blocked: usize,
 }
 
 const USAGE: &str = "usage: peer NAME BIND_ADDR [--client NODE] [--heartbeat-ms N] [--pause-ms N] \
                      [--backoff-max-ms N] [--ask-every-ms N] [--ask-timeout-ms N] \
-                     [--evolve NODE] [--peer-memory-budget BYTES]";
+                     [--evolve NODE] [--peer-memory-budget BYTES] [--blocked N]";
 
 fn parse_args() -> Args {
     let mut args = std::env::args().skip(1);
@@ -172,6 +189,7 @@ fn parse_args() -> Args {
         ask_timeout: Duration::from_millis(1000),
         evolve: None,
         peer_memory_budget: None,
+        blocked: 0,
     };
     while let Some(flag) = args.next() {
         let value = args.next().expect(USAGE);
@@ -187,6 +205,7 @@ fn parse_args() -> Args {
             "--peer-memory-budget" => {
                 a.peer_memory_budget = Some(value.parse().expect("a number of bytes"));
             }
+            "--blocked" => a.blocked = value.parse().expect("a number of actors"),
             _ => panic!("unknown flag {flag}; {USAGE}"),
         }
     }
@@ -319,6 +338,11 @@ async fn main() {
     system
         .spawn_named("counter", Counter(0, Vec::new()))
         .expect("the name is free");
+    for i in 0..args.blocked {
+        system
+            .spawn_named(&format!("blocked-{i}"), Blocked)
+            .expect("the name is free");
+    }
     if let Some(node) = &args.evolve {
         evolve_v1(&system, node).await;
     }

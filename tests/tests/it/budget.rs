@@ -21,8 +21,9 @@ use actors::{
     manifest_id,
 };
 use integration_tests::{
-    actor_path, actor_system, actor_system_with, envelope, eventually, frame_bytes,
-    raw_client_handshake, raw_connect_from, rss_of, run_raw_handshake, spawn_peer_args, within,
+    PeerCount, actor_path, actor_system, actor_system_with, envelope, eventually, frame_bytes,
+    raw_client_handshake, raw_connect_from, rss_of, run_raw_handshake, spawn_peer_args,
+    wait_closed, within,
 };
 use serde::{Deserialize, Serialize};
 use tokio::{
@@ -351,4 +352,403 @@ async fn a_table_bomb_grows_a_node_process_by_at_most_its_budget() {
         grew <= BUDGET as u64 + SLACK,
         "the node grew by {grew} bytes ({before} to {peak}), past its budget of {BUDGET} and {SLACK} of slack"
     );
+}
+
+/// Recipients in the "many recipients × window" attack.
+const RECIPIENTS: usize = 200;
+
+/// One connection of the "many recipients × window" attack: each of the
+/// `RECIPIENTS` gated actors (`/user/gated-{r}`) gets 20 messages of
+/// 10 kB, 200 kB, within its 1 MiB window; 40 MB a connection.
+fn fill_windows() -> Vec<u8> {
+    let mut payload = bytes::BytesMut::new();
+    Work(0, vec![1; 10_000])
+        .encode(&mut payload, usize::MAX)
+        .expect("encodes");
+    let manifest = manifest_id(Work::MANIFEST);
+    let mut bytes = Vec::new();
+    for r in 0..RECIPIENTS {
+        let id = r as u32 + 1;
+        let path = format!("/user/gated-{r}");
+        for k in 0..20 {
+            let path = (k == 0).then_some(path.as_str());
+            bytes.extend(frame_bytes(
+                FrameKind::Message,
+                &envelope(id, path, manifest, &payload),
+            ));
+        }
+    }
+    bytes
+}
+
+/// Many recipients × their windows: a good sender is connected when three
+/// connections from two addresses define 200 recipients each, all gated
+/// actors that take nothing, and send each 200 kB, within its 1 MiB
+/// window (120 MB waiting in mailboxes, which no per-recipient bound
+/// stops). What waits in mailboxes is charged to the sending connection,
+/// so past its share its batches are dead letters (`over_share`), its
+/// reads pause and it is cut and counted; the node never holds more than
+/// its budget, and the good sender is served throughout. Once the actors
+/// run, they take what waited and every charge goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_recipients_filling_their_windows_stay_within_the_budget() {
+    let mut config = SystemConfig::default();
+    config.set_peer_memory_budget(BUDGET).unwrap();
+    let b = actor_system_with("b", config).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    let (open, gate) = watch::channel(false);
+    let got = Arc::new(AtomicU64::new(0));
+    for r in 0..RECIPIENTS {
+        let gated = Gated {
+            gate: gate.clone(),
+            got: got.clone(),
+        };
+        b.spawn_named(&format!("gated-{r}"), gated).expect("free");
+    }
+    // The good sender is a node already connected.
+    let a = actor_system("a").await;
+    let counter: ActorRef<Count> = within("resolve", a.resolve(&actor_path(&b, "counter")))
+        .await
+        .expect("resolves");
+    counter.tell(Count::Add(1)).expect("room");
+    assert!(total(&counter).await >= 1);
+
+    let bytes = fill_windows();
+    let mut attackers = JoinSet::new();
+    for i in 0..3 {
+        let mut raw = raw_peer(&b, 20 + (i % 2) as u8, 100 + i).await;
+        let bytes = bytes.clone();
+        attackers.spawn(async move {
+            // The node stops reading, then cuts it: the write may fail.
+            let _ = raw.write_all(&bytes).await;
+            wait_closed(&mut raw).await;
+        });
+    }
+    // Served while the attack goes on (and after).
+    for n in 2..=4 {
+        counter.tell(Count::Add(1)).expect("room");
+        assert!(total(&counter).await >= n);
+    }
+    within("every attacker is cut", attackers.join_all()).await;
+    let m = b.peer_memory();
+    within_budget(&m);
+    assert!(m.refused_queued >= 3, "{m:?}");
+    assert!(m.disconnected >= 3, "{m:?}");
+    assert!(b.dead_letters() >= 3, "refused batches are dead letters");
+    counter.tell(Count::Add(1)).expect("room");
+    assert!(total(&counter).await >= 5);
+    a.shutdown().await;
+    // What waited is taken once the actors run, and given back.
+    open.send(true).expect("the actors run");
+    returns_to_zero(&b).await;
+    assert!(got.load(Ordering::Relaxed) > 0);
+}
+
+/// The same attack against a node in its own process (the `peer` binary,
+/// whose `--blocked` actors never take their second message), by its
+/// resident memory: each of three connections sends its 40 MB and a
+/// heartbeat, and waits for the heartbeat's ack or for the node to cut
+/// it. The node grows by no more than the budget and `SLACK` (without
+/// charging what waits in mailboxes: by 120 MB and more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_recipients_filling_their_windows_grow_a_node_process_by_at_most_its_budget() {
+    /// What the node holds beside what is accounted: the connections'
+    /// read buffers (up to 1 MiB each) and batches of the reads in
+    /// progress, what the refused batches were decoded from, and the
+    /// allocator's slack: 32 MiB.
+    const SLACK: u64 = 32 << 20;
+    let budget = BUDGET.to_string();
+    let recipients = RECIPIENTS.to_string();
+    let (mut child, node) = spawn_peer_args(
+        env!("CARGO_BIN_EXE_peer"),
+        "p",
+        "127.0.0.1:0",
+        &["--peer-memory-budget", &budget, "--blocked", &recipients],
+    )
+    .await;
+    let pid = child.id();
+    let addr: SocketAddr = node
+        .split_once('@')
+        .and_then(|(_, a)| a.parse().ok())
+        .expect("name@host:port");
+    let before = rss_of(pid);
+    let mut bytes = blocked_windows();
+    bytes.extend(frame_bytes(FrameKind::Heartbeat, &7u64.to_le_bytes()));
+    let mut writers = JoinSet::new();
+    for i in 0..3 {
+        let mut raw = raw_peer_at(addr, 20 + (i % 2) as u8, 100 + i).await;
+        let bytes = bytes.clone();
+        writers.spawn(async move {
+            raw.write_all(&bytes).await.ok()?;
+            let mut buf = bytes::BytesMut::new();
+            loop {
+                while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                    if f.kind == FrameKind::HeartbeatAck {
+                        return Some(raw);
+                    }
+                }
+                match raw.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return None, // cut
+                    Ok(_) => {}
+                }
+            }
+        });
+    }
+    let mut peak = before;
+    let mut kept = Vec::new();
+    within("every flood is read or cut", async {
+        loop {
+            peak = peak.max(rss_of(pid));
+            tokio::select! {
+                done = writers.join_next() => match done {
+                    Some(stream) => kept.extend(stream.expect("no panic")),
+                    None => break,
+                },
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    })
+    .await;
+    peak = peak.max(rss_of(pid));
+    drop(kept);
+    let _ = child.kill();
+    let _ = child.wait();
+    let grew = peak.saturating_sub(before);
+    println!(
+        "many recipients × window: the node grew by {} KiB",
+        grew / 1024
+    );
+    assert!(
+        grew <= BUDGET as u64 + SLACK,
+        "the node grew by {grew} bytes ({before} to {peak}), past its budget of {BUDGET} and {SLACK} of slack"
+    );
+}
+
+/// [`fill_windows`] for the `peer` binary's blocked actors
+/// (`/user/blocked-{r}`, the counter's message type): 20 blobs of 10 kB
+/// each.
+fn blocked_windows() -> Vec<u8> {
+    let mut payload = bytes::BytesMut::new();
+    PeerCount::Blob(vec![1u8; 10_000].into())
+        .encode(&mut payload, usize::MAX)
+        .expect("encodes");
+    let manifest = manifest_id(PeerCount::MANIFEST);
+    let mut bytes = Vec::new();
+    for r in 0..RECIPIENTS {
+        let id = r as u32 + 1;
+        let path = format!("/user/blocked-{r}");
+        for k in 0..20 {
+            let path = (k == 0).then_some(path.as_str());
+            bytes.extend(frame_bytes(
+                FrameKind::Message,
+                &envelope(id, path, manifest, &payload),
+            ));
+        }
+    }
+    bytes
+}
+
+/// What batches waiting for blocked actors cost a node process, printed
+/// (the figures behind the budget's `BATCH_COST` and the README's limits
+/// table): `M_ACTORS` blocked actors each get `M_PER` messages, in runs
+/// of tiny records (the default), one message a read (`M_PER_READ`), or
+/// 10 kB blobs (`M_BLOB=10000`). Run by hand:
+/// `cargo test -p integration-tests --test it budget::measure -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn measure_what_waiting_batches_cost() {
+    let var = |k: &str, d: usize| std::env::var(k).map_or(d, |v| v.parse().expect("a number"));
+    let actors_n = var("M_ACTORS", 64);
+    let per = var("M_PER", 60_000);
+    let blob = var("M_BLOB", 0);
+    let per_read = std::env::var("M_PER_READ").is_ok();
+    let n = actors_n.to_string();
+    let (mut child, node) = spawn_peer_args(
+        env!("CARGO_BIN_EXE_peer"),
+        "p",
+        "127.0.0.1:0",
+        &["--peer-memory-budget", "4294967296", "--blocked", &n],
+    )
+    .await;
+    let pid = child.id();
+    let addr: SocketAddr = node
+        .split_once('@')
+        .and_then(|(_, a)| a.parse().ok())
+        .expect("name@host:port");
+    let mut raw = raw_peer_at(addr, 1, 1).await;
+    let m = manifest_id(PeerCount::MANIFEST);
+    let mut payload = bytes::BytesMut::new();
+    let msg = if blob > 0 {
+        PeerCount::Blob(vec![3u8; blob].into())
+    } else {
+        PeerCount::Add(1)
+    };
+    msg.encode(&mut payload, usize::MAX).expect("encodes");
+    let mut hb = 0u64;
+    let mut buf = bytes::BytesMut::new();
+    // Writes `bytes` and a heartbeat, and waits for its ack: the node
+    // has read (and queued) everything before it.
+    let mut sync = async |raw: &mut TcpStream, mut bytes: Vec<u8>| {
+        hb += 1;
+        bytes.extend(frame_bytes(FrameKind::Heartbeat, &hb.to_le_bytes()));
+        raw.write_all(&bytes).await.expect("written");
+        loop {
+            while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                if f.kind == FrameKind::HeartbeatAck && f.body[..] == hb.to_le_bytes() {
+                    return;
+                }
+            }
+            assert!(raw.read_buf(&mut buf).await.expect("read") > 0, "closed");
+        }
+    };
+    // Each actor takes its first message and blocks on it.
+    let mut first = Vec::new();
+    for i in 0..actors_n {
+        let path = format!("/user/blocked-{i}");
+        first.extend(frame_bytes(
+            FrameKind::Message,
+            &envelope(i as u32 + 1, Some(&path), m, &payload),
+        ));
+    }
+    sync(&mut raw, first).await;
+    let before = rss_of(pid);
+    if per_read {
+        for _ in 0..per {
+            for i in 0..actors_n {
+                let env = envelope(i as u32 + 1, None, m, &payload);
+                sync(&mut raw, frame_bytes(FrameKind::Message, &env)).await;
+            }
+        }
+    } else {
+        let mut records = Vec::new();
+        let mut run = Vec::new();
+        let per_run = (64 << 10) / (4 + payload.len());
+        for i in 0..actors_n {
+            let id = i as u32 + 1;
+            let mut left = per;
+            while left > 0 {
+                if blob == 0 {
+                    let k = left.min(per_run);
+                    run.clear();
+                    for _ in 0..k {
+                        run.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                        run.extend_from_slice(&payload);
+                    }
+                    let env = actors::wire::run(id, m, &run);
+                    records.extend(frame_bytes(FrameKind::Message, &env));
+                    left -= k;
+                } else {
+                    let env = envelope(id, None, m, &payload);
+                    records.extend(frame_bytes(FrameKind::Message, &env));
+                    left -= 1;
+                }
+            }
+            if records.len() > (8 << 20) {
+                sync(&mut raw, std::mem::take(&mut records)).await;
+            }
+        }
+        sync(&mut raw, records).await;
+    }
+    let grew = rss_of(pid).saturating_sub(before);
+    let total = actors_n * per;
+    println!(
+        "{actors_n} blocked actors × {per} messages of {} bytes (one a read: {per_read}): the node grew by {} KiB, {:.1} bytes a message",
+        payload.len(),
+        grew / 1024,
+        grew as f64 / total as f64,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A node paused reading a connection it dialed, since the peer at the
+/// other end went over its share (it filled the windows of 200 gated
+/// actors): the heartbeat acks behind the peer's messages wait unread, and
+/// the node must not take that silence (its own doing) for the peer's and
+/// judge it unreachable, with an acceptable pause (2 s) below the budget's
+/// grace (5 s). The peer is a raw socket that `b` dials (a connection `b`
+/// dialed is proven, and carries its heartbeats), answering every
+/// heartbeat it reads in order with the rest it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_connection_is_not_judged_unreachable_for_its_silence() {
+    let mut hb = actors::HeartbeatConfig::default();
+    hb.set_interval(Duration::from_millis(100))
+        .set_acceptable_pause(Duration::from_secs(2));
+    let mut config = SystemConfig::default();
+    config.set_heartbeat(hb);
+    config.set_peer_memory_budget(BUDGET).unwrap();
+    let b = actor_system_with("b", config).await;
+    let (_open, gate) = watch::channel(false);
+    for r in 0..RECIPIENTS {
+        let gated = Gated {
+            gate: gate.clone(),
+            got: Arc::default(),
+        };
+        b.spawn_named(&format!("gated-{r}"), gated).expect("free");
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let node = format!("raw@{}", listener.local_addr().expect("bound"));
+    let mut events = b.subscribe_remote_events();
+    // Makes `b` dial the raw node (the resolve is never answered).
+    let _resolving = tokio::spawn({
+        let (b, path) = (b.clone(), format!("tcp://{node}/user/x"));
+        async move { b.resolve::<Count>(&path).await }
+    });
+    let (mut stream, _) = within("b dials the raw node", listener.accept())
+        .await
+        .expect("accepted");
+    let hs = integration_tests::raw_side_handshake(
+        Hello {
+            uid: 0x5eed_0002,
+            addr: node.clone(),
+        },
+        transport::auth::Role::Listener,
+    );
+    let (_, mut buf) = run_raw_handshake(&mut stream, hs).await;
+    let (mut rd, mut wr) = stream.into_split();
+    let (out, mut queue) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    // One writer: the flood and the acks go out in the order they are
+    // queued, and wait together while `b` does not read.
+    tokio::spawn(async move {
+        while let Some(bytes) = queue.recv().await {
+            if wr.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let acks = out.clone();
+    let answered = Arc::new(AtomicU64::new(0));
+    let counted = answered.clone();
+    tokio::spawn(async move {
+        loop {
+            while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                if f.kind == FrameKind::Heartbeat {
+                    let _ = acks.send(frame_bytes(FrameKind::HeartbeatAck, &f.body));
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            match rd.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    });
+    // Ten answered heartbeats first: the detector has a history.
+    eventually("b's heartbeats are answered", || {
+        answered.load(Ordering::Relaxed) >= 10
+    })
+    .await;
+    out.send(fill_windows()).expect("the writer runs");
+    eventually("b pauses, then cuts, the raw node's connection", || {
+        b.peer_memory().disconnected >= 1
+    })
+    .await;
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, actors::RemoteEvent::Unreachable { .. }),
+            "judged unreachable while its reads were paused: {e:?}"
+        );
+    }
 }
