@@ -1483,4 +1483,44 @@ mod tests {
         let v = t.view(t0, &r("a"), false, &proxy, &hosting, &[r("b")].into());
         assert_eq!(v, view(&[], &["p"]));
     }
+
+    /// How long `c`, seen down at `t0`, is still awaited by a tracker
+    /// with `margin`, to the millisecond.
+    fn awaited_for(margin: Duration) -> Duration {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(margin);
+        let hosting: BTreeSet<RegionId> = [r("c")].into();
+        let none = BTreeSet::new();
+        t.view(t0, &r("a"), true, &[(r("c"), Liveness::Live)], &hosting, &none);
+        let down = [(r("c"), Liveness::Gone)];
+        let mut ms = 0;
+        while t
+            .view(t0 + Duration::from_millis(ms), &r("a"), true, &down, &hosting, &none)
+            .must_ack
+            .contains(&r("c"))
+        {
+            ms += 1;
+        }
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn the_margin_is_the_clusters_stable_after_unless_set() {
+        let stable_after = Duration::from_millis(2500);
+        let defaults = crate::sharding::ShardingSettings::default();
+        assert_eq!(
+            awaited_for(defaults.margin(stable_after)),
+            stable_after,
+            "the cluster's setting"
+        );
+        let set = crate::sharding::ShardingSettings {
+            down_removal_margin: Some(Duration::from_millis(700)),
+            ..defaults
+        };
+        assert_eq!(
+            awaited_for(set.margin(stable_after)),
+            Duration::from_millis(700),
+            "the sharding setting wins"
+        );
+    }
 }

@@ -115,7 +115,6 @@ fn settings() -> ShardingSettings {
     ShardingSettings {
         number_of_shards: 20,
         handoff_timeout: Duration::from_secs(3),
-        down_removal_margin: Duration::from_millis(500),
         tick: Duration::from_millis(50),
         ..ShardingSettings::default()
     }
