@@ -656,6 +656,9 @@ mod tests {
             ..ShardingSettings::default()
         };
         assert!(matches!(zero.validate(), Err(ShardingError::NoOutboxBytes)));
-        assert_eq!(ShardingSettings::default().outbox_bytes, DEFAULT_OUTBOX_BYTES);
+        assert_eq!(
+            ShardingSettings::default().outbox_bytes,
+            DEFAULT_OUTBOX_BYTES
+        );
     }
 }

@@ -1491,11 +1491,25 @@ mod tests {
         let mut t = Tracker::new(margin);
         let hosting: BTreeSet<RegionId> = [r("c")].into();
         let none = BTreeSet::new();
-        t.view(t0, &r("a"), true, &[(r("c"), Liveness::Live)], &hosting, &none);
+        t.view(
+            t0,
+            &r("a"),
+            true,
+            &[(r("c"), Liveness::Live)],
+            &hosting,
+            &none,
+        );
         let down = [(r("c"), Liveness::Gone)];
         let mut ms = 0;
         while t
-            .view(t0 + Duration::from_millis(ms), &r("a"), true, &down, &hosting, &none)
+            .view(
+                t0 + Duration::from_millis(ms),
+                &r("a"),
+                true,
+                &down,
+                &hosting,
+                &none,
+            )
             .must_ack
             .contains(&r("c"))
         {
