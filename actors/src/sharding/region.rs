@@ -353,7 +353,7 @@ where
                 Err(_) => 1,
             };
         }
-        if !self.outboxes.get(to).is_some_and(|o| !o.tx.is_closed()) {
+        if self.outboxes.get(to).is_none_or(|o| o.tx.is_closed()) {
             let outbox = self.outbox(ctx, to);
             self.outboxes.insert(to.clone(), outbox);
         }
