@@ -15,7 +15,7 @@ use std::{
 use actors::{
     Actor, ActorRef, ActorResult, ActorSystem, AskError, Ctx, RemoteMessage, SendError, StopReason,
     cluster::{Cluster, ClusterConfig},
-    singleton::{Singleton, SingletonRef, SingletonSettings},
+    singleton::{Lease, MemoryLease, Singleton, SingletonRef, SingletonSettings},
 };
 use integration_tests::{actor_system, eventually, within};
 use serde::{Deserialize, Serialize};
@@ -408,4 +408,55 @@ async fn a_ref_holds_its_bound_while_no_instance_runs_then_delivers_in_order() {
             .expect("sent to the instance");
     }
     assert_eq!(handled_n(&mut rx, 20).await, on(&n0, held + 1..=held + 20));
+}
+
+#[tokio::test]
+async fn with_a_lease_a_host_starts_only_while_it_holds_it_and_releases_it_on_handover() {
+    let mut nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let checker = Arc::new(Checker::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let lease = Arc::new(MemoryLease::new());
+    // Another owner holds the lease: a host the downing strategy should
+    // have stopped, say, on the far side of a partition.
+    assert!(lease.acquire("elsewhere#1").await.expect("in memory"));
+    let settings = SingletonSettings::new()
+        .handover_timeout(Duration::from_secs(60))
+        .lease(lease.clone());
+    let refs = start_on(&nodes, &checker, &tx, &settings);
+    let (n0, n1) = (nodes[0].0.node().to_owned(), nodes[1].0.node().to_owned());
+    let from_n1 = &refs[1];
+    // n0 is the oldest, yet starts nothing while the lease is held (it
+    // asks again every second).
+    let asked = from_n1.ask(Cmd::Where, Duration::from_secs(3)).await;
+    assert!(matches!(asked, Err(AskError::Timeout(_))), "{asked:?}");
+    assert!(checker.starts.lock().expect("not poisoned").is_empty());
+    // Released: n0 takes it and starts.
+    assert!(lease.release("elsewhere#1").await.expect("in memory"));
+    located(from_n1, &n0).await;
+    let holder = lease.holder().expect("held");
+    assert!(holder.starts_with(&format!("{n0}#")), "{holder}");
+    from_n1.tell(Cmd::Add(1)).expect("sent");
+    assert_eq!(handled_n(&mut rx, 1).await, on(&n0, 1..=1));
+    // n0 leaves: its instance stops, it releases the lease, and only then
+    // can n1 acquire it and start.
+    let (old_system, old) = nodes.remove(0);
+    let leaving = tokio::spawn(async move {
+        old.leave_and_drain(&old_system, Duration::from_secs(10))
+            .await
+            .expect("leaves")
+    });
+    located(from_n1, &n1).await;
+    let holder = lease.holder().expect("held");
+    assert!(holder.starts_with(&format!("{n1}#")), "{holder}");
+    assert!(
+        within("the old node drains", leaving)
+            .await
+            .expect("no panic")
+    );
+    assert_eq!(*checker.starts.lock().expect("not poisoned"), [n0, n1]);
+    assert_eq!(
+        checker.failures.load(Ordering::SeqCst),
+        0,
+        "two instances at once"
+    );
 }
