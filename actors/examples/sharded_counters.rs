@@ -88,8 +88,8 @@ async fn node(
     let cluster = Cluster::join(&system, config).await?;
     let me = system.node().to_owned();
     let settings = ShardingSettings {
+        // The down-removal margin is the cluster's `stable_after` (2 s).
         number_of_shards: 30,
-        down_removal_margin: Duration::from_secs(2),
         ..ShardingSettings::default()
     };
     let counters = Sharding::start(

@@ -100,6 +100,7 @@ pub(crate) const SHARDING_DROPPED: &str = "actors_sharding_dropped_total";
 pub(crate) const SHARDING_SHARDS: &str = "actors_sharding_shards";
 pub(crate) const SHARDING_ENTITIES: &str = "actors_sharding_entities";
 pub(crate) const SHARDING_BUFFERED: &str = "actors_sharding_buffered";
+pub(crate) const SHARDING_OUTBOX_BYTES: &str = "actors_sharding_outbox_bytes";
 
 const SHARDING: &str = "node, type";
 
@@ -353,7 +354,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: None,
         labels: SHARDING,
-        help: "Messages for entities this node dropped: a shard's buffer full, an entity's mailbox full, a region gone.",
+        help: "Messages for entities this node dropped: a shard's buffer or an outbox full, an entity's mailbox full, a region gone.",
     },
     Spec {
         name: SHARDING_SHARDS,
@@ -375,6 +376,13 @@ pub(crate) const METRICS: &[Spec] = &[
         unit: None,
         labels: SHARDING,
         help: "Messages buffered on this node for shards that move and entities that stop.",
+    },
+    Spec {
+        name: SHARDING_OUTBOX_BYTES,
+        kind: Kind::Gauge,
+        unit: Some(Unit::Bytes),
+        labels: SHARDING,
+        help: "Bytes this node queues for other regions of the entity type (each outbox bounded by outbox_bytes).",
     },
 ];
 
@@ -740,6 +748,7 @@ pub(crate) struct ShardingMeters {
     pub(crate) shards: Gauge,
     pub(crate) entities: Gauge,
     pub(crate) buffered: Gauge,
+    pub(crate) outbox_bytes: Gauge,
 }
 
 impl ShardingMeters {
@@ -760,6 +769,7 @@ impl ShardingMeters {
             shards: g(SHARDING_SHARDS),
             entities: g(SHARDING_ENTITIES),
             buffered: g(SHARDING_BUFFERED),
+            outbox_bytes: g(SHARDING_OUTBOX_BYTES),
         })
     }
 }

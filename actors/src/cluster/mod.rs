@@ -301,6 +301,10 @@ impl ClusterConfig {
     /// it is never down; a node paused for longer may be downed (or down
     /// itself). Shorter: quicker failover; longer: fewer downs of slow but
     /// live nodes.
+    ///
+    /// It is also the down-removal margin by default: how long cluster
+    /// singletons and sharding wait after they see a member down before
+    /// they start what it ran (the time its side takes to down itself).
     pub fn stable_after(mut self, d: Duration) -> Self {
         self.stable_after = d;
         self

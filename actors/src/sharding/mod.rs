@@ -44,7 +44,11 @@
 //!   the others to their owner, and buffers messages of shards that are
 //!   moving (bounded by [`ShardingSettings::buffer_bytes`] per shard;
 //!   past it messages are dropped, counted, and logged as dead letters
-//!   with reason `buffer_full`).
+//!   with reason `buffer_full`). What it forwards to another region
+//!   waits in an outbox bounded by [`ShardingSettings::outbox_bytes`]
+//!   while that region or its link is slow; past it, messages for
+//!   entities are dropped and counted the same way, and the shard
+//!   protocol's messages are kept.
 //! - A region activates a shard only after every other region that may
 //!   hold it has released it: stopped the shard's entities (each gets a
 //!   normal stop after what is queued, its `stopped` hook runs), forwarded
@@ -62,6 +66,7 @@
 //!   [`proxy_only`](ShardingSettings::proxy_only)): a shard moves only
 //!   once each of them answered.
 
+mod outbox;
 mod region;
 mod shard;
 mod store;
@@ -103,9 +108,12 @@ pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
 /// before asking again for a release that did not come): 10 s.
 pub const DEFAULT_HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Default down-removal margin: 10 s, the cluster's default
-/// `stable_after`.
-pub const DEFAULT_DOWN_REMOVAL_MARGIN: Duration = Duration::from_secs(10);
+/// Default bound of a region's outbox to another region: 4 MiB of
+/// messages. An outbox carries the messages of every shard this node
+/// forwards to that region, so it gets a few shard buffers' worth
+/// ([`DEFAULT_BUFFER_BYTES`]); it only fills when that region, or the
+/// link to it, is slower than the senders for long.
+pub const DEFAULT_OUTBOX_BYTES: usize = 4 << 20;
 
 /// Which members host a type's entities: a predicate on node addresses
 /// (`name@host:port`).
@@ -131,12 +139,28 @@ pub struct ShardingSettings {
     /// [`DEFAULT_BUFFER_BYTES`]); messages past it are dropped and
     /// counted.
     pub buffer_bytes: usize,
+    /// Bytes a region's outbox to another region may hold (default
+    /// [`DEFAULT_OUTBOX_BYTES`]; at least 1, see
+    /// [`outbox_bytes`](Self::outbox_bytes)): messages this node forwards
+    /// to that region wait there for room on the link. Each message counts
+    /// at its encoded size plus its envelope in memory. Past the bound,
+    /// messages for entities are dropped, counted in
+    /// [`ShardingState::dropped`] and logged as dead letters
+    /// (`buffer_full`); the shard protocol's own messages are never
+    /// dropped. The node holds at most this much per other hosting
+    /// region, plus the protocol's few messages.
+    pub outbox_bytes: usize,
     /// How long a member that went down or left still counts as holding
-    /// its shards (default [`DEFAULT_DOWN_REMOVAL_MARGIN`]; set it to the
-    /// cluster's `stable_after`, Akka's down-removal-margin). Shorter
-    /// risks two live instances of an entity when the downed side is slow
-    /// to stop; longer keeps its shards' messages buffered longer.
-    pub down_removal_margin: Duration,
+    /// its shards (Akka's down-removal-margin). Default `None`: the
+    /// cluster's `stable_after` ([`ClusterConfig::stable_after`]), the
+    /// time the downing strategy gives the losing side of a partition to
+    /// down itself; the singleton uses the same default, so one cluster
+    /// setting serves both. Shorter risks two live instances of an entity
+    /// when the downed side is slow to stop; longer keeps its shards'
+    /// messages buffered longer.
+    ///
+    /// [`ClusterConfig::stable_after`]: crate::cluster::ClusterConfig::stable_after
+    pub down_removal_margin: Option<Duration>,
     /// Which members host entities (default: every member). Members it
     /// admits must start sharding for the type, hosting or proxy.
     pub hosts: Option<HostFilter>,
@@ -158,6 +182,7 @@ impl fmt::Debug for ShardingSettings {
             .field("passivate_after", &self.passivate_after)
             .field("handoff_timeout", &self.handoff_timeout)
             .field("buffer_bytes", &self.buffer_bytes)
+            .field("outbox_bytes", &self.outbox_bytes)
             .field("down_removal_margin", &self.down_removal_margin)
             .field("hosts", &self.hosts.as_ref().map(|_| "filter"))
             .field("proxy", &self.proxy)
@@ -174,7 +199,8 @@ impl Default for ShardingSettings {
             passivate_after: None,
             handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
-            down_removal_margin: DEFAULT_DOWN_REMOVAL_MARGIN,
+            outbox_bytes: DEFAULT_OUTBOX_BYTES,
+            down_removal_margin: None,
             hosts: None,
             proxy: false,
             remember_entities: None,
@@ -198,6 +224,38 @@ impl ShardingSettings {
         self.hosts = Some(Arc::new(filter));
         self
     }
+
+    /// Bounds each region-to-region outbox at `bytes`
+    /// ([`outbox_bytes`](Self::outbox_bytes)).
+    ///
+    /// # Errors
+    /// [`ShardingError::NoOutboxBytes`] for 0: no message could ever be
+    /// forwarded.
+    pub fn outbox_bytes(mut self, bytes: usize) -> Result<Self, ShardingError> {
+        self.outbox_bytes = bytes;
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Checks the settings as [`Sharding::start`] does.
+    ///
+    /// # Errors
+    /// [`ShardingError::NoShards`], [`ShardingError::NoOutboxBytes`].
+    pub fn validate(&self) -> Result<(), ShardingError> {
+        if self.number_of_shards == 0 {
+            return Err(ShardingError::NoShards);
+        }
+        if self.outbox_bytes == 0 {
+            return Err(ShardingError::NoOutboxBytes);
+        }
+        Ok(())
+    }
+
+    /// The down-removal margin in force: the one set, else the cluster's
+    /// `stable_after`.
+    pub(crate) fn margin(&self, stable_after: Duration) -> Duration {
+        self.down_removal_margin.unwrap_or(stable_after)
+    }
 }
 
 /// Why sharding could not start.
@@ -217,9 +275,14 @@ pub enum ShardingError {
     /// stopped).
     #[error("cluster: {0}")]
     Cluster(#[from] ClusterError),
-    /// `number_of_shards` is zero.
+    /// `number_of_shards` is zero: set at least 1.
     #[error("number_of_shards must be at least 1")]
     NoShards,
+    /// `outbox_bytes` is zero: no message could be forwarded to another
+    /// region. Set at least the size of the largest message, or leave
+    /// the default.
+    #[error("outbox_bytes must be at least 1")]
+    NoOutboxBytes,
 }
 
 /// A shard's state on this node, in [`ShardingState`].
@@ -263,11 +326,15 @@ pub struct ShardingState {
     pub entities: usize,
     /// Messages buffered here.
     pub buffered: usize,
+    /// Bytes queued here for other regions (every outbox; each is
+    /// bounded by [`ShardingSettings::outbox_bytes`]).
+    pub outbox_bytes: usize,
     /// Shards this node has handed off so far.
     pub handoffs: u64,
     /// Shards activated here so far.
     pub activations: u64,
-    /// Messages dropped here so far (buffer full, or a region gone).
+    /// Messages dropped here so far (a shard's buffer or an outbox full,
+    /// an entity's mailbox full, or a region gone).
     pub dropped: u64,
 }
 
@@ -354,9 +421,8 @@ impl<M: RemoteMessage> Sharding<M> {
         E: Actor<Msg = M>,
         F: Fn(&EntityId) -> E + Send + Sync + 'static,
     {
-        if settings.number_of_shards == 0 {
-            return Err(ShardingError::NoShards);
-        }
+        settings.validate()?;
+        let margin = settings.margin(cluster.stable_after());
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let counters = Arc::new(Counters::default());
         let name = format!("sharding-{type_name}");
@@ -370,6 +436,7 @@ impl<M: RemoteMessage> Sharding<M> {
                 },
                 factory: Arc::new(factory),
                 cluster: cluster.clone(),
+                margin,
                 settings,
                 events: events.clone(),
                 counters: counters.clone(),
@@ -568,4 +635,30 @@ where
     E::Msg: RemoteMessage,
 {
     region::passivate(ctx);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_outbox_bound_is_refused_by_the_setter_and_by_validate() {
+        assert!(matches!(
+            ShardingSettings::default().outbox_bytes(0),
+            Err(ShardingError::NoOutboxBytes)
+        ));
+        let s = ShardingSettings::default()
+            .outbox_bytes(64 << 10)
+            .expect("a bound of 64 KiB");
+        assert_eq!(s.outbox_bytes, 64 << 10);
+        let zero = ShardingSettings {
+            outbox_bytes: 0,
+            ..ShardingSettings::default()
+        };
+        assert!(matches!(zero.validate(), Err(ShardingError::NoOutboxBytes)));
+        assert_eq!(
+            ShardingSettings::default().outbox_bytes,
+            DEFAULT_OUTBOX_BYTES
+        );
+    }
 }

@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::{
     Counters, EntityId, ShardEvent, ShardInfo, ShardPhase, ShardingSettings, ShardingState,
+    outbox::{Budget, Kind},
     shard::{Action, Envelope, Liveness, Phase, RegionId, Shards, State, Tracker, Wire, shard_of},
 };
 use crate::dead_letter::DeadLetterReason;
@@ -77,6 +78,8 @@ pub(crate) struct RegionParts<E> {
     pub(crate) factory: Factory<E>,
     pub(crate) cluster: Cluster,
     pub(crate) settings: ShardingSettings,
+    /// The down-removal margin (the settings', else the cluster's).
+    pub(crate) margin: std::time::Duration,
     pub(crate) events: broadcast::Sender<ShardEvent>,
     pub(crate) counters: Arc<Counters>,
 }
@@ -88,6 +91,27 @@ struct Entity<M> {
     /// its next instance.
     stopping: Option<Vec<Envelope<M>>>,
     last: Instant,
+}
+
+/// The ordered queue to one other region, and the bytes it holds
+/// (bounded by [`ShardingSettings::outbox_bytes`], see `outbox.rs`).
+struct Outbox<M> {
+    tx: mpsc::UnboundedSender<(RegionMsg<M>, usize)>,
+    budget: Arc<Budget>,
+}
+
+/// What a message queued for another region holds in memory: its size
+/// in the queue plus, for a user message, its encoded size and its
+/// envelope's strings; and whether it may be refused.
+fn held<M>(msg: &RegionMsg<M>) -> (Kind, usize) {
+    let base = std::mem::size_of::<(RegionMsg<M>, usize)>();
+    match msg {
+        RegionMsg::Shard(Wire::Deliver { env, .. }) => (
+            Kind::User,
+            base + env.bytes.max(1) + env.entity.len() + env.origin.len(),
+        ),
+        _ => (Kind::Protocol, base),
+    }
 }
 
 /// A retirement in progress ([`Sharding::leave`](super::Sharding::leave)).
@@ -111,7 +135,7 @@ pub(crate) struct Region<E: Actor> {
     /// Child path elements → entity id.
     by_path: HashMap<String, EntityId>,
     live: HashMap<u32, usize>,
-    outboxes: HashMap<RegionId, mpsc::UnboundedSender<RegionMsg<E::Msg>>>,
+    outboxes: HashMap<RegionId, Outbox<E::Msg>>,
     /// Regions seen in the hosting group (kept while their member lives,
     /// so a suspect member keeps its shards).
     hosting: BTreeSet<RegionId>,
@@ -139,7 +163,7 @@ where
                 p.settings.buffer_bytes,
                 p.settings.handoff_timeout,
             ),
-            tracker: Tracker::new(p.settings.down_removal_margin),
+            tracker: Tracker::new(p.margin),
             me: p.me,
             factory: p.factory,
             cluster: p.cluster,
@@ -313,33 +337,62 @@ where
         }
     }
 
-    fn send_to(&mut self, ctx: &mut Ctx<Self>, to: &RegionId, msg: RegionMsg<E::Msg>) {
+    fn send_to(&mut self, ctx: &mut Ctx<Self>, to: &RegionId, mut msg: RegionMsg<E::Msg>) {
         if *to == self.me {
             let _ = ctx.myself().tell(msg);
             return;
         }
-        let tx = match self.outboxes.get(to) {
-            Some(tx) if !tx.is_closed() => tx,
-            _ => {
-                let tx = self.outbox(ctx, to);
-                self.outboxes.insert(to.clone(), tx);
-                &self.outboxes[to]
+        // A message that came while its shard was active here was not
+        // measured; the outbox's bound needs its size.
+        if let RegionMsg::Shard(Wire::Deliver { env, .. }) = &mut msg
+            && env.bytes == 0
+        {
+            self.scratch.clear();
+            env.bytes = match env.msg.encode(&mut self.scratch, usize::MAX) {
+                Ok(()) => self.scratch.len(),
+                Err(_) => 1,
+            };
+        }
+        if self.outboxes.get(to).is_none_or(|o| o.tx.is_closed()) {
+            let outbox = self.outbox(ctx, to);
+            self.outboxes.insert(to.clone(), outbox);
+        }
+        let outbox = &self.outboxes[to];
+        let (kind, bytes) = held(&msg);
+        if !outbox.budget.take(kind, bytes) {
+            // Only user messages are refused.
+            if let RegionMsg::Shard(Wire::Deliver { env, .. }) = msg {
+                let why = DeadLetterReason::BufferFull(
+                    format!("a sharding region's outbox to {}", to.node).into(),
+                );
+                self.drop_msg(&env.entity, &why);
             }
-        };
-        // The outbox task ends only with the region (it holds the sender).
-        let _ = tx.send(msg);
+            return;
+        }
+        if let Err(mpsc::error::SendError((msg, bytes))) = outbox.tx.send((msg, bytes)) {
+            // The outbox task ended (its target did not resolve).
+            outbox.budget.release(bytes);
+            if let RegionMsg::Shard(Wire::Deliver { env, .. }) = msg {
+                let why = DeadLetterReason::Unreachable("a sharding region".into());
+                self.drop_msg(&env.entity, &why);
+            }
+        }
+    }
+
+    /// The bytes every outbox holds now.
+    fn outbox_bytes(&self) -> usize {
+        self.outboxes.values().map(|o| o.budget.used()).sum()
     }
 
     /// An ordered queue to the region of `to`, with a task that waits for
     /// room at the other end (a remote mailbox's window) message by
     /// message, so that the region never blocks and no message is refused
-    /// for a full link.
-    fn outbox(
-        &self,
-        ctx: &mut Ctx<Self>,
-        to: &RegionId,
-    ) -> mpsc::UnboundedSender<RegionMsg<E::Msg>> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<RegionMsg<E::Msg>>();
+    /// for a full link; the queue itself is bounded by
+    /// [`ShardingSettings::outbox_bytes`] (user messages past it are
+    /// dropped in [`send_to`](Self::send_to)).
+    fn outbox(&self, ctx: &mut Ctx<Self>, to: &RegionId) -> Outbox<E::Msg> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(RegionMsg<E::Msg>, usize)>();
+        let budget = Arc::new(Budget::new(self.settings.outbox_bytes));
         let system = ctx.system().clone();
         let path = ActorPath::new(
             Arc::from(to.node.as_str()),
@@ -350,11 +403,15 @@ where
             ActorRef::<RegionMsg<E::Msg>>::for_path_at(&system.inner.node, path.clone(), to.uid);
         let counters = self.counters.clone();
         let meters = self.meters.clone();
+        let drained = budget.clone();
         tokio::spawn(async move {
             let Ok(target) = target else { return };
-            while let Some(msg) = rx.recv().await {
+            while let Some((msg, bytes)) = rx.recv().await {
                 let lost = matches!(msg, RegionMsg::Shard(Wire::Deliver { .. }));
-                if target.send(msg).await.is_err() && lost {
+                let failed = target.send(msg).await.is_err();
+                // Handed to the link (bounded on its own), or lost.
+                drained.release(bytes);
+                if failed && lost {
                     counters.dropped.fetch_add(1, Ordering::Relaxed);
                     if let Some(m) = &meters {
                         m.dropped.increment(1);
@@ -367,7 +424,7 @@ where
                 }
             }
         });
-        tx
+        Outbox { tx, budget }
     }
 
     fn deliver(&mut self, ctx: &mut Ctx<Self>, shard: u32, env: Envelope<E::Msg>) {
@@ -561,6 +618,7 @@ where
             });
         }
         s.shards.sort_by_key(|i| i.shard);
+        s.outbox_bytes = self.outbox_bytes();
         s.hosts = self
             .shards
             .view()
@@ -604,9 +662,7 @@ where
         let others = self.shards.view().must_ack.clone();
         let me = self.me.clone();
         for r in &others {
-            if let Some(tx) = self.outboxes.get(r) {
-                let _ = tx.send(RegionMsg::Retired(me.clone()));
-            }
+            self.send_to(ctx, r, RegionMsg::Retired(me.clone()));
         }
         if let Some(retire) = &mut self.retire
             && let Some(reply) = retire.reply.take()
@@ -762,6 +818,7 @@ where
                     m.shards.set(self.shards.held() as f64);
                     m.entities.set(s.entities as f64);
                     m.buffered.set(s.buffered as f64);
+                    m.outbox_bytes.set(s.outbox_bytes as f64);
                 }
             }
             RegionMsg::Local(Local::State(tx)) => {

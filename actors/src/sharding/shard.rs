@@ -29,7 +29,8 @@
 //! last sent that shard's messages to (it relays the marker after them),
 //! and the new owner delivers, when it activates (once every marker is
 //! in), what was forwarded to it before what came straight from each
-//! sender. So the messages of one sender,
+//! sender (a request asked again is answered along the path of its first
+//! answer, so the repeat cannot overtake it). So the messages of one sender,
 //! through one region, reach the entity in the order sent across a move,
 //! as long as the views agree during the move (a message forwarded twice
 //! through regions whose views disagree can arrive late; none is lost).
@@ -436,6 +437,13 @@ pub(crate) struct Shards<T> {
     /// Requests this region cannot answer yet (its view names another
     /// owner), by shard.
     pending: HashMap<u32, (u64, RegionId)>,
+    /// The last request answered per shard, and the region its marker
+    /// went through: a repeated request (the asker asks again while the
+    /// marker is still on its way, behind messages on a slow link) is
+    /// answered along the same path, so that the repeat cannot overtake
+    /// those messages.
+    /// Keyed by shard: (request, asker, via).
+    answered: HashMap<u32, (u64, RegionId, RegionId)>,
     next_req: u64,
 }
 
@@ -449,6 +457,7 @@ impl<T> Shards<T> {
             states: HashMap::new(),
             last_target: HashMap::new(),
             pending: HashMap::new(),
+            answered: HashMap::new(),
             next_req: 1,
         }
     }
@@ -792,10 +801,17 @@ impl<T> Shards<T> {
                 by: self.me.node.clone(),
                 dest: asker.clone(),
             };
-            let via = match self.relay_via(shard) {
-                Some(p) if p != asker => p,
+            let via = match (self.answered.get(&shard), self.relay_via(shard)) {
+                (Some((r, a, p)), _)
+                    if *r == req && *a == asker && self.view.must_ack.contains(p) =>
+                {
+                    p.clone()
+                }
+                (_, Some(p)) if p != asker => p,
                 _ => asker.clone(),
             };
+            self.answered
+                .insert(shard, (req, asker.clone(), via.clone()));
             self.last_target.insert(shard, asker);
             out.push(Action::Send {
                 to: via,
@@ -1231,6 +1247,49 @@ mod tests {
     }
 
     #[test]
+    fn a_repeated_request_is_answered_along_the_first_answers_path() {
+        let now = Instant::now();
+        let (bc, abc) = ([r("b"), r("c")], [r("a"), r("b"), r("c")]);
+        let shard = (0..1000)
+            .find(|s| owner(*s, &bc) == Some(&r("b")) && owner(*s, &abc) == Some(&r("a")))
+            .expect("some shard");
+        let mut c = Shards::new(r("c"), 1000, Duration::from_secs(1));
+        c.on_view(now, view(&["b", "c"], &["b"]));
+        c.on_message(now, shard, env("e", "c", 1));
+        c.on_view(now, view(&["a", "b", "c"], &["a", "b"]));
+        let through_b = |req| {
+            vec![Action::Send {
+                to: r("b"),
+                msg: Wire::Marker(Marker {
+                    shard,
+                    req,
+                    by: "c".into(),
+                    dest: r("a"),
+                }),
+            }]
+        };
+        assert_eq!(c.on_begin(now, shard, 2, r("a")), through_b(2));
+        // `a` asks again (its retry) while the first marker is still
+        // behind `c`'s message on the way through `b`: the answer takes
+        // the same path, never the shortcut that would overtake it.
+        assert_eq!(c.on_begin(now, shard, 2, r("a")), through_b(2));
+        // A new request (a new move) goes straight: nothing of `c`'s is
+        // on the way any more but what went to `a`.
+        assert_eq!(
+            c.on_begin(now, shard, 3, r("a")),
+            vec![Action::Send {
+                to: r("a"),
+                msg: Wire::Marker(Marker {
+                    shard,
+                    req: 3,
+                    by: "c".into(),
+                    dest: r("a"),
+                }),
+            }]
+        );
+    }
+
+    #[test]
     fn direct_messages_wait_behind_the_senders_marker() {
         let now = Instant::now();
         let shard = shard_owned_by("a", &["a", "c"]);
@@ -1482,5 +1541,59 @@ mod tests {
         let proxy = [(r("b"), Liveness::Live), (r("p"), Liveness::Live)];
         let v = t.view(t0, &r("a"), false, &proxy, &hosting, &[r("b")].into());
         assert_eq!(v, view(&[], &["p"]));
+    }
+
+    /// How long `c`, seen down at `t0`, is still awaited by a tracker
+    /// with `margin`, to the millisecond.
+    fn awaited_for(margin: Duration) -> Duration {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(margin);
+        let hosting: BTreeSet<RegionId> = [r("c")].into();
+        let none = BTreeSet::new();
+        t.view(
+            t0,
+            &r("a"),
+            true,
+            &[(r("c"), Liveness::Live)],
+            &hosting,
+            &none,
+        );
+        let down = [(r("c"), Liveness::Gone)];
+        let mut ms = 0;
+        while t
+            .view(
+                t0 + Duration::from_millis(ms),
+                &r("a"),
+                true,
+                &down,
+                &hosting,
+                &none,
+            )
+            .must_ack
+            .contains(&r("c"))
+        {
+            ms += 1;
+        }
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn the_margin_is_the_clusters_stable_after_unless_set() {
+        let stable_after = Duration::from_millis(2500);
+        let defaults = crate::sharding::ShardingSettings::default();
+        assert_eq!(
+            awaited_for(defaults.margin(stable_after)),
+            stable_after,
+            "the cluster's setting"
+        );
+        let set = crate::sharding::ShardingSettings {
+            down_removal_margin: Some(Duration::from_millis(700)),
+            ..defaults
+        };
+        assert_eq!(
+            awaited_for(set.margin(stable_after)),
+            Duration::from_millis(700),
+            "the sharding setting wins"
+        );
     }
 }

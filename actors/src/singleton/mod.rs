@@ -43,6 +43,11 @@
 //!   listed (the singleton moves, or is not known yet) it buffers, up to
 //!   [`SingletonSettings::buffer_bytes`], and delivers the buffer in order
 //!   once one is.
+//! - With a [`Lease`] ([`SingletonSettings::lease`]), a node starts the
+//!   instance only once it holds the lease, and releases it once the
+//!   instance has stopped, before the next host is told: one instance at
+//!   a time even where the downing strategy's assumptions fail, as long
+//!   as the lease's store is consistent. [`MemoryLease`] serves tests.
 //! - At most one instance runs at a time as long as the downing strategy
 //!   holds (one side of a partition survives) and the members' views
 //!   agree on who is older; `docs/FAILURE_SEMANTICS.md` lists the
@@ -58,11 +63,14 @@
 //! [`Member::started_ms`]: crate::cluster::Member::started_ms
 //! [`DowningStrategy::KeepOldest`]: crate::cluster::DowningStrategy::KeepOldest
 
+mod lease;
 mod placement;
 
 use std::{
     collections::{BTreeSet, VecDeque},
     fmt,
+    future::Future,
+    pin::Pin,
     sync::{Arc, Mutex, PoisonError, Weak},
     time::Duration,
 };
@@ -84,6 +92,7 @@ use crate::{
     telemetry::SingletonMeters,
     watch::Watch,
 };
+pub use lease::{Lease, LeaseError, LeaseFuture, MemoryLease};
 use placement::{Action, Host, Phase, Placement, Timing};
 
 /// [`SingletonSettings::handover_timeout`]'s default.
@@ -160,6 +169,7 @@ pub struct SingletonSettings {
     handover_timeout: Duration,
     down_removal_margin: Option<Duration>,
     buffer_bytes: usize,
+    lease: Option<Arc<dyn Lease>>,
 }
 
 impl Default for SingletonSettings {
@@ -177,6 +187,7 @@ impl SingletonSettings {
             handover_timeout: DEFAULT_HANDOVER_TIMEOUT,
             down_removal_margin: None,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
+            lease: None,
         }
     }
 
@@ -229,6 +240,18 @@ impl SingletonSettings {
         self.buffer_bytes = bytes;
         self
     }
+
+    /// Starts the instance on a node only once the node holds `lease`
+    /// (as owner `name@host:port#uid`), asking again every retry interval
+    /// (a quarter of the handover timeout, between 50 ms and 1 s) while
+    /// another owner holds it; the node releases it once its instance has
+    /// stopped, before it tells the next host. Every hosting node must
+    /// pass the same lease. Default: none (the downing strategy alone
+    /// keeps one instance).
+    pub fn lease(mut self, lease: Arc<dyn Lease>) -> Self {
+        self.lease = Some(lease);
+        self
+    }
 }
 
 /// Starts cluster singletons and refs to them. See the [module
@@ -276,7 +299,12 @@ impl Singleton {
                 .unwrap_or_else(|| cluster.stable_after()),
             retry,
         };
+        let owner = format!("{}#{}", me.node, me.uid);
         let manager = Manager {
+            lease: settings.lease.clone(),
+            owner,
+            retry,
+            lease_held: false,
             name: name.to_owned(),
             manager_name,
             system: system.clone(),
@@ -418,7 +446,21 @@ struct Manager<A: Actor, F> {
     meters: Option<SingletonMeters>,
     /// Graceful shutdowns waiting for the handover.
     drains: Vec<oneshot::Sender<()>>,
+    /// The lease the instance needs, and this node's name as its owner.
+    lease: Option<Arc<dyn Lease>>,
+    owner: String,
+    /// How long to wait before asking for the lease again.
+    retry: Duration,
+    /// Whether this node acquired the lease and has not released it.
+    lease_held: bool,
 }
+
+/// An acquisition of the lease in flight.
+type Acquiring = Option<Pin<Box<dyn Future<Output = Result<bool, LeaseError>> + Send>>>;
+
+/// How long a release of the lease may take before the handover goes on
+/// without it (the lease's own expiry covers a release that never came).
+const RELEASE_WITHIN: Duration = Duration::from_secs(5);
 
 impl<A, F> Manager<A, F>
 where
@@ -437,10 +479,12 @@ where
         let mut events = self.cluster.subscribe();
         let mut membership = true;
         let mut watch: Option<Watch> = None;
+        let mut acquiring: Acquiring = None;
+        let mut acquire_at: Option<std::time::Instant> = None;
         loop {
             let now = std::time::Instant::now();
             self.placement.handle_view(now, self.view());
-            self.act(&mut watch);
+            self.act(&mut watch, &mut acquiring, &mut acquire_at);
             if !matches!(self.placement.phase(), Phase::Running | Phase::Stopping) {
                 for d in self.drains.drain(..) {
                     let _ = d.send(());
@@ -474,12 +518,39 @@ where
                     if let Some(m) = &self.meters {
                         m.running.set(0.0);
                     }
+                    // Released before the next host is told, so that it
+                    // finds the lease free.
+                    self.release_lease().await;
                     self.placement.handle_stopped(std::time::Instant::now());
+                }
+                got = async { acquiring.as_mut().expect("guarded: an acquisition is in flight").await }, if acquiring.is_some() => {
+                    acquiring = None;
+                    match got {
+                        Ok(true) => {
+                            self.lease_held = true;
+                            self.start_instance(&mut watch);
+                        }
+                        Ok(false) => {
+                            tracing::debug!(singleton = %self.name, "the singleton's lease is held by another owner; asking again");
+                            acquire_at = Some(std::time::Instant::now() + self.retry);
+                        }
+                        Err(e) => {
+                            tracing::warn!(singleton = %self.name, error = %e, "the singleton's lease could not be asked; asking again");
+                            acquire_at = Some(std::time::Instant::now() + self.retry);
+                        }
+                    }
+                }
+                () = sleep_until(acquire_at), if acquire_at.is_some() => {
+                    acquire_at = None;
+                    acquiring = self.acquire();
                 }
                 () = sleep_until(due), if due.is_some() => {
                     self.placement.handle_timeout(std::time::Instant::now());
                 }
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => {
+                    self.release_lease().await;
+                    return;
+                }
             }
         }
     }
@@ -505,15 +576,32 @@ where
             .collect()
     }
 
-    fn act(&mut self, watch: &mut Option<Watch>) {
+    fn act(
+        &mut self,
+        watch: &mut Option<Watch>,
+        acquiring: &mut Acquiring,
+        acquire_at: &mut Option<std::time::Instant>,
+    ) {
         while let Some(action) = self.placement.poll_action() {
             match action {
+                Action::Start if self.lease.is_some() => {
+                    *acquire_at = None;
+                    *acquiring = self.acquire();
+                }
                 Action::Start => self.start_instance(watch),
                 Action::Stop => {
                     tracing::info!(singleton = %self.name, "cluster singleton stopping on this node: handing over");
                     // An instance already gone is seen by its watch.
                     if let Some(i) = &self.instance {
                         let _ = i.stop_after_queued();
+                    } else if acquiring.is_some() || acquire_at.is_some() {
+                        // Still waiting for the lease: nothing started.
+                        // An acquisition in flight may still land: give
+                        // the lease back in any case.
+                        *acquiring = None;
+                        *acquire_at = None;
+                        self.release_in_background(true);
+                        self.placement.handle_stopped(std::time::Instant::now());
                     }
                 }
                 Action::HandOverDone { node, uid } => {
@@ -558,8 +646,50 @@ where
             }
             Err(e) => {
                 tracing::warn!(singleton = %self.name, error = %e, "cluster singleton could not start on this node");
+                self.release_in_background(false);
                 self.placement.handle_stopped(std::time::Instant::now());
             }
+        }
+    }
+
+    /// Asks for the lease (there is one), as a future that owns what it
+    /// needs.
+    fn acquire(&self) -> Acquiring {
+        let lease = self.lease.clone()?;
+        let owner = self.owner.clone();
+        Some(Box::pin(async move { lease.acquire(&owner).await }))
+    }
+
+    /// Releases the lease if this node holds it, waiting at most
+    /// [`RELEASE_WITHIN`].
+    async fn release_lease(&mut self) {
+        if !std::mem::take(&mut self.lease_held) {
+            return;
+        }
+        let Some(lease) = &self.lease else { return };
+        match tokio::time::timeout(RELEASE_WITHIN, lease.release(&self.owner)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(singleton = %self.name, error = %e, "the singleton's lease could not be released; it stays held until it expires");
+            }
+            Err(_) => {
+                tracing::warn!(singleton = %self.name, "the singleton's lease was not released in time; it stays held until it expires");
+            }
+        }
+    }
+
+    /// As [`release_lease`](Self::release_lease), without waiting (from
+    /// code that cannot); also when this node may hold it (`maybe`: an
+    /// acquisition was given up in flight).
+    fn release_in_background(&mut self, maybe: bool) {
+        if !(std::mem::take(&mut self.lease_held) || maybe) {
+            return;
+        }
+        if let Some(lease) = self.lease.clone() {
+            let owner = self.owner.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(RELEASE_WITHIN, lease.release(&owner)).await;
+            });
         }
     }
 

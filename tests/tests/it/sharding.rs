@@ -18,7 +18,7 @@ use actors::{
         EntityId, MemoryEntityStore, ShardEvent, ShardPhase, Sharding, ShardingSettings, passivate,
     },
 };
-use integration_tests::{actor_system, eventually, within};
+use integration_tests::{actor_system, eventually, proxy::Mode, within};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize, RemoteMessage)]
@@ -30,6 +30,9 @@ enum Msg {
     Passivate,
     /// Replies with the node the entity runs on.
     Where(ActorRef<String>),
+    /// The `seq`th message of a load with a payload, recorded under the
+    /// sender `"load"`.
+    Load { seq: u64, pad: Vec<u8> },
 }
 
 /// What every entity instance of a test records, across nodes (they run
@@ -88,6 +91,11 @@ impl Actor for Ent {
             Msg::Where(r) => {
                 let _ = r.tell(self.node.clone());
             }
+            Msg::Load { seq, .. } => book(&self.book)
+                .got
+                .entry((self.id.clone(), LOAD.to_owned()))
+                .or_default()
+                .push(seq),
         }
         Ok(())
     }
@@ -115,7 +123,6 @@ fn settings() -> ShardingSettings {
     ShardingSettings {
         number_of_shards: 20,
         handoff_timeout: Duration::from_secs(3),
-        down_removal_margin: Duration::from_millis(500),
         tick: Duration::from_millis(50),
         ..ShardingSettings::default()
     }
@@ -134,7 +141,18 @@ async fn start_node(
     settings: ShardingSettings,
     b: &Shared,
 ) -> Node {
-    let system = actor_system(name).await;
+    start_on(actor_system(name).await, seed, config, settings, b).await
+}
+
+/// Joins `system` to the cluster (through `seed`) and starts sharding of
+/// `Cart` on it.
+async fn start_on(
+    system: ActorSystem,
+    seed: Option<&str>,
+    config: &ClusterConfig,
+    settings: ShardingSettings,
+    b: &Shared,
+) -> Node {
     let mut config = config.clone();
     if let Some(seed) = seed {
         config = config.seeds([seed.to_owned()]);
@@ -242,6 +260,18 @@ async fn all_in_order(b: &Shared, ids: &[String], senders: &[String], count: u64
         }
     }
     assert!(b.doubles.is_empty(), "two live instances: {:?}", b.doubles);
+}
+
+/// The sender key under which entities record [`Msg::Load`].
+const LOAD: &str = "load";
+
+/// Messages of the load the entities recorded, over `ids`.
+fn loads_delivered(b: &Shared, ids: &[String]) -> u64 {
+    let bk = book(b);
+    ids.iter()
+        .filter_map(|id| bk.got.get(&(id.clone(), LOAD.to_owned())))
+        .map(|v| v.len() as u64)
+        .sum()
 }
 
 fn ids(n: usize) -> Vec<String> {
@@ -561,4 +591,147 @@ async fn remembered_entities_restart_when_their_shard_moves() {
     })
     .await;
     first.system.shutdown().await;
+}
+
+/// A forwarding node whose link to the host stalls (the host stops
+/// reading it): the forwarder's outbox to the host fills up to its
+/// `outbox_bytes` and no further, what does not fit is dropped and
+/// counted (a dead letter each), a shard move that needs the stalled
+/// outbox for its protocol still completes, and once the link flows
+/// again every message is either delivered, in order, or counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_to_a_stalled_region_holds_its_bound_and_counts_what_it_drops() {
+    const BOUND: usize = 64 * 1024;
+    /// A payload that makes the load outgrow the recipient window (1 MiB
+    /// by default) and the outbox quickly.
+    const PAD: usize = 1024;
+    let b = Shared::default();
+    let config = fast_cluster(Duration::from_secs(5));
+    // Each node dials the other through a proxy; the failure detector
+    // tolerates the stall (it is a slow region, not a dead one).
+    let p =
+        super::faults_net::Proxied::new(super::faults_net::fast_config(Duration::from_secs(60)))
+            .await;
+    let host = start_on(p.b.clone(), None, &config, settings(), &b).await;
+    let seed = host.cluster.myself().udp.to_string();
+    let forwarding = ShardingSettings {
+        proxy: true,
+        ..settings()
+    }
+    .outbox_bytes(BOUND)
+    .expect("a bound above zero");
+    let fwd = start_on(p.a.clone(), Some(&seed), &config, forwarding, &b).await;
+    hosts_agree(&[&host, &fwd], 1).await;
+    let ids = ids(16);
+    send_all(&fwd, &ids, 1).await;
+    all_in_order(&b, &ids, &[fwd.system.node().to_owned()], 1).await;
+
+    // The host stops reading what the forwarder sends, on whichever of
+    // the two connections carries it; the other way still flows.
+    p.to_b.set_mode(Mode::StallToTarget);
+    p.to_a.set_mode(Mode::StallToClient);
+    let load = |seq| Msg::Load {
+        seq,
+        pad: vec![7; PAD],
+    };
+    let dead_before = fwd.system.dead_letters();
+    let mut sent = 0u64;
+    let mut most = 0;
+    for seq in 1..=150 {
+        for id in &ids {
+            fwd.carts
+                .entity_ref(id.clone())
+                .send(load(seq))
+                .await
+                .expect("the local region takes it");
+            sent += 1;
+        }
+        most = most.max(fwd.carts.state().await.outbox_bytes);
+    }
+    assert!(most <= BOUND, "the outbox held {most} bytes, past {BOUND}");
+    assert!(most > BOUND / 2, "the outbox filled: {most} bytes at most");
+    let dropped = fwd.carts.state().await.dropped;
+    assert!(dropped > 0, "past the bound messages are dropped");
+    assert_eq!(
+        fwd.system.dead_letters() - dead_before,
+        dropped,
+        "each drop is a dead letter"
+    );
+
+    // A node joins while the outbox is full: the forwarder's releases of
+    // the shards that move to it travel through the stalled outbox
+    // (behind what it forwarded there), and are never dropped.
+    let joined = start_node("s2", Some(&seed), &config, settings(), &b).await;
+    hosts_agree(&[&host, &fwd, &joined], 2).await;
+    for seq in 151..=200 {
+        for id in &ids {
+            fwd.carts
+                .entity_ref(id.clone())
+                .send(load(seq))
+                .await
+                .expect("the local region takes it");
+            sent += 1;
+        }
+    }
+    p.to_b.heal();
+    p.to_a.heal();
+
+    // Every message is delivered or counted as dropped, somewhere.
+    let nodes = [&fwd, &host, &joined];
+    within("every message delivered or counted", async {
+        loop {
+            let mut dropped = 0;
+            for n in nodes {
+                dropped += n.carts.state().await.dropped;
+            }
+            let delivered = loads_delivered(&b, &ids);
+            assert!(
+                delivered + dropped <= sent,
+                "{delivered} + {dropped} > {sent}"
+            );
+            if delivered + dropped == sent {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // What arrived came in the order sent, and never twice.
+    {
+        let bk = book(&b);
+        for id in &ids {
+            let got = bk
+                .got
+                .get(&(id.clone(), LOAD.to_owned()))
+                .cloned()
+                .unwrap_or_default();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{id}: {got:?}");
+        }
+        assert!(
+            bk.doubles.is_empty(),
+            "two live instances: {:?}",
+            bk.doubles
+        );
+    }
+    // The shards moved, and everything is reachable again: one more
+    // round reaches every entity, and the outbox is empty.
+    assert!(joined.carts.state().await.activations > 0);
+    let before = loads_delivered(&b, &ids);
+    for id in &ids {
+        fwd.carts
+            .entity_ref(id.clone())
+            .send(load(201))
+            .await
+            .expect("the local region takes it");
+    }
+    within("the last round delivered", async {
+        while loads_delivered(&b, &ids) < before + ids.len() as u64 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(fwd.carts.state().await.outbox_bytes, 0);
+    for n in nodes {
+        n.system.shutdown().await;
+    }
 }

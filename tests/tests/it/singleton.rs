@@ -13,9 +13,9 @@ use std::{
 };
 
 use actors::{
-    Actor, ActorRef, ActorResult, ActorSystem, Ctx, RemoteMessage, SendError, StopReason,
+    Actor, ActorRef, ActorResult, ActorSystem, AskError, Ctx, RemoteMessage, SendError, StopReason,
     cluster::{Cluster, ClusterConfig},
-    singleton::{Singleton, SingletonRef, SingletonSettings},
+    singleton::{Lease, MemoryLease, Singleton, SingletonRef, SingletonSettings},
 };
 use integration_tests::{actor_system, eventually, within};
 use serde::{Deserialize, Serialize};
@@ -316,4 +316,138 @@ async fn past_its_buffer_a_ref_refuses_and_counts_a_dead_letter() {
     );
     assert_eq!(nodes[1].0.dead_letters(), before + 1);
     assert_eq!(proxy.location(), None);
+}
+
+#[tokio::test]
+async fn a_node_the_hosts_exclude_runs_no_instance_and_its_ref_reaches_the_host() {
+    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let checker = Arc::new(Checker::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // Both nodes start the singleton; only n0 may host it, so n1 only
+    // routes (proxy-only mode).
+    let settings = SingletonSettings::new().hosts_named(["n0"]);
+    let refs = start_on(&nodes, &checker, &tx, &settings);
+    let n0 = nodes[0].0.node().to_owned();
+    let from_n1 = &refs[1];
+    located(from_n1, &n0).await;
+    for i in 1..=5 {
+        from_n1.tell(Cmd::Add(i)).expect("sent");
+    }
+    assert_eq!(handled_n(&mut rx, 5).await, on(&n0, 1..=5));
+    let at = from_n1
+        .ask(Cmd::Where, Duration::from_secs(5))
+        .await
+        .expect("answered across the link");
+    assert_eq!(at, n0);
+    // The only host leaves: n1 may not take over, so nothing runs and
+    // n1's ref holds what it is sent.
+    within("leave", nodes[0].1.leave()).await.expect("leaves");
+    eventually("the old instance stopped", || {
+        checker.live.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    eventually("n1's ref sees the singleton gone", || {
+        from_n1.location().is_none()
+    })
+    .await;
+    from_n1.tell(Cmd::Add(6)).expect("buffered");
+    assert_eq!(from_n1.buffered(), 1);
+    // A host would have taken over within a handover (the old instance's
+    // 300 ms hook and a message); no instance answers in ten times that.
+    let asked = from_n1.ask(Cmd::Where, Duration::from_secs(3)).await;
+    assert!(matches!(asked, Err(AskError::Timeout(_))), "{asked:?}");
+    assert_eq!(*checker.starts.lock().expect("not poisoned"), [n0]);
+    assert!(rx.try_recv().is_err(), "nothing handled after the leave");
+}
+
+#[tokio::test]
+async fn a_ref_holds_its_bound_while_no_instance_runs_then_delivers_in_order() {
+    /// A few small commands' worth.
+    const BOUND: usize = 256;
+    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let checker = Arc::new(Checker::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // n1 refers to a singleton nobody hosts yet.
+    let proxy = Singleton::proxy_with::<Cmd>(&nodes[1].0, &nodes[1].1, "scheduler", BOUND);
+    let dead_before = nodes[1].0.dead_letters();
+    let mut held = 0;
+    while proxy.tell(Cmd::Add(held + 1)).is_ok() {
+        held += 1;
+        assert!(held < 100, "the bound holds");
+    }
+    assert!(held > 1, "{held} held");
+    assert_eq!(proxy.buffered(), usize::try_from(held).expect("small"));
+    // Every refusal gives the message back and is one dead letter.
+    for i in 1..=3 {
+        let refused = proxy.tell(Cmd::Add(1000 + i)).expect_err("full");
+        assert!(
+            matches!(refused, SendError::BufferFull(Cmd::Add(n), BOUND) if n == 1000 + i),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(nodes[1].0.dead_letters(), dead_before + 4);
+    // The singleton starts on n0: the buffer goes there, in order, and
+    // nothing refused comes after it.
+    let n0 = nodes[0].0.node().to_owned();
+    let _refs = start_on(
+        &nodes[..1],
+        &checker,
+        &tx,
+        &SingletonSettings::new().hosts_named(["n0"]),
+    );
+    assert_eq!(
+        handled_n(&mut rx, usize::try_from(held).expect("small")).await,
+        on(&n0, 1..=held)
+    );
+    located(&proxy, &n0).await;
+    assert_eq!(proxy.buffered(), 0);
+    // From now on messages go straight to the instance, past the bound.
+    for i in 1..=20 {
+        proxy
+            .tell(Cmd::Add(held + i))
+            .expect("sent to the instance");
+    }
+    assert_eq!(handled_n(&mut rx, 20).await, on(&n0, held + 1..=held + 20));
+}
+
+#[tokio::test]
+async fn with_a_lease_a_host_starts_only_while_it_holds_it_and_releases_it_on_handover() {
+    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let checker = Arc::new(Checker::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let lease = Arc::new(MemoryLease::new());
+    // Another owner holds the lease: a host the downing strategy should
+    // have stopped, say, on the far side of a partition.
+    assert!(lease.acquire("elsewhere#1").await.expect("in memory"));
+    let settings = SingletonSettings::new()
+        .handover_timeout(Duration::from_secs(60))
+        .lease(lease.clone());
+    let refs = start_on(&nodes, &checker, &tx, &settings);
+    let (n0, n1) = (nodes[0].0.node().to_owned(), nodes[1].0.node().to_owned());
+    let from_n1 = &refs[1];
+    // n0 is the oldest, yet starts nothing while the lease is held (it
+    // asks again every second).
+    let asked = from_n1.ask(Cmd::Where, Duration::from_secs(3)).await;
+    assert!(matches!(asked, Err(AskError::Timeout(_))), "{asked:?}");
+    assert!(checker.starts.lock().expect("not poisoned").is_empty());
+    // Released: n0 takes it and starts.
+    assert!(lease.release("elsewhere#1").await.expect("in memory"));
+    located(from_n1, &n0).await;
+    let holder = lease.holder().expect("held");
+    assert!(holder.starts_with(&format!("{n0}#")), "{holder}");
+    from_n1.tell(Cmd::Add(1)).expect("sent");
+    assert_eq!(handled_n(&mut rx, 1).await, on(&n0, 1..=1));
+    // n0 leaves the cluster (its system runs on): its instance stops, the
+    // handover releases the lease, and only then can n1 acquire it and
+    // start.
+    within("leave", nodes[0].1.leave()).await.expect("leaves");
+    located(from_n1, &n1).await;
+    let holder = lease.holder().expect("held");
+    assert!(holder.starts_with(&format!("{n1}#")), "{holder}");
+    assert_eq!(*checker.starts.lock().expect("not poisoned"), [n0, n1]);
+    assert_eq!(
+        checker.failures.load(Ordering::SeqCst),
+        0,
+        "two instances at once"
+    );
 }
