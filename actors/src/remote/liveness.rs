@@ -654,7 +654,9 @@ mod tests {
     fn a_connection_whose_reads_are_paused_is_not_judged_by_its_silence() {
         let t0 = Instant::now();
         let mut hb = HeartbeatConfig::default();
-        hb.set_interval(SEC / 10).set_acceptable_pause(SEC / 2);
+        hb.set_interval(SEC / 10)
+            .unwrap()
+            .set_acceptable_pause(SEC / 2);
         let mut l = Liveness::new(hb, Backoff::default(), SEC, t0);
         assert!(!l.on_link_up(t0));
         let mut now = t0;

@@ -220,7 +220,7 @@ async fn start(name: &str, seed: Option<&str>, opts: &Opts, book: &Arc<Book>) ->
         config = config.seeds([seed.to_owned()]);
     }
     let settings = ShardingSettings {
-        down_removal_margin: opts.stable,
+        down_removal_margin: Some(opts.stable),
         ..ShardingSettings::default()
     };
     let name = name.to_owned();

@@ -348,7 +348,7 @@ async fn node(args: &[String]) {
     let settings = ShardingSettings {
         number_of_shards: u32::try_from(number(args, "--shards", 100)).expect("--shards: a u32"),
         handoff_timeout: Duration::from_secs(3),
-        down_removal_margin: margin,
+        down_removal_margin: Some(margin),
         ..ShardingSettings::default()
     };
     let on = me.clone();

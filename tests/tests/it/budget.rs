@@ -673,6 +673,7 @@ async fn measure_what_waiting_batches_cost() {
 async fn a_paused_connection_is_not_judged_unreachable_for_its_silence() {
     let mut hb = actors::HeartbeatConfig::default();
     hb.set_interval(Duration::from_millis(100))
+        .unwrap()
         .set_acceptable_pause(Duration::from_secs(2));
     let mut config = SystemConfig::default();
     config.set_heartbeat(hb);
