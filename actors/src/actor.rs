@@ -17,6 +17,7 @@ use std::{
 
 use crate::{
     actor_ref::ActorRef,
+    budget::Charge,
     cell::Cell,
     config::SpawnOptions,
     dead_letter::DeadLetterReason,
@@ -27,7 +28,6 @@ use crate::{
     },
     path::{MAX_PATH_ELEMENTS, MAX_PATH_LEN, valid_name},
     registry::Target,
-    remote::Charge,
     reply::{self, NoReply},
     serialization::{RemoteMessage, decoders, manifests, with_decode_scope},
     supervision::{

@@ -16,13 +16,13 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::{
+    budget::Charge,
     dead_letter::DeadLetterReason,
     error::AskError,
     lifecycle::{StopReason, Terminated},
     mailbox::{Mailbox, Refused, SystemMsg, next_record_ext},
     path::ActorPath,
     registry::{Registry, Target},
-    remote::Charge,
     reply::{NoReply, Unanswered},
     serialization::{
         Decoders, RemoteMessage, decode_record, decoders, manifest_id, with_decode_scope,

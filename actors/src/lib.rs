@@ -112,6 +112,9 @@
 //! - `supervision`: [`SupervisorStrategy`], [`Directive`], the restart
 //!   window and backoff (pure), what children tell their parent.
 //! - `timer`: an actor's timers ([`TimerKey`]), one schedule per actor.
+//! - `budget`: what peers' bytes make the node hold, one account with a
+//!   node-wide limit and a share per connection and per address
+//!   ([`PeerMemory`]); the `Charge` a queued batch carries.
 //! - `mailbox`: bounded batch-swapping mailbox with a system queue.
 //! - `watch`: death-watch plumbing, [`Watch`].
 //! - `registry`: local targets by path, the `Target` trait the remote
@@ -120,8 +123,7 @@
 //!   it sends to a node can be handed to the link once (staged sends).
 //! - `remote`: associations and everything on the wire, in units:
 //!   `envelope`, `compression`, `system_msg`, `reliable`, `liveness`,
-//!   `events` ([`RemoteEvent`]) (pure); `budget` (what peers make the
-//!   node hold, [`PeerMemory`]); `link`, `large`, `inbound`, `net`,
+//!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound`, `net`,
 //!   `context`, `requests`, `association`, `outbound`.
 //! - `node`: this node's registry and remoting, what decoded refs resolve
 //!   against.
@@ -167,6 +169,7 @@ mod actor;
 mod actor_ref;
 mod adapter;
 mod bincode_format;
+mod budget;
 mod cell;
 pub mod cluster;
 mod config;

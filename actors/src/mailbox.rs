@@ -26,7 +26,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::{lifecycle::Terminated, remote::Charge, supervision::ChildEvent, timer::TimerKey};
+use crate::{budget::Charge, lifecycle::Terminated, supervision::ChildEvent, timer::TimerKey};
 
 /// What sits in a mailbox: a message, a batch of remote messages that
 /// arrived in one socket read (which the actor's own task decodes), a

@@ -19,10 +19,10 @@ use bytes::Bytes;
 use transport::{LogLimit, PeerText};
 
 use crate::{
+    budget::Charge,
     dead_letter::DeadLetterReason,
     mailbox::Refused,
     path::ActorPath,
-    remote::Charge,
     telemetry::SystemMeters,
     watch::{TooManyWatches, WatchSink},
 };

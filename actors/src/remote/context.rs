@@ -7,7 +7,8 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use super::{budget::NodeBudget, events::RemoteEvent, net::Net};
+use super::{events::RemoteEvent, net::Net};
+use crate::budget::NodeBudget;
 use crate::{config::SystemConfig, registry::Registry};
 
 pub(crate) struct Context {

@@ -46,7 +46,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::budget::{Charge, ConnBudget};
+use crate::budget::{Charge, ConnBudget};
 
 /// As the `lock` of `link` (this unit sits below it): nothing here leaves a
 /// lock's state half-changed, so a poisoned lock is consistent.
@@ -409,7 +409,7 @@ mod tests {
 
     #[test]
     fn the_park_budget_is_a_hard_bound() {
-        let node = super::super::budget::NodeBudget::new(1 << 20);
+        let node = crate::budget::NodeBudget::new(1 << 20);
         let budget = ParkBudget::new(100, node.connect([127, 0, 0, 1].into()));
         assert_eq!(budget.take(60), Ok(()));
         assert_eq!(budget.take(41), Err(ParkRefused));

@@ -18,7 +18,6 @@ use transport::{CloseReason, Frame, FrameKind, Handler, Sender};
 
 use super::{
     access::Access,
-    budget::{Charge, ConnBudget, Held, Pressure, Verdict, id_cost, queued_cost},
     compression::InboundIds,
     envelope::{self, EnvelopeError, Fragment, Kind},
     flow::{ParkBudget, ParkRefused, ParkedBatch, Windowed},
@@ -28,6 +27,7 @@ use super::{
     system_msg::SysWire,
 };
 use crate::{
+    budget::{Charge, ConnBudget, Held, Pressure, Verdict, id_cost, queued_cost},
     config::SystemConfig,
     dead_letter::{DeadLetterReason, MalformedKind},
     lifecycle::{StopReason, Terminated},
@@ -1640,9 +1640,9 @@ mod tests {
     };
 
     use super::*;
-    use crate::remote::{
+    use crate::{
         budget::NodeBudget,
-        envelope::{put_compact_header, put_header},
+        remote::envelope::{put_compact_header, put_header},
     };
 
     /// The association side, recording what the dispatcher reports.
@@ -1794,8 +1794,7 @@ mod tests {
 
     /// A connection's account of a node budget as `config` sets it.
     fn account(config: &SystemConfig) -> Arc<ConnBudget> {
-        super::super::budget::NodeBudget::new(config.peer_memory_budget)
-            .connect([127, 0, 0, 1].into())
+        crate::budget::NodeBudget::new(config.peer_memory_budget).connect([127, 0, 0, 1].into())
     }
 
     fn setup() -> (Dispatch, Arc<FakePeer>, Arc<FakeTarget>, Arc<Registry>) {
@@ -1972,7 +1971,7 @@ mod tests {
         // connection is cut after the grace.
         let start = tokio::time::Instant::now();
         d.on_batch_end().await;
-        assert!(start.elapsed() >= super::super::budget::PAUSE_GRACE);
+        assert!(start.elapsed() >= crate::budget::PAUSE_GRACE);
         assert!(d.misbehaving);
         assert_eq!(node.snapshot().disconnected, 1);
         // The peer's liveness knew of the pause, while it lasted.
@@ -2043,7 +2042,7 @@ mod tests {
         // pauses reading: nothing is given back, so it is cut.
         let start = tokio::time::Instant::now();
         d.on_batch_end().await;
-        assert!(start.elapsed() >= super::super::budget::PAUSE_GRACE);
+        assert!(start.elapsed() >= crate::budget::PAUSE_GRACE);
         assert!(d.misbehaving);
         let s = node.snapshot();
         assert_eq!((s.refused_queued, s.disconnected), (1, 1), "{s:?}");

@@ -30,7 +30,6 @@
 
 mod access;
 mod association;
-mod budget;
 mod compression;
 mod context;
 mod envelope;
@@ -62,9 +61,9 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 use transport::{ConnStats, Connection, Endpoint, TransportConfig};
 
+use crate::budget;
+pub use crate::budget::PeerMemory;
 pub(crate) use association::Association;
-pub(crate) use budget::Charge;
-pub use budget::PeerMemory;
 pub(crate) use envelope::Tag;
 pub use events::RemoteEvent;
 pub use large::LARGE_MESSAGE_THRESHOLD;
