@@ -41,36 +41,64 @@ async fn cluster_of(n: usize, config: &ClusterConfig) -> Vec<(ActorSystem, Clust
     nodes
 }
 
+/// Waits until every node sees `up` other members up. It re-checks on
+/// each membership event of any node instead of spinning: with twenty
+/// nodes on two workers, a spinning waiter took a worker and the view
+/// locks from the very tasks that have to answer probes in time.
 async fn converged(nodes: &[(ActorSystem, Cluster)], up: usize) {
+    let changed = std::sync::Arc::new(tokio::sync::Notify::new());
+    // Subscribed before the first check, so no change goes unseen; a
+    // lagging subscriber still wakes the waiter.
+    let forwarders: Vec<tokio::task::JoinHandle<()>> = nodes
+        .iter()
+        .map(|(_, c)| {
+            let mut events = c.subscribe();
+            let changed = changed.clone();
+            tokio::spawn(async move {
+                while !matches!(
+                    events.recv().await,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed)
+                ) {
+                    changed.notify_one();
+                }
+            })
+        })
+        .collect();
     let counts = || -> Vec<usize> { nodes.iter().map(|(_, c)| c.up_members().len()).collect() };
     let done = tokio::time::timeout(integration_tests::TIMEOUT, async {
         while counts().iter().any(|&n| n != up) {
-            tokio::task::yield_now().await;
+            changed.notified().await;
         }
     })
     .await;
-    let downs: Vec<usize> = nodes
+    for f in forwarders {
+        f.abort();
+    }
+    // Who holds whom as what, to tell a slow convergence from nodes
+    // that downed themselves or each other.
+    let views: Vec<String> = nodes
         .iter()
         .map(|(_, c)| {
-            c.members()
+            let mut others: Vec<String> = c
+                .members()
                 .iter()
-                .filter(|m| m.state == MemberState::Down)
-                .count()
-        })
-        .collect();
-    let suspects: Vec<usize> = nodes
-        .iter()
-        .map(|(_, c)| {
-            c.members()
-                .iter()
-                .filter(|m| m.state == MemberState::Suspect)
-                .count()
+                .filter(|m| m.state != MemberState::Up)
+                .map(|m| format!("{}={:?}", m.node, m.state))
+                .collect();
+            others.sort();
+            format!(
+                "{} ({:?}): {}",
+                c.myself().node,
+                c.myself().state,
+                others.join(" ")
+            )
         })
         .collect();
     assert!(
         done.is_ok(),
-        "not every node sees {up} members up: {:?}, suspect: {suspects:?}, down: {downs:?}",
-        counts()
+        "not every node sees {up} members up: {:?}; members not up, per node:\n{}",
+        counts(),
+        views.join("\n")
     );
 }
 
