@@ -11,7 +11,10 @@ use std::{
 
 use bytes::BytesMut;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::{
+    sync::{broadcast, mpsc, oneshot},
+    task::JoinHandle,
+};
 
 use super::{
     Counters, EntityId, ShardEvent, ShardInfo, ShardPhase, ShardingSettings, ShardingState,
@@ -112,6 +115,9 @@ pub(crate) struct Region<E: Actor> {
     by_path: HashMap<String, EntityId>,
     live: HashMap<u32, usize>,
     outboxes: HashMap<RegionId, mpsc::UnboundedSender<RegionMsg<E::Msg>>>,
+    /// The outboxes' tasks: a retirement waits for them to hand what it
+    /// sent to remoting before it reports done (see `check_retire`).
+    outbox_tasks: HashMap<RegionId, JoinHandle<()>>,
     /// Regions seen in the hosting group (kept while their member lives,
     /// so a suspect member keeps its shards).
     hosting: BTreeSet<RegionId>,
@@ -150,6 +156,7 @@ where
             by_path: HashMap::new(),
             live: HashMap::new(),
             outboxes: HashMap::new(),
+            outbox_tasks: HashMap::new(),
             hosting: BTreeSet::new(),
             leaving: BTreeSet::new(),
             retired: BTreeSet::new(),
@@ -321,8 +328,9 @@ where
         let tx = match self.outboxes.get(to) {
             Some(tx) if !tx.is_closed() => tx,
             _ => {
-                let tx = self.outbox(ctx, to);
+                let (tx, task) = self.outbox(ctx, to);
                 self.outboxes.insert(to.clone(), tx);
+                self.outbox_tasks.insert(to.clone(), task);
                 &self.outboxes[to]
             }
         };
@@ -333,12 +341,13 @@ where
     /// An ordered queue to the region of `to`, with a task that waits for
     /// room at the other end (a remote mailbox's window) message by
     /// message, so that the region never blocks and no message is refused
-    /// for a full link.
+    /// for a full link. Also returns the task, which ends once the queue
+    /// is closed and empty.
     fn outbox(
         &self,
         ctx: &mut Ctx<Self>,
         to: &RegionId,
-    ) -> mpsc::UnboundedSender<RegionMsg<E::Msg>> {
+    ) -> (mpsc::UnboundedSender<RegionMsg<E::Msg>>, JoinHandle<()>) {
         let (tx, mut rx) = mpsc::unbounded_channel::<RegionMsg<E::Msg>>();
         let system = ctx.system().clone();
         let path = ActorPath::new(
@@ -350,7 +359,7 @@ where
             ActorRef::<RegionMsg<E::Msg>>::for_path_at(&system.inner.node, path.clone(), to.uid);
         let counters = self.counters.clone();
         let meters = self.meters.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let Ok(target) = target else { return };
             while let Some(msg) = rx.recv().await {
                 let lost = matches!(msg, RegionMsg::Shard(Wire::Deliver { .. }));
@@ -367,7 +376,7 @@ where
                 }
             }
         });
-        tx
+        (tx, task)
     }
 
     fn deliver(&mut self, ctx: &mut Ctx<Self>, shard: u32, env: Envelope<E::Msg>) {
@@ -604,15 +613,25 @@ where
         let others = self.shards.view().must_ack.clone();
         let me = self.me.clone();
         for r in &others {
-            if let Some(tx) = self.outboxes.get(r) {
-                let _ = tx.send(RegionMsg::Retired(me.clone()));
-            }
+            self.send_to(ctx, r, RegionMsg::Retired(me.clone()));
         }
         if let Some(retire) = &mut self.retire
             && let Some(reply) = retire.reply.take()
         {
             tracing::debug!(type_name = %self.type_name, "sharding: this node hosts no more");
-            let _ = reply.send(true);
+            // A graceful shutdown stops remoting once this is answered:
+            // what the outboxes still queue (`Retired`, releases, relayed
+            // messages) would be lost, and the others would wait out the
+            // down-removal margin. Close them (later sends, as a proxy,
+            // open new ones) and answer once they handed everything on.
+            self.outboxes.clear();
+            let drained: Vec<JoinHandle<()>> = self.outbox_tasks.drain().map(|(_, t)| t).collect();
+            tokio::spawn(async move {
+                for task in drained {
+                    let _ = task.await;
+                }
+                let _ = reply.send(true);
+            });
         }
     }
 }
