@@ -623,9 +623,28 @@ where
             // what the outboxes still queue (`Retired`, releases, relayed
             // messages) would be lost, and the others would wait out the
             // down-removal margin. Close them (later sends, as a proxy,
-            // open new ones) and answer once they handed everything on.
+            // open new ones) and answer once those to live members handed
+            // everything on (one to a member that is gone may wait for a
+            // link that never frees up).
+            let live: Vec<(String, u64)> = self
+                .cluster
+                .members()
+                .into_iter()
+                .filter(|m| {
+                    !matches!(
+                        m.state,
+                        MemberState::Down | MemberState::Left | MemberState::Removed
+                    )
+                })
+                .map(|m| (m.node, m.uid))
+                .collect();
             self.outboxes.clear();
-            let drained: Vec<JoinHandle<()>> = self.outbox_tasks.drain().map(|(_, t)| t).collect();
+            let drained: Vec<JoinHandle<()>> = self
+                .outbox_tasks
+                .drain()
+                .filter(|(r, _)| live.iter().any(|(n, u)| *n == r.node && *u == r.uid))
+                .map(|(_, t)| t)
+                .collect();
             tokio::spawn(async move {
                 for task in drained {
                     let _ = task.await;
