@@ -11,7 +11,10 @@ use std::{
 
 use bytes::BytesMut;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::{
+    sync::{broadcast, mpsc, oneshot},
+    task::JoinHandle,
+};
 
 use super::{
     Counters, EntityId, ShardEvent, ShardInfo, ShardPhase, ShardingSettings, ShardingState,
@@ -136,6 +139,9 @@ pub(crate) struct Region<E: Actor> {
     by_path: HashMap<String, EntityId>,
     live: HashMap<u32, usize>,
     outboxes: HashMap<RegionId, Outbox<E::Msg>>,
+    /// The outboxes' tasks: a retirement waits for them to hand what it
+    /// sent to remoting before it reports done (see `check_retire`).
+    outbox_tasks: HashMap<RegionId, JoinHandle<()>>,
     /// Regions seen in the hosting group (kept while their member lives,
     /// so a suspect member keeps its shards).
     hosting: BTreeSet<RegionId>,
@@ -174,6 +180,7 @@ where
             by_path: HashMap::new(),
             live: HashMap::new(),
             outboxes: HashMap::new(),
+            outbox_tasks: HashMap::new(),
             hosting: BTreeSet::new(),
             leaving: BTreeSet::new(),
             retired: BTreeSet::new(),
@@ -354,8 +361,9 @@ where
             };
         }
         if self.outboxes.get(to).is_none_or(|o| o.tx.is_closed()) {
-            let outbox = self.outbox(ctx, to);
+            let (outbox, task) = self.outbox(ctx, to);
             self.outboxes.insert(to.clone(), outbox);
+            self.outbox_tasks.insert(to.clone(), task);
         }
         let outbox = &self.outboxes[to];
         let (kind, bytes) = held(&msg);
@@ -389,8 +397,9 @@ where
     /// message, so that the region never blocks and no message is refused
     /// for a full link; the queue itself is bounded by
     /// [`ShardingSettings::outbox_bytes`] (user messages past it are
-    /// dropped in [`send_to`](Self::send_to)).
-    fn outbox(&self, ctx: &mut Ctx<Self>, to: &RegionId) -> Outbox<E::Msg> {
+    /// dropped in [`send_to`](Self::send_to)). Also returns the task, which
+    /// ends once the queue is closed and empty.
+    fn outbox(&self, ctx: &mut Ctx<Self>, to: &RegionId) -> (Outbox<E::Msg>, JoinHandle<()>) {
         let (tx, mut rx) = mpsc::unbounded_channel::<(RegionMsg<E::Msg>, usize)>();
         let budget = Arc::new(Budget::new(self.settings.outbox_bytes));
         let system = ctx.system().clone();
@@ -404,7 +413,7 @@ where
         let counters = self.counters.clone();
         let meters = self.meters.clone();
         let drained = budget.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let Ok(target) = target else { return };
             while let Some((msg, bytes)) = rx.recv().await {
                 let lost = matches!(msg, RegionMsg::Shard(Wire::Deliver { .. }));
@@ -424,7 +433,7 @@ where
                 }
             }
         });
-        Outbox { tx, budget }
+        (Outbox { tx, budget }, task)
     }
 
     fn deliver(&mut self, ctx: &mut Ctx<Self>, shard: u32, env: Envelope<E::Msg>) {
@@ -668,7 +677,38 @@ where
             && let Some(reply) = retire.reply.take()
         {
             tracing::debug!(type_name = %self.type_name, "sharding: this node hosts no more");
-            let _ = reply.send(true);
+            // A graceful shutdown stops remoting once this is answered:
+            // what the outboxes still queue (`Retired`, releases, relayed
+            // messages) would be lost, and the others would wait out the
+            // down-removal margin. Close them (later sends, as a proxy,
+            // open new ones) and answer once those to live members handed
+            // everything on (one to a member that is gone may wait for a
+            // link that never frees up).
+            let live: Vec<(String, u64)> = self
+                .cluster
+                .members()
+                .into_iter()
+                .filter(|m| {
+                    !matches!(
+                        m.state,
+                        MemberState::Down | MemberState::Left | MemberState::Removed
+                    )
+                })
+                .map(|m| (m.node, m.uid))
+                .collect();
+            self.outboxes.clear();
+            let drained: Vec<JoinHandle<()>> = self
+                .outbox_tasks
+                .drain()
+                .filter(|(r, _)| live.iter().any(|(n, u)| *n == r.node && *u == r.uid))
+                .map(|(_, t)| t)
+                .collect();
+            tokio::spawn(async move {
+                for task in drained {
+                    let _ = task.await;
+                }
+                let _ = reply.send(true);
+            });
         }
     }
 }

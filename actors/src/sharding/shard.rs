@@ -593,13 +593,24 @@ impl<T> Shards<T> {
     }
 
     /// The region a release of `shard` from here is relayed through: the
-    /// one this region last sent its messages to, while that one is
-    /// still awaited (a region gone from the view cannot relay; what it
-    /// got is lost with it).
+    /// one this region last sent its messages to, while that one still
+    /// hosts (an owner candidate) and is awaited.
+    ///
+    /// A region that stopped hosting (it retires, or went away) is not
+    /// relied on to relay: a retiring one may finish and stop before the
+    /// marker reaches it, and the marker is then lost (its asker waits
+    /// until it asks again). Going straight keeps the order all the same:
+    /// the retiring region had this region's messages before it learnt
+    /// that this region stopped routing to it, forwards them on the same
+    /// link as its own release (marker or `Retired`), and the new owner
+    /// waits for that release. One that went away without retiring lost
+    /// what it got; the new owner waits out the margin for it anyway.
     fn relay_via(&self, shard: u32) -> Option<RegionId> {
         self.last_target
             .get(&shard)
-            .filter(|p| **p != self.me && self.view.must_ack.contains(p))
+            .filter(|p| {
+                **p != self.me && self.view.must_ack.contains(p) && self.view.candidates.contains(p)
+            })
             .cloned()
     }
 
@@ -801,9 +812,16 @@ impl<T> Shards<T> {
                 by: self.me.node.clone(),
                 dest: asker.clone(),
             };
+            // A repeat goes the first answer's way only while that region
+            // still hosts: a retiring one may stop before it relays (see
+            // `relay_via`), and it forwarded what it had before its own
+            // release, which the asker waits for, so straight keeps the order.
             let via = match (self.answered.get(&shard), self.relay_via(shard)) {
                 (Some((r, a, p)), _)
-                    if *r == req && *a == asker && self.view.must_ack.contains(p) =>
+                    if *r == req
+                        && *a == asker
+                        && self.view.must_ack.contains(p)
+                        && self.view.candidates.contains(p) =>
                 {
                     p.clone()
                 }
@@ -1287,6 +1305,65 @@ mod tests {
                 }),
             }]
         );
+    }
+
+    #[test]
+    fn a_marker_goes_straight_when_the_region_it_would_pass_through_retires() {
+        let now = Instant::now();
+        // A shard `l` owns among `a`, `b` and `l`, and `a` without `l`.
+        let (abl, ab) = ([r("a"), r("b"), r("l")], [r("a"), r("b")]);
+        let shard = (0..1000)
+            .find(|s| owner(*s, &abl) == Some(&r("l")) && owner(*s, &ab) == Some(&r("a")))
+            .expect("some shard");
+        // `b` sends to `l` while `l` owns the shard; then `l` retires: no
+        // longer a candidate, still awaited until it says it retired.
+        let mut b = Shards::new(r("b"), 1000, Duration::from_secs(1));
+        b.on_view(now, view(&["a", "b", "l"], &["a", "l"]));
+        b.on_message(now, shard, env("e", "b", 1));
+        b.on_view(now, view(&["a", "b"], &["a", "l"]));
+        // `l` may stop before a marker through it arrives: `b` answers
+        // `a` straight (`l` forwarded `b`'s message before its own
+        // release, which `a` waits for).
+        let out = b.on_begin(now, shard, 2, r("a"));
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: r("a"),
+                msg: Wire::Marker(Marker {
+                    shard,
+                    req: 2,
+                    by: "b".into(),
+                    dest: r("a")
+                })
+            }]
+        );
+        // So does `a` with its own marker, and it waits for `l` and `b`.
+        let mut a = Shards::new(r("a"), 1000, Duration::from_secs(1));
+        a.on_view(now, view(&["a", "b", "l"], &["b", "l"]));
+        a.on_message(now, shard, env("e", "a", 1));
+        a.on_view(now, view(&["a", "b"], &["b", "l"]));
+        let out = a.on_message(now, shard, env("e", "a", 2));
+        assert!(
+            out.iter().all(|act| !matches!(
+                act,
+                Action::Send {
+                    msg: Wire::Marker(_),
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+        let marker = |by: &str| Marker {
+            shard,
+            req: 1,
+            by: by.into(),
+            dest: r("a"),
+        };
+        a.on_marker(now, marker("b"));
+        assert_eq!(a.phase(shard), Phase::Awaiting);
+        let out = a.on_marker(now, marker("l"));
+        assert_eq!(a.phase(shard), Phase::Active);
+        assert!(out.contains(&Action::Activated { shard }), "{out:?}");
     }
 
     #[test]

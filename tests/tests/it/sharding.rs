@@ -510,6 +510,63 @@ async fn entities_of_a_killed_node_restart_elsewhere_once_it_is_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_pass_through_a_node_that_no_longer_hosts() {
+    // A short margin: the shards of the killed node may start elsewhere
+    // soon after it is down; what takes longer is a lost release, asked
+    // again only a second later.
+    let margin = Duration::from_millis(300);
+    let short = || ShardingSettings {
+        down_removal_margin: Some(margin),
+        ..settings()
+    };
+    let b = Shared::default();
+    let config = fast_cluster(Duration::from_secs(1));
+    let a = start_node("s0", None, &config, short(), &b).await;
+    let seed = a.cluster.myself().udp.to_string();
+    let c = start_node("s1", Some(&seed), &config, short(), &b).await;
+    let gone = start_node("s2", Some(&seed), &config, short(), &b).await;
+    hosts_agree(&[&a, &c, &gone], 3).await;
+    // Only `c` sends: it last sent the shards of `gone` to `gone`.
+    let ids = ids(30);
+    send_all(&c, &ids, 1).await;
+    all_in_order(&b, &ids, &[c.system.node().to_owned()], 1).await;
+    let dead = gone.system.node().to_owned();
+    let on_dead: Vec<String> = book(&b)
+        .started
+        .iter()
+        .filter(|(_, v)| v.last() == Some(&dead))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(!on_dead.is_empty());
+    gone.system.shutdown().await;
+    drop(gone);
+    hosts_agree(&[&a, &c], 2).await;
+    // `a` now owns some of those shards and asks `c` to release them; `c`
+    // answers straight, not through the dead node (where the answer
+    // would be lost).
+    let from = a.system.node().to_owned();
+    let asked = std::time::Instant::now();
+    for id in &on_dead {
+        a.carts
+            .entity_ref(id.clone())
+            .send(Msg::Add {
+                from: from.clone(),
+                seq: 1,
+            })
+            .await
+            .expect("the local region takes it");
+    }
+    all_in_order(&b, &on_dead, std::slice::from_ref(&from), 1).await;
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_millis(800),
+        "the shards of the dead node started elsewhere after {took:?} (margin {margin:?})"
+    );
+    a.system.shutdown().await;
+    c.system.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passivation_loses_no_message() {
     let b = Shared::default();
     let config = fast_cluster(Duration::from_secs(5));
