@@ -564,6 +564,10 @@ struct Shared {
     /// `ClusterConfig::stable_after`, for what waits on the downing
     /// strategy (a singleton's handover margin).
     stable_after: Duration,
+    /// How long a new member takes to hear of the members: a probe
+    /// period (gossip rides on probes) plus an announce interval (the
+    /// seeds' answers), at most `stable_after`.
+    settle: Duration,
 }
 
 /// The member table as subscribers see it, and this node's own state.
@@ -882,6 +886,7 @@ impl Cluster {
             seed_names: Arc::new(Mutex::new(config.seeds.clone())),
             seeds_configured: !seeds.is_empty(),
             stable_after: config.stable_after,
+            settle: (config.probe_period + config.announce_interval).min(config.stable_after),
         });
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed)
@@ -1075,6 +1080,12 @@ impl Cluster {
     /// [`ClusterConfig::stable_after`] of this node.
     pub(crate) fn stable_after(&self) -> Duration {
         self.shared.stable_after
+    }
+
+    /// How long a new member waits before it takes itself for the oldest
+    /// (a singleton's first start): time to hear of the others.
+    pub(crate) fn settle(&self) -> Duration {
+        self.shared.settle
     }
 
     /// This node as a member.
@@ -2106,6 +2117,7 @@ mod tests {
             seed_names: Arc::default(),
             seeds_configured: false,
             stable_after: Duration::from_secs(10),
+            settle: Duration::ZERO,
         });
         let admission = Arc::new(wire::Admission::new(16, me.udp));
         Task {

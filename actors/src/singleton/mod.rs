@@ -298,6 +298,7 @@ impl Singleton {
                 .down_removal_margin
                 .unwrap_or_else(|| cluster.stable_after()),
             retry,
+            settle: cluster.settle(),
         };
         let owner = format!("{}#{}", me.node, me.uid);
         let manager = Manager {

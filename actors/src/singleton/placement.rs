@@ -100,6 +100,11 @@ pub(crate) struct Timing {
     pub(crate) margin: Duration,
     /// How often to ask an older member that left for a handover.
     pub(crate) retry: Duration,
+    /// How long this node must have been a member before it starts a
+    /// first instance: time to hear of the older members from every
+    /// member it reached, so that a newcomer whose first answer came from
+    /// another newcomer does not take itself for the oldest.
+    pub(crate) settle: Duration,
 }
 
 /// An older hosting member's incarnation that went away, until cleared.
@@ -159,6 +164,11 @@ pub(crate) struct Placement {
     requesters: Vec<(String, u64)>,
     /// When to ask older members that left again.
     next_retry: Option<Instant>,
+    /// Until when this node, new as a member, does not start a first
+    /// instance (see [`Timing::settle`]); `None` before it is a member
+    /// and once settled.
+    settles_at: Option<Instant>,
+    settled: bool,
     actions: VecDeque<Action>,
 }
 
@@ -173,6 +183,8 @@ impl Placement {
             gone: BTreeMap::new(),
             requesters: Vec::new(),
             next_retry: None,
+            settles_at: None,
+            settled: false,
             actions: VecDeque::new(),
         }
     }
@@ -196,10 +208,10 @@ impl Placement {
             .blocking()
             .filter_map(|(_, g)| g.clears_at(&self.timing))
             .min();
-        match (clears, self.next_retry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [clears, self.next_retry, self.settles_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The hosting members now (this node included, `Up` once it joined).
@@ -240,6 +252,9 @@ impl Placement {
             }
         }
         self.hosts = hosts;
+        if !self.settled && self.settles_at.is_none() && self.me_eligible() {
+            self.settles_at = Some(now + self.timing.settle);
+        }
         self.decide(now);
     }
 
@@ -356,6 +371,10 @@ impl Placement {
     }
 
     fn decide(&mut self, now: Instant) {
+        if self.settles_at.is_some_and(|t| now >= t) {
+            self.settles_at = None;
+            self.settled = true;
+        }
         let oldest = self.i_am_oldest();
         match self.phase {
             Phase::Running if !oldest => {
@@ -365,6 +384,9 @@ impl Placement {
             Phase::Ended if !oldest => {
                 self.phase = Phase::Idle;
                 self.hand_over();
+            }
+            Phase::Idle if oldest && !self.settled => {
+                // Too new to know it is the oldest: wait (poll_timeout).
             }
             Phase::Idle if oldest => {
                 let t = self.timing;
@@ -423,6 +445,7 @@ mod tests {
             handover_timeout: 5 * SEC,
             margin: 10 * SEC,
             retry: SEC,
+            settle: Duration::ZERO,
         }
     }
 
@@ -472,6 +495,43 @@ mod tests {
             assert_eq!(p.phase(), Phase::Idle);
             assert_eq!(p.poll_timeout(), None);
         }
+    }
+
+    #[test]
+    fn a_new_member_waits_to_hear_of_older_ones_before_a_first_start() {
+        let now = Instant::now();
+        let settle = Timing {
+            settle: SEC,
+            ..timing()
+        };
+        // Restarted beside another newcomer, whose answer came first: in
+        // this view it is the oldest, though `a` runs the singleton.
+        let newcomers = vec![
+            host("n", 10, MemberState::Up),
+            host("m", 11, MemberState::Up),
+        ];
+        let mut n = Placement::new("n".into(), settle);
+        n.handle_view(now, newcomers.clone());
+        assert_eq!(actions(&mut n), []);
+        assert_eq!(n.poll_timeout(), Some(now + SEC));
+        // The older members' gossip arrives within the window.
+        let mut all = newcomers.clone();
+        all.push(host("a", 1, MemberState::Up));
+        n.handle_view(now + SEC / 2, all.clone());
+        n.handle_timeout(now + SEC);
+        assert_eq!(actions(&mut n), []);
+        assert_eq!(n.phase(), Phase::Idle);
+        // Truly the oldest (nobody older shows up): it starts once settled,
+        // and later views do not make it wait again.
+        let mut alone = Placement::new("n".into(), settle);
+        alone.handle_view(now, newcomers.clone());
+        alone.handle_timeout(now + SEC / 2);
+        assert_eq!(actions(&mut alone), []);
+        alone.handle_timeout(now + SEC);
+        assert_eq!(actions(&mut alone), [Action::Start]);
+        alone.handle_view(now + 2 * SEC, newcomers);
+        assert_eq!(alone.phase(), Phase::Running);
+        assert_eq!(alone.poll_timeout(), None);
     }
 
     #[test]
