@@ -98,6 +98,50 @@ async fn attack(b: &ActorSystem, n: usize, bytes: impl Fn(usize) -> Vec<u8>) -> 
     writers
 }
 
+/// Writes `bytes` (ending in a heartbeat) on each raw connection to the
+/// process `pid` and waits until each is read (its heartbeat answered)
+/// or cut, sampling the process's resident memory meanwhile. A stream the
+/// node keeps is held until every one is done, so that what the node
+/// holds for it stays held while sampled. Returns the peak `VmRSS`.
+async fn read_or_cut(pid: u32, what: &str, raws: Vec<TcpStream>, bytes: &[u8]) -> u64 {
+    let before = rss_of(pid);
+    let mut writers = JoinSet::new();
+    for mut raw in raws {
+        let bytes = bytes.to_vec();
+        writers.spawn(async move {
+            raw.write_all(&bytes).await.ok()?;
+            let mut buf = bytes::BytesMut::new();
+            loop {
+                while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
+                    if f.kind == FrameKind::HeartbeatAck {
+                        return Some(raw);
+                    }
+                }
+                match raw.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return None, // cut
+                    Ok(_) => {}
+                }
+            }
+        });
+    }
+    let mut peak = before;
+    let mut kept = Vec::new();
+    within(what, async {
+        loop {
+            peak = peak.max(rss_of(pid));
+            tokio::select! {
+                done = writers.join_next() => match done {
+                    Some(stream) => kept.extend(stream.expect("no panic")),
+                    None => break,
+                },
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    })
+    .await;
+    peak.max(rss_of(pid))
+}
+
 /// The good sender, connecting now: served.
 async fn a_good_sender_is_served(b: &ActorSystem) {
     let a = actor_system("a").await;
@@ -304,47 +348,13 @@ async fn a_table_bomb_grows_a_node_process_by_at_most_its_budget() {
         .and_then(|(_, a)| a.parse().ok())
         .expect("name@host:port");
     let before = rss_of(pid);
-    let bomb = table_bomb(2_000);
-    let mut writers = JoinSet::new();
+    let mut bytes = table_bomb(2_000);
+    bytes.extend(frame_bytes(FrameKind::Heartbeat, &7u64.to_le_bytes()));
+    let mut raws = Vec::new();
     for i in 0..CONNS {
-        let mut raw = raw_peer_at(addr, 10 + (i % 5) as u8, i).await;
-        let mut bytes = bomb.clone();
-        bytes.extend(frame_bytes(FrameKind::Heartbeat, &7u64.to_le_bytes()));
-        // Returns the stream while the node keeps it: what it holds for
-        // it stays held until the test ends.
-        writers.spawn(async move {
-            raw.write_all(&bytes).await.ok()?;
-            let mut buf = bytes::BytesMut::new();
-            loop {
-                while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
-                    if f.kind == FrameKind::HeartbeatAck {
-                        return Some(raw);
-                    }
-                }
-                match raw.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => return None, // cut
-                    Ok(_) => {}
-                }
-            }
-        });
+        raws.push(raw_peer_at(addr, 10 + (i % 5) as u8, i).await);
     }
-    let mut peak = before;
-    let mut kept = Vec::new();
-    within("every bomb is read or cut", async {
-        loop {
-            peak = peak.max(rss_of(pid));
-            tokio::select! {
-                done = writers.join_next() => match done {
-                    Some(stream) => kept.extend(stream.expect("no panic")),
-                    None => break,
-                },
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-        }
-    })
-    .await;
-    peak = peak.max(rss_of(pid));
-    drop(kept);
+    let peak = read_or_cut(pid, "every bomb is read or cut", raws, &bytes).await;
     let _ = child.kill();
     let _ = child.wait();
     let grew = peak.saturating_sub(before);
@@ -474,43 +484,11 @@ async fn many_recipients_filling_their_windows_grow_a_node_process_by_at_most_it
     let before = rss_of(pid);
     let mut bytes = blocked_windows();
     bytes.extend(frame_bytes(FrameKind::Heartbeat, &7u64.to_le_bytes()));
-    let mut writers = JoinSet::new();
+    let mut raws = Vec::new();
     for i in 0..3 {
-        let mut raw = raw_peer_at(addr, 20 + (i % 2) as u8, 100 + i).await;
-        let bytes = bytes.clone();
-        writers.spawn(async move {
-            raw.write_all(&bytes).await.ok()?;
-            let mut buf = bytes::BytesMut::new();
-            loop {
-                while let Ok(Some(f)) = transport::frame::decode(&mut buf, 1 << 24) {
-                    if f.kind == FrameKind::HeartbeatAck {
-                        return Some(raw);
-                    }
-                }
-                match raw.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => return None, // cut
-                    Ok(_) => {}
-                }
-            }
-        });
+        raws.push(raw_peer_at(addr, 20 + (i % 2) as u8, 100 + i).await);
     }
-    let mut peak = before;
-    let mut kept = Vec::new();
-    within("every flood is read or cut", async {
-        loop {
-            peak = peak.max(rss_of(pid));
-            tokio::select! {
-                done = writers.join_next() => match done {
-                    Some(stream) => kept.extend(stream.expect("no panic")),
-                    None => break,
-                },
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-        }
-    })
-    .await;
-    peak = peak.max(rss_of(pid));
-    drop(kept);
+    let peak = read_or_cut(pid, "every flood is read or cut", raws, &bytes).await;
     let _ = child.kill();
     let _ = child.wait();
     let grew = peak.saturating_sub(before);
