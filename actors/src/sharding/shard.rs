@@ -1235,9 +1235,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_region_that_sent_elsewhere_relays_its_marker_behind_its_messages() {
-        let now = Instant::now();
+    /// `c`, having sent a message for a shard to `b` while `b` owned it,
+    /// after `a` joined and became its owner: the shard and `c`.
+    fn c_sent_to_b_then_a_joined(now: Instant) -> (u32, Shards<u32>) {
         // A shard `b` owns among `b` and `c`, and `a` once it joins.
         let (bc, abc) = ([r("b"), r("c")], [r("a"), r("b"), r("c")]);
         let shard = (0..1000)
@@ -1248,6 +1248,13 @@ mod tests {
         c.on_view(now, view(&["b", "c"], &["b"]));
         c.on_message(now, shard, env("e", "c", 1));
         c.on_view(now, view(&["a", "b", "c"], &["a", "b"]));
+        (shard, c)
+    }
+
+    #[test]
+    fn a_region_that_sent_elsewhere_relays_its_marker_behind_its_messages() {
+        let now = Instant::now();
+        let (shard, mut c) = c_sent_to_b_then_a_joined(now);
         let out = c.on_begin(now, shard, 2, r("a"));
         // The marker goes through `b`, which relays it after `c`'s message.
         assert_eq!(
@@ -1267,14 +1274,7 @@ mod tests {
     #[test]
     fn a_repeated_request_is_answered_along_the_first_answers_path() {
         let now = Instant::now();
-        let (bc, abc) = ([r("b"), r("c")], [r("a"), r("b"), r("c")]);
-        let shard = (0..1000)
-            .find(|s| owner(*s, &bc) == Some(&r("b")) && owner(*s, &abc) == Some(&r("a")))
-            .expect("some shard");
-        let mut c = Shards::new(r("c"), 1000, Duration::from_secs(1));
-        c.on_view(now, view(&["b", "c"], &["b"]));
-        c.on_message(now, shard, env("e", "c", 1));
-        c.on_view(now, view(&["a", "b", "c"], &["a", "b"]));
+        let (shard, mut c) = c_sent_to_b_then_a_joined(now);
         let through_b = |req| {
             vec![Action::Send {
                 to: r("b"),

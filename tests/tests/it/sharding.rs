@@ -57,6 +57,16 @@ fn book(b: &Shared) -> std::sync::MutexGuard<'_, Book> {
     b.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The entities whose latest start was on `node`.
+fn started_last_on(b: &Shared, node: &str) -> Vec<String> {
+    book(b)
+        .started
+        .iter()
+        .filter(|(_, v)| v.last().is_some_and(|n| n == node))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
 struct Ent {
     id: String,
     node: String,
@@ -474,12 +484,7 @@ async fn entities_of_a_killed_node_restart_elsewhere_once_it_is_down() {
     all_in_order(&b, &ids, &[nodes[0].system.node().to_owned()], 1).await;
     let killed = nodes.pop().expect("three");
     let dead = killed.system.node().to_owned();
-    let on_dead: Vec<String> = book(&b)
-        .started
-        .iter()
-        .filter(|(_, v)| v.last() == Some(&dead))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let on_dead = started_last_on(&b, &dead);
     assert!(!on_dead.is_empty());
     // No leave: the node stops as if its process died.
     killed.system.shutdown().await;
@@ -531,12 +536,7 @@ async fn a_release_does_not_pass_through_a_node_that_no_longer_hosts() {
     send_all(&c, &ids, 1).await;
     all_in_order(&b, &ids, &[c.system.node().to_owned()], 1).await;
     let dead = gone.system.node().to_owned();
-    let on_dead: Vec<String> = book(&b)
-        .started
-        .iter()
-        .filter(|(_, v)| v.last() == Some(&dead))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let on_dead = started_last_on(&b, &dead);
     assert!(!on_dead.is_empty());
     gone.system.shutdown().await;
     drop(gone);
@@ -625,12 +625,7 @@ async fn remembered_entities_restart_when_their_shard_moves() {
     send_all(&first, &ids, 1).await;
     all_in_order(&b, &ids, &[first.system.node().to_owned()], 1).await;
     let gone = second.system.node().to_owned();
-    let on_second: Vec<String> = book(&b)
-        .started
-        .iter()
-        .filter(|(_, v)| v.last() == Some(&gone))
-        .map(|(id, _)| id.clone())
-        .collect();
+    let on_second = started_last_on(&b, &gone);
     assert!(!on_second.is_empty());
     assert!(
         second
