@@ -62,24 +62,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ip netns add "$SW" 2>"$WORK/err" || not_run "cannot create network namespaces: $(cat "$WORK/err")"
-ip -n "$SW" link add br0 type bridge 2>"$WORK/err" || not_run "cannot create a bridge: $(cat "$WORK/err")"
-ip -n "$SW" link set br0 up
-for ((i = 1; i <= N; i++)); do
-  ip netns add "$(ns $i)"
-  ip link add "cv$i$ID" type veth peer name "sv$i$ID" 2>"$WORK/err" \
-    || not_run "cannot create a veth pair: $(cat "$WORK/err")"
-  ip link set "cv$i$ID" netns "$(ns $i)"
-  ip link set "sv$i$ID" netns "$SW"
-  ip -n "$SW" link set "sv$i$ID" master br0
-  ip -n "$SW" link set "sv$i$ID" up
-  ip -n "$(ns $i)" addr add "$(addr $i)/24" dev "cv$i$ID"
-  ip -n "$(ns $i)" link set lo up
-  ip -n "$(ns $i)" link set "cv$i$ID" up
-done
-ip netns exec "$(ns 1)" nft add table inet split 2>"$WORK/err" \
-  || not_run "nftables does not work in a network namespace: $(cat "$WORK/err")"
-ip netns exec "$(ns 1)" nft delete table inet split
+switched_namespaces cv sv
 
 echo "building the cluster_node binary"
 cargo build -q -p integration-tests --bin cluster_node
