@@ -74,6 +74,19 @@ impl<M> Drop for RemoteRef<M> {
     }
 }
 
+impl<M> RemoteRef<M> {
+    /// A message went out through this ref: if it is a reply ref, the
+    /// asker has its answer and dropping the ref tells it nothing more.
+    /// Marked only once the send succeeded, so that a reply the link
+    /// refused (`LinkFull`) and then dropped fails the ask at once.
+    #[inline]
+    fn answered(&self) {
+        if let Some(reply) = &self.reply {
+            reply.answered.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// A remote ask's reply slot, told that no reply will come.
 struct RemoteNoReply {
     assoc: Arc<Association>,
@@ -467,9 +480,6 @@ impl<M: Send + 'static> ActorRef<M> {
     /// (another serializer than bincode, or trace propagation on).
     #[inline(never)]
     fn tell_ext(&self, r: &RemoteRef<M>, msg: M) -> Result<bool, SendError<M>> {
-        if let Some(reply) = &r.reply {
-            reply.answered.store(true, Ordering::Release);
-        }
         let (tag, ext) = r.ext();
         let encode = |b: &mut BytesMut, limit| r.encode(&ext, &msg, b, limit);
         let told = if tag.ext {
@@ -481,7 +491,12 @@ impl<M: Send + 'static> ActorRef<M> {
                 .tell_hint::<false>(&r.recipient, tag.manifest, &encode)
         };
         match told {
-            Ok(yield_now) => Ok(yield_now),
+            Ok(yield_now) => {
+                r.answered();
+                Ok(yield_now)
+            }
+            // Not answered: if the caller drops the ref now, the asker
+            // hears at once instead of waiting out its timeout.
             Err(e) => Err(self.remote_error(e, msg)),
         }
     }
@@ -534,9 +549,6 @@ impl<M: Send + 'static> ActorRef<M> {
                 Err(_) => unreachable!("pushed a local envelope"),
             },
             Inner::Remote(r) | Inner::RemoteExt(r) => {
-                if let Some(reply) = &r.reply {
-                    reply.answered.store(true, Ordering::Release);
-                }
                 let assoc = &r.assoc;
                 // Encoded before any await: the future holds bytes, not a
                 // borrow of the message (`M` need not be `Sync`).
@@ -550,7 +562,10 @@ impl<M: Send + 'static> ActorRef<M> {
                     Err(e) => return Err(self.remote_error(e, msg)),
                 };
                 match assoc.send_payload(&r.recipient, tag, payload, reply).await {
-                    Ok(()) => Ok(()),
+                    Ok(()) => {
+                        r.answered();
+                        Ok(())
+                    }
                     Err(e) => Err(self.remote_error(e, msg)),
                 }
             }

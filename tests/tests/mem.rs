@@ -384,6 +384,9 @@ async fn asks_never_use_up_a_link_and_memory_stays_flat() {
     let echo: ActorRef<Ping> = within("resolve", a.resolve(&actor_path(&b, "echo")))
         .await
         .expect("resolves");
+    // One round trip first: until b's link to a is up, b holds only
+    // PENDING replies, and refuses the rest (`LinkFull`).
+    asks(&echo, 1, 1).await;
     asks(&echo, 2 * LIMIT, 200).await;
     let before = heap();
     // At full speed...

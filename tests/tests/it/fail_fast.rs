@@ -762,3 +762,147 @@ async fn the_address_is_free_again_as_soon_as_shutdown_returns() {
     }
     within("the peer shuts down", peer.shutdown()).await;
 }
+
+/// Sends one message to `filler`, then answers on `reply`.
+#[derive(Debug, Serialize, Deserialize)]
+struct FillThenAnswer {
+    filler: ActorRef<u64>,
+    reply: ActorRef<u64>,
+}
+
+impl RemoteMessage for FillThenAnswer {
+    const MANIFEST: &'static str = "it.fail_fast.FillThenAnswer";
+}
+
+/// Does what [`FillThenAnswer`] says, and reports on `refused` whether
+/// the link refused the answer; the refused answer's ref is dropped.
+struct Answerer {
+    refused: mpsc::UnboundedSender<bool>,
+}
+
+impl Actor for Answerer {
+    type Msg = FillThenAnswer;
+
+    async fn handle(&mut self, m: FillThenAnswer, _: &mut Ctx<Self>) -> ActorResult {
+        let _ = m.filler.tell(0);
+        let refused = matches!(m.reply.tell(1), Err(SendError::LinkFull(_)));
+        let _ = self.refused.send(refused);
+        Ok(())
+    }
+}
+
+/// Takes `u64`s and does nothing with them.
+struct Ignore;
+
+impl Actor for Ignore {
+    type Msg = u64;
+
+    async fn handle(&mut self, _: u64, _: &mut Ctx<Self>) -> ActorResult {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_reply_the_link_refuses_fails_the_ask_at_once() {
+    // b holds one message while its link to a connects: the filler takes
+    // that place and the answer, told right after it, finds the link
+    // full. An answer counted as sent before the link took it left the
+    // asker waiting out its whole timeout. b's link to a may already be
+    // up (b dials back when a connects), in about half the tries here:
+    // each try takes a few milliseconds, and one refusal is all the test
+    // needs.
+    for _ in 0..50 {
+        let a = actor_system("a").await;
+        let mut config = SystemConfig::default();
+        config.set_pending_capacity(1);
+        let b = actor_system_with("b", config).await;
+        let (tx, mut refused) = mpsc::unbounded_channel();
+        b.spawn_named("answerer", Answerer { refused: tx })
+            .expect("free");
+        let answerer: ActorRef<FillThenAnswer> =
+            within("resolve", a.resolve(&actor_path(&b, "answerer")))
+                .await
+                .expect("resolves");
+        let filler = a.spawn(Ignore);
+        let started = Instant::now();
+        let answer = within(
+            "the ask",
+            answerer.ask(|reply| FillThenAnswer { filler, reply }, LONG),
+        )
+        .await;
+        let took = started.elapsed();
+        let was_refused = within("the answerer's report", refused.recv())
+            .await
+            .expect("it reports");
+        within("a shuts down", a.shutdown()).await;
+        within("b shuts down", b.shutdown()).await;
+        if was_refused {
+            assert_eq!(answer, Err(AskError::ReplyDropped));
+            assert!(took < FAST, "the ask failed after {took:?}");
+            return;
+        }
+        // b's link to a came up between the two tells: try again.
+        assert_eq!(answer, Ok(1));
+    }
+    panic!("b's link to a never refused the answer in 50 tries");
+}
+
+/// An answer that cannot be serialized when it is `u64::MAX`.
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+struct Answer(u64);
+
+impl Serialize for Answer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0 == u64::MAX {
+            return Err(serde::ser::Error::custom("this answer cannot be encoded"));
+        }
+        s.serialize_newtype_struct("Answer", &self.0)
+    }
+}
+
+impl RemoteMessage for Answer {
+    const MANIFEST: &'static str = "it.fail_fast.Answer";
+}
+
+/// Asks for an [`Answer`].
+#[derive(Debug, Serialize, Deserialize)]
+struct AskAnswer(ActorRef<Answer>);
+
+impl RemoteMessage for AskAnswer {
+    const MANIFEST: &'static str = "it.fail_fast.AskAnswer";
+}
+
+/// Answers every ask with what cannot be encoded, then drops the ref.
+struct Unencodable;
+
+impl Actor for Unencodable {
+    type Msg = AskAnswer;
+
+    async fn handle(&mut self, AskAnswer(reply): AskAnswer, _: &mut Ctx<Self>) -> ActorResult {
+        assert!(
+            matches!(
+                reply.tell(Answer(u64::MAX)),
+                Err(SendError::Serialization(_))
+            ),
+            "the answer cannot be encoded"
+        );
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_reply_that_cannot_be_sent_fails_the_ask_at_once() {
+    let a = actor_system("a").await;
+    let b = actor_system("b").await;
+    b.spawn_named("unencodable", Unencodable).expect("free");
+    let server: ActorRef<AskAnswer> = within("resolve", a.resolve(&actor_path(&b, "unencodable")))
+        .await
+        .expect("resolves");
+    let started = Instant::now();
+    let answer = within("the ask", server.ask(AskAnswer, LONG)).await;
+    let took = started.elapsed();
+    assert_eq!(answer, Err(AskError::ReplyDropped));
+    assert!(took < FAST, "the ask failed after {took:?}");
+    within("a shuts down", a.shutdown()).await;
+    within("b shuts down", b.shutdown()).await;
+}
