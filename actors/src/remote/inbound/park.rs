@@ -418,24 +418,27 @@ mod tests {
     #[tokio::test]
     async fn nothing_is_parked_past_the_bound_or_for_an_inline_recipient() {
         let (conn, _, registry) = conn(true);
-        let (parking, share, node) = parking(20);
+        let (bounded, share, node) = parking(20);
         let (entry, target) = recipient(&registry, Some(20));
         target.full.store(true, Ordering::SeqCst);
-        deliver(&parking, &conn, &share, &entry, 10);
+        deliver(&bounded, &conn, &share, &entry, 10);
         assert_eq!(registry.dead_letter_count(), 0, "parked");
         // Past the connection's bound: a dead letter, its credit back.
-        deliver(&parking, &conn, &share, &entry, 10);
+        deliver(&bounded, &conn, &share, &entry, 10);
         assert_eq!(registry.dead_letter_count(), 1);
         assert_eq!(answered(&conn), ["Credit { id: 1, total: 30 }"]);
-        // No window, nothing to bound what would wait: a dead letter.
-        let (inline, full) = recipient(&registry, None);
-        full.full.store(true, Ordering::SeqCst);
-        deliver(&parking, &conn, &share, &inline, 10);
-        assert_eq!(registry.dead_letter_count(), 2);
-        assert_eq!(parking.budget().used(), 14, "the one parked batch");
-        drop(parking);
+        assert_eq!(bounded.budget().used(), 14, "the one parked batch");
+        drop(bounded);
         let held = node.snapshot().held;
         assert!(held > 0, "the parked batch keeps its charge: {held}");
+        // No window, nothing to bound what would wait: a dead letter,
+        // though the connection's bound has room.
+        let (roomy, share, _) = parking(1_000);
+        let (inline, full) = recipient(&registry, None);
+        full.full.store(true, Ordering::SeqCst);
+        deliver(&roomy, &conn, &share, &inline, 10);
+        assert_eq!(registry.dead_letter_count(), 2);
+        assert_eq!(roomy.budget().used(), 0);
     }
 
     #[tokio::test]
