@@ -123,8 +123,10 @@
 //!   it sends to a node can be handed to the link once (staged sends).
 //! - `remote`: associations and everything on the wire, in units:
 //!   `envelope`, `compression`, `system_msg`, `reliable`, `liveness`,
-//!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound`, `net`,
-//!   `context`, `requests`, `association`, `outbound`.
+//!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound` (the
+//!   dispatcher a connection's reader delivers into, split by job:
+//!   `bad_input` (pure), `conn`, `share`, `ids`, `runs`, `park`, `large`,
+//!   `system`), `net`, `context`, `requests`, `association`, `outbound`.
 //! - `node`: this node's registry and remoting, what decoded refs resolve
 //!   against.
 //! - `cell`: a local actor's runtime side and an ask's reply slot.

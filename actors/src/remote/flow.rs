@@ -46,7 +46,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::budget::{Charge, ConnBudget};
+use crate::budget::Charge;
 
 /// As the `lock` of `link` (this unit sits below it): nothing here leaves a
 /// lock's state half-changed, so a poisoned lock is consistent.
@@ -300,15 +300,13 @@ pub(crate) struct ParkRefused;
 pub(crate) struct ParkBudget {
     used: AtomicUsize,
     max: usize,
-    account: Arc<ConnBudget>,
 }
 
 impl ParkBudget {
-    pub(crate) fn new(max: usize, account: Arc<ConnBudget>) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             used: AtomicUsize::new(0),
             max,
-            account,
         }
     }
 
@@ -324,11 +322,6 @@ impl ParkBudget {
 
     pub(crate) fn give_back(&self, bytes: usize) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
-    }
-
-    /// The connection's account (shared with its dispatcher).
-    pub(crate) fn account(&self) -> &Arc<ConnBudget> {
-        &self.account
     }
 
     #[cfg(test)]
@@ -409,16 +402,10 @@ mod tests {
 
     #[test]
     fn the_park_budget_is_a_hard_bound() {
-        let node = crate::budget::NodeBudget::new(1 << 20);
-        let budget = ParkBudget::new(100, node.connect([127, 0, 0, 1].into()));
+        let budget = ParkBudget::new(100);
         assert_eq!(budget.take(60), Ok(()));
         assert_eq!(budget.take(41), Err(ParkRefused));
         assert_eq!(budget.take(40), Ok(()));
-        assert_eq!(
-            node.snapshot().held,
-            0,
-            "the node is charged by each batch's own charge"
-        );
         budget.give_back(100);
         assert_eq!(budget.used(), 0);
     }

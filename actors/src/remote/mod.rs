@@ -16,7 +16,10 @@
 //!   waits while connecting, the encoder guard).
 //! - `large`: the large-message lane and reassembly.
 //! - `inbound`: the dispatcher a connection's reader delivers into; it
-//!   reports to its association through the `Peer` trait.
+//!   reports to its association through the `Peer` trait. Its units, each
+//!   with the state it owns: `bad_input` (the malformed-input limit, pure),
+//!   `conn` (what every job shares), `share` (the memory budget), `ids`,
+//!   `runs` (the hot path), `park` (full mailboxes), `large`, `system`.
 //! - `net`: the transport endpoint with its security erased.
 //! - `context`: what every association of a node shares.
 //! - `requests`: an association's system-message bookkeeping (watches,

@@ -2,8 +2,9 @@
 //! DAG (no module imports one that imports it back), and every import is
 //! an edge that `docs/ARCHITECTURE.md` allows (its `edges <crate>`
 //! blocks), no more and no fewer. Reads the sources as text: every
-//! `crate::` path and every `super::` path of a child module names a
-//! module it depends on. Test modules (`#[cfg(test)] mod tests`) are left
+//! `crate::` path (the deepest module it goes through, use groups
+//! expanded) and every `super::` path of a child module names a module it
+//! depends on. Test modules (`#[cfg(test)] mod tests`) are left
 //! out: they may use anything.
 
 use std::{
@@ -107,6 +108,87 @@ fn names_after(text: &str, prefix: &str) -> Vec<(String, usize)> {
     names
 }
 
+/// The paths that follow `prefix` in `text`, `{ ... }` groups expanded
+/// (`crate::remote::{flow::Windowed, link}` → `remote::flow::Windowed`,
+/// `remote::link`), each with the line it is on.
+fn paths_after(text: &str, prefix: &str) -> Vec<(String, usize)> {
+    let mut paths = Vec::new();
+    for (at, _) in text.match_indices(prefix) {
+        let line = text[..at].lines().count().max(1);
+        paths.extend(
+            expand(&text[at + prefix.len()..])
+                .into_iter()
+                .map(|p| (p, line)),
+        );
+    }
+    paths
+}
+
+/// The paths `rest` starts with: a path (`a::b::C`), or a path that ends
+/// in a group (`a::{b::C, d::{E, F}}`), expanded.
+fn expand(rest: &str) -> Vec<String> {
+    let mut path = String::new();
+    let mut s = rest;
+    loop {
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        if end == 0 {
+            if !s.starts_with('{') {
+                return Vec::new();
+            }
+            return group_items(s)
+                .into_iter()
+                .flat_map(|item| expand(item.trim()))
+                .map(|p| format!("{path}{p}"))
+                .collect();
+        }
+        path.push_str(&s[..end]);
+        s = &s[end..];
+        match s.strip_prefix("::") {
+            Some(more) => {
+                path.push_str("::");
+                s = more;
+            }
+            None => return vec![path],
+        }
+    }
+}
+
+/// The top-level items of the `{ ... }` group `s` starts with.
+fn group_items(s: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 1);
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    items.push(&s[start..i]);
+                    break;
+                }
+            }
+            ',' if depth == 1 => {
+                items.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items
+}
+
+/// The module a path names: its longest prefix that is a module
+/// (`remote::flow::Windowed` → `remote::flow`).
+fn module_of(path: &str, known: &BTreeSet<&String>) -> Option<String> {
+    let segments: Vec<&str> = path.split("::").collect();
+    (1..=segments.len())
+        .rev()
+        .map(|n| segments[..n].join("::"))
+        .find(|m| known.contains(m))
+}
+
 fn graph(crate_dir: &str) -> Graph {
     graph_where(crate_dir).0
 }
@@ -144,7 +226,12 @@ fn graph_where(crate_dir: &str) -> (Graph, Where) {
     let mut at = Where::new();
     for (name, (file, text)) in &sources {
         let parent = name.rsplit_once("::").map(|(p, _)| p.to_owned());
-        let mut deps = names_after(text, "crate::");
+        // A `crate::` path names the deepest module it goes through, so
+        // that a nested module's imports of its parent's siblings are edges.
+        let mut deps: Vec<(String, usize)> = paths_after(text, "crate::")
+            .into_iter()
+            .filter_map(|(p, line)| Some((module_of(&p, &known)?, line)))
+            .collect();
         if let Some(parent) = &parent {
             for (dep, line) in names_after(text, "super::") {
                 deps.push((format!("{parent}::{dep}"), line));
@@ -152,8 +239,13 @@ fn graph_where(crate_dir: &str) -> (Graph, Where) {
         }
         let mut kept = BTreeSet::new();
         for (d, line) in deps {
-            // A module's own ancestors hold it; naming them is structure.
-            if d == *name || !known.contains(&d) || name.starts_with(&format!("{d}::")) {
+            // A module's own ancestors hold it, and it holds its
+            // descendants; naming them is structure.
+            if d == *name
+                || !known.contains(&d)
+                || name.starts_with(&format!("{d}::"))
+                || d.starts_with(&format!("{name}::"))
+            {
                 continue;
             }
             let first = at
@@ -403,6 +495,19 @@ fn the_checker_finds_a_cycle() {
         group_heads("use crate::{a::{b, c}, d, e::F};", 11),
         ["a", "d", "e"]
     );
+    let paths: Vec<String> = paths_after(
+        "use crate::{a::{b::{self, C}, d as e}, f,\n};\nlet x = crate::g::h(1);",
+        "crate::",
+    )
+    .into_iter()
+    .map(|(p, _)| p)
+    .collect();
+    assert_eq!(paths, ["a::b::self", "a::b::C", "a::d", "f", "g::h"]);
+    let (ab, a) = ("a::b".to_owned(), "a".to_owned());
+    let known = BTreeSet::from([&ab, &a]);
+    assert_eq!(module_of("a::b::C", &known).as_deref(), Some("a::b"));
+    assert_eq!(module_of("a::C", &known).as_deref(), Some("a"));
+    assert_eq!(module_of("Z", &known), None);
 }
 
 #[test]
