@@ -20,17 +20,18 @@
 //! another in which it loses does not restart the clock. The side that
 //! wins decides `stable_after` after its own last change, which comes
 //! after the split; singletons and sharding there take over what the
-//! losing side ran `down_removal_margin` later. Restarted by every change, the losing side
-//! would decide only once its view held still: on a minority, indirect
-//! probes cannot get through, so a member of its own side that misses
-//! one direct probe (a busy host) is suspected and refutes, again and
-//! again, and each of those changes pushed the decision out, up to the
-//! instability limit below, past the winner's margin. With the
-//! exception, the losing side downs itself `stable_after` after it first
-//! saw itself losing: at most its failure detection's delay (the time it
-//! takes to suspect the other side) after the winner's decision. The
-//! winning side keeps the strict rule: it downs others, so it waits for a
-//! view that holds still, and deciding later only widens the margin.
+//! losing side ran `down_removal_margin` later. If every change restarted
+//! the losing side's clock, it would decide only once its view held
+//! still, and on a minority it may not: indirect probes cannot get
+//! through, so a member of its own side that misses one direct probe (a
+//! busy host) is suspected and refutes, again and again. Each of those
+//! changes would push the decision out, up to the instability limit
+//! below, past the winner's margin. With the exception, the losing side
+//! downs itself `stable_after` after it first saw itself losing: at most
+//! its failure detection's delay (the time it takes to suspect the other
+//! side) after the winner's decision. The winning side keeps the strict
+//! rule: it downs others, so it waits for a view that holds still, and
+//! deciding later only widens the margin.
 //!
 //! If reachability keeps changing, the view never becomes stable, and a
 //! partition could last for ever without a decision. So, with
@@ -437,8 +438,9 @@ impl Resolver {
         }
         let reachability_changed = !unreachable_of(&view).eq(unreachable_of(&self.view));
         // A side that loses and keeps losing through the change keeps its
-        // clock: waiting longer cannot save it, and the other side, which
-        // decided long ago, takes over what it runs after its margin.
+        // clock: waiting longer cannot save it, and the other side takes
+        // over what it runs one margin after its own decision, which does
+        // not wait for this side's view to settle.
         let was_losing = self.phase == Phase::Open && self.stable_since.is_some() && self.loses();
         self.view = view;
         if !(was_losing && self.loses()) {
