@@ -15,6 +15,24 @@
 //! `stable_after` gets one decision, and no more until the view changes.
 //! A view without unreachable members needs no decision.
 //!
+//! One exception bounds how late a losing side downs itself: a change
+//! from a view in which this node loses (the strategy would down it) to
+//! another in which it loses does not restart the clock. The side that
+//! wins decides `stable_after` after its own last change, which comes
+//! after the split; singletons and sharding there take over what the
+//! losing side ran `down_removal_margin` later. If every change restarted
+//! the losing side's clock, it would decide only once its view held
+//! still, and on a minority it may not: indirect probes cannot get
+//! through, so a member of its own side that misses one direct probe (a
+//! busy host) is suspected and refutes, again and again. Each of those
+//! changes would push the decision out, up to the instability limit
+//! below, past the winner's margin. With the exception, the losing side
+//! downs itself `stable_after` after it first saw itself losing: at most
+//! its failure detection's delay (the time it takes to suspect the other
+//! side) after the winner's decision. The winning side keeps the strict
+//! rule: it downs others, so it waits for a view that holds still, and
+//! deciding later only widens the margin.
+//!
 //! If reachability keeps changing, the view never becomes stable, and a
 //! partition could last for ever without a decision. So, with
 //! `down_all_when_unstable` set, when reachability has kept changing for
@@ -26,11 +44,11 @@
 //! ```text
 //!               view: some member unreachable, clock = now
 //!   idle ─────────────────────────────────────────► waiting ◄─┐ view changed:
-//!    ▲ ◄─────────── view: all reachable ──────────── │  ▲    └─┘ clock = now
-//!    │                                               │  │
-//!    │          clock + stable_after passed: the     │  │ view changed:
-//!    │          strategy's decision (lease-majority: │  │ clock = now
-//!    │          TryLease, then lease_result decides) ▼  │
+//!    ▲ ◄─────────── view: all reachable ──────────── │  ▲    └─┘ clock = now (kept
+//!    │                                               │  │         if this node loses
+//!    │          clock + stable_after passed: the     │  │         before and after)
+//!    │          strategy's decision (lease-majority: │  │ view changed:
+//!    │          TryLease, then lease_result decides) ▼  │ clock = now
 //!    └──────────── view: all reachable ──────────── decided
 //!
 //!  waiting, reachability first changed at t (since all were reachable or
@@ -72,7 +90,11 @@ use std::{
 /// reachability change), every node applies the strategy to its own
 /// view. The strategies are built so that the two sides of a clean
 /// partition reach opposite conclusions: one side downs the unreachable
-/// members and carries on, the other downs itself.
+/// members and carries on, the other downs itself. A node whose view
+/// changes but in which it loses all along (the strategy would down it
+/// in each) downs itself `stable_after` after it first saw itself
+/// losing: the losing side is not held back by changes that cannot save
+/// it, so it is down soon after the other side decided.
 ///
 /// If reachability keeps changing, the view never becomes stable; so, with
 /// `down_all_when_unstable` set, reachability that has kept changing for
@@ -355,8 +377,10 @@ pub(crate) struct Resolver {
     me: String,
     /// The current view by node address (so in address order).
     view: BTreeMap<String, Seen>,
-    /// When the view last changed; `None` before the first view.
-    changed_at: Option<Instant>,
+    /// When the stability clock last started: the last change of the
+    /// view, except changes from a view this node loses to another it
+    /// loses; `None` before the first view.
+    stable_since: Option<Instant>,
     /// When reachability first changed since every member was reachable
     /// or since the last decision.
     unstable_since: Option<Instant>,
@@ -379,7 +403,7 @@ impl Resolver {
             down_all_when_unstable,
             me,
             view: BTreeMap::new(),
-            changed_at: None,
+            stable_since: None,
             unstable_since: None,
             phase: Phase::Open,
         }
@@ -389,7 +413,8 @@ impl Resolver {
     /// this node included (in any order). A view that differs from the
     /// last one in its members or in which are unreachable restarts the
     /// stability clock and voids a decision in progress (a pending
-    /// [`Decision::TryLease`]); the same view again changes nothing.
+    /// [`Decision::TryLease`]), unless this node loses in both views (the
+    /// clock then runs on); the same view again changes nothing.
     pub(crate) fn on_view(&mut self, now: Instant, members: &[MemberInfo]) {
         let view: BTreeMap<String, Seen> = members
             .iter()
@@ -408,12 +433,19 @@ impl Resolver {
             "the view must include this node ({})",
             self.me
         );
-        if self.changed_at.is_some() && view == self.view {
+        if self.stable_since.is_some() && view == self.view {
             return;
         }
         let reachability_changed = !unreachable_of(&view).eq(unreachable_of(&self.view));
+        // A side that loses and keeps losing through the change keeps its
+        // clock: waiting longer cannot save it, and the other side takes
+        // over what it runs one margin after its own decision, which does
+        // not wait for this side's view to settle.
+        let was_losing = self.phase == Phase::Open && self.stable_since.is_some() && self.loses();
         self.view = view;
-        self.changed_at = Some(now);
+        if !(was_losing && self.loses()) {
+            self.stable_since = Some(now);
+        }
         self.phase = Phase::Open;
         if reachability_changed {
             if unreachable_of(&self.view).next().is_none() {
@@ -434,7 +466,7 @@ impl Resolver {
         if self.phase != Phase::Open || unreachable_of(&self.view).next().is_none() {
             return None;
         }
-        let stable_at = self.changed_at? + self.stable_after;
+        let stable_at = self.stable_since? + self.stable_after;
         if now < stable_at {
             if self.unstable_deadline().is_some_and(|at| now >= at) {
                 return Some(self.decided(Decision::DownAll(DownAllCause::Unstable)));
@@ -460,7 +492,7 @@ impl Resolver {
         if self.phase != Phase::Open || unreachable_of(&self.view).next().is_none() {
             return None;
         }
-        let stable_at = self.changed_at? + self.stable_after;
+        let stable_at = self.stable_since? + self.stable_after;
         let decide_at = match &self.strategy {
             DowningStrategy::LeaseMajority {
                 acquire_delay_for_minority,
@@ -529,6 +561,30 @@ impl Resolver {
     /// members) view; `None` while a lease-majority minority waits for its
     /// turn (`stable_at + acquire_delay_for_minority`).
     fn decide(&self, stable_at: Instant, now: Instant) -> Option<Decision> {
+        if let DowningStrategy::LeaseMajority {
+            acquire_delay_for_minority,
+            ..
+        } = &self.strategy
+            && self.in_minority()
+            && now < stable_at + *acquire_delay_for_minority
+        {
+            return None;
+        }
+        Some(self.verdict())
+    }
+
+    /// The current view has unreachable members and the strategy's
+    /// verdict for it downs this node (itself alone, or every member).
+    /// A lease-majority side never knows it loses before it tried the
+    /// lease.
+    fn loses(&self) -> bool {
+        unreachable_of(&self.view).next().is_some()
+            && matches!(self.verdict(), Decision::DownSelf | Decision::DownAll(_))
+    }
+
+    /// The strategy's verdict for the current view, whenever it is due
+    /// ([`decide`](Self::decide) says when).
+    fn verdict(&self) -> Decision {
         let total = self.view.len();
         let reachable = self.view.values().filter(|s| s.reachable).count();
         let survive = |keep: bool| {
@@ -538,7 +594,7 @@ impl Resolver {
                 Decision::DownSelf
             }
         };
-        Some(match &self.strategy {
+        match &self.strategy {
             DowningStrategy::KeepMajority => survive(!self.in_minority()),
             DowningStrategy::StaticQuorum { quorum_size } => {
                 // Above 2q - 1 members both sides of a split may reach q;
@@ -565,21 +621,8 @@ impl Resolver {
                 })
             }
             DowningStrategy::DownAll => Decision::DownAll(DownAllCause::Strategy),
-            DowningStrategy::LeaseMajority {
-                acquire_delay_for_minority,
-                ..
-            } => {
-                let due = if self.in_minority() {
-                    stable_at + *acquire_delay_for_minority
-                } else {
-                    stable_at
-                };
-                if now < due {
-                    return None;
-                }
-                Decision::TryLease
-            }
-        })
+            DowningStrategy::LeaseMajority { .. } => Decision::TryLease,
+        }
     }
 
     /// This side is in the minority: fewer than half of the members are
@@ -945,6 +988,100 @@ mod tests {
         r.on_view(t2, &view(6, &[3, 4]));
         assert_eq!(r.poll(t1 + STABLE), None);
         assert_eq!(r.poll(t2 + STABLE), Some(down(&[3, 4])));
+    }
+
+    /// Applies `events` (time from `t0`, unreachable members of a
+    /// 5-member view) in order and polls every 10 ms until `until`; the
+    /// first decision and when it came.
+    fn first_decision(
+        r: &mut Resolver,
+        t0: Instant,
+        events: &[(u64, &[usize])],
+        until: Duration,
+    ) -> Option<(Duration, Decision)> {
+        let mut next = events.iter().peekable();
+        let mut at = Duration::ZERO;
+        while at <= until {
+            while let Some((_, unreachable)) =
+                next.next_if(|(ms, _)| Duration::from_millis(*ms) <= at)
+            {
+                r.on_view(t0 + at, &view(5, unreachable));
+            }
+            if let Some(d) = r.poll(t0 + at) {
+                return Some((at, d));
+            }
+            at += Duration::from_millis(10);
+        }
+        None
+    }
+
+    #[test]
+    fn a_minority_downs_itself_stable_after_it_first_loses_though_its_own_side_flaps() {
+        // A 2/3 split at t0 (n0, n1 | n2, n3, n4), stable-after 3 s, as in
+        // tests/netns/sharding.sh. The minority suspects the other side
+        // one by one within 1.3 s of the split; then, its indirect probes
+        // all going to the other side, n0 suspects its partner n1 at each
+        // missed direct probe, and n1 refutes: its view keeps changing,
+        // though n0 loses in every one of those views.
+        let stable = Duration::from_secs(3);
+        let unstable = Some(default_down_all_when_unstable(stable));
+        let t0 = Instant::now();
+        let minority: &[(u64, &[usize])] = &[
+            (1_040, &[2]),
+            (1_250, &[2, 4]),
+            // Loses from here on: 2 of 5 reachable.
+            (1_270, &[2, 3, 4]),
+            (2_000, &[1, 2, 3, 4]),
+            (2_200, &[2, 3, 4]),
+            (3_500, &[1, 2, 3, 4]),
+            (3_600, &[2, 3, 4]),
+            (4_200, &[1, 2, 3, 4]),
+            (4_250, &[2, 3, 4]),
+            (6_000, &[1, 2, 3, 4]),
+            (6_100, &[2, 3, 4]),
+            (8_000, &[1, 2, 3, 4]),
+            (8_100, &[2, 3, 4]),
+        ];
+        let mut small = Resolver::new(DowningStrategy::KeepMajority, stable, unstable, addr(0));
+        let (at, decision) =
+            first_decision(&mut small, t0, minority, Duration::from_secs(20)).expect("a decision");
+        assert_eq!(decision, Decision::DownSelf);
+        assert_eq!(at, Duration::from_millis(1_270) + stable);
+
+        // The majority suspects n0 and n1 within 1.1 s and decides 3 s
+        // later; its singletons and shards start the margin (stable-after
+        // by default) after that. The minority is down before: at most its
+        // failure detection's lag (here 170 ms) after the majority's
+        // decision.
+        let majority: &[(u64, &[usize])] = &[(900, &[0]), (1_100, &[0, 1])];
+        let mut big = Resolver::new(DowningStrategy::KeepMajority, stable, unstable, addr(2));
+        let (decided, decision) =
+            first_decision(&mut big, t0, majority, Duration::from_secs(20)).expect("a decision");
+        assert_eq!(decision, down(&[0, 1]));
+        assert_eq!(decided, Duration::from_millis(1_100) + stable);
+        assert!(at - decided <= Duration::from_millis(170));
+        assert!(at < decided + stable);
+    }
+
+    #[test]
+    fn a_view_in_which_this_node_survives_restarts_a_losing_clock() {
+        let t0 = Instant::now();
+        let mut r = Resolver::new(DowningStrategy::KeepMajority, STABLE, None, addr(0));
+        // Losing: 2 of 5 reachable, then 1 of 5; the clock runs from t0.
+        r.on_view(t0, &view(5, &[2, 3, 4]));
+        r.on_view(t0 + STABLE / 2, &view(5, &[1, 2, 3, 4]));
+        assert_eq!(r.next_deadline(), Some(t0 + STABLE));
+        // n1 and n2 are back: 3 of 5, this side survives after all, and
+        // that verdict waits for its own stable view.
+        let t1 = t0 + STABLE - Duration::from_millis(1);
+        r.on_view(t1, &view(5, &[3, 4]));
+        assert_eq!(r.poll(t0 + STABLE), None);
+        assert_eq!(r.next_deadline(), Some(t1 + STABLE));
+        // Losing again: the clock starts afresh.
+        let t2 = t1 + STABLE / 2;
+        r.on_view(t2, &view(5, &[2, 3, 4]));
+        assert_eq!(r.poll(t1 + STABLE), None);
+        assert_eq!(r.poll(t2 + STABLE), Some(Decision::DownSelf));
     }
 
     #[test]
