@@ -652,8 +652,6 @@ async fn remembered_entities_restart_when_their_shard_moves() {
 /// outbox for its protocol still completes, and once the link flows
 /// again every message is either delivered, in order, or counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "order after a join during a stalled link fails in about 4 runs of 10 on a quiet machine \
-            (a message sent before the join arrives after later ones): an open sharding bug"]
 async fn an_outbox_to_a_stalled_region_holds_its_bound_and_counts_what_it_drops() {
     const BOUND: usize = 64 * 1024;
     /// A payload that makes the load outgrow the recipient window (1 MiB
