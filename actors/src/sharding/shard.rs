@@ -49,7 +49,7 @@
 //! ```
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -146,6 +146,11 @@ pub(crate) struct Tracker {
     margin: Duration,
     /// Members seen live, and since when those no longer live were gone.
     known: HashMap<RegionId, Option<Instant>>,
+    /// Members gone for longer than the margin that membership still
+    /// lists (down or left, until removed): released for good. Without
+    /// this, the next view would take such a member for newly gone and
+    /// await it for another margin, again and again.
+    released: HashSet<RegionId>,
 }
 
 impl Tracker {
@@ -153,7 +158,16 @@ impl Tracker {
         Self {
             margin,
             known: HashMap::new(),
+            released: HashSet::new(),
         }
+    }
+
+    /// Whether `r` is awaited only because it went away less than the
+    /// margin ago (down, left, or vanished, as of the last
+    /// [`view`](Self::view)): it cannot answer; its release is the
+    /// margin running out.
+    pub(crate) fn is_gone(&self, r: &RegionId) -> bool {
+        self.known.get(r).is_some_and(Option::is_some)
     }
 
     /// The view at `now`: `me` is a candidate when `me_hosts`; `members`
@@ -177,8 +191,10 @@ impl Tracker {
         for (r, liveness) in members {
             match liveness {
                 Liveness::Live => {
+                    self.released.remove(r);
                     self.known.insert(r.clone(), None);
                 }
+                Liveness::Gone if self.released.contains(r) => {}
                 Liveness::Gone => {
                     let since = self.known.entry(r.clone()).or_insert(Some(now));
                     since.get_or_insert(now);
@@ -193,8 +209,17 @@ impl Tracker {
             }
         }
         let margin = self.margin;
-        self.known
-            .retain(|_, since| since.is_none_or(|t| now.saturating_duration_since(t) < margin));
+        let expired: Vec<RegionId> = self
+            .known
+            .iter()
+            .filter(|(_, since)| since.is_some_and(|t| now.saturating_duration_since(t) >= margin))
+            .map(|(r, _)| r.clone())
+            .collect();
+        for r in expired {
+            self.known.remove(&r);
+            self.released.insert(r);
+        }
+        self.released.retain(|r| listed.contains(r));
         for (r, since) in &self.known {
             if r == me || retired.contains(r) {
                 continue;
@@ -1829,6 +1854,28 @@ mod tests {
         let proxy = [(r("b"), Liveness::Live), (r("p"), Liveness::Live)];
         let v = t.view(t0, &r("a"), false, &proxy, &hosting, &[r("b")].into());
         assert_eq!(v, view(&[], &["p"]));
+    }
+
+    #[test]
+    fn a_member_gone_past_the_margin_stays_released_while_still_listed() {
+        let t0 = Instant::now();
+        let margin = Duration::from_secs(10);
+        let mut t = Tracker::new(margin);
+        let hosting: BTreeSet<RegionId> = [r("b"), r("c")].into();
+        let none = BTreeSet::new();
+        // `a` joins when `c` is already down (membership still lists it):
+        // awaited for the margin, but it cannot answer.
+        let down = [(r("b"), Liveness::Live), (r("c"), Liveness::Gone)];
+        let v = t.view(t0, &r("a"), true, &down, &hosting, &none);
+        assert_eq!(v, view(&["a", "b"], &["b", "c"]));
+        assert!(t.is_gone(&r("c")) && !t.is_gone(&r("b")));
+        // Past the margin it is released, and stays so while it is listed.
+        for s in [10, 11, 25] {
+            let now = t0 + Duration::from_secs(s);
+            let v = t.view(now, &r("a"), true, &down, &hosting, &none);
+            assert_eq!(v, view(&["a", "b"], &["b"]), "at {s} s");
+            assert!(!t.is_gone(&r("c")));
+        }
     }
 
     /// How long `c`, seen down at `t0`, is still awaited by a tracker
