@@ -648,11 +648,16 @@ where
         let idle = self.shards.held() == 0
             && self.shards.states().all(|(_, s)| s.buffered() == 0)
             && self.entities.is_empty();
+        // A member that is down or left (awaited only until the margin
+        // runs out) cannot say it saw this: waiting for it would hold the
+        // leave for the margin, e.g. a member that left before this one
+        // joined.
         let seen_all = self
             .shards
             .view()
             .must_ack
             .iter()
+            .filter(|r| !self.tracker.is_gone(r))
             .all(|r| retire.seen.contains(&r.node));
         if !seen_all {
             return;

@@ -26,8 +26,10 @@
 //!
 //! # Order per sender
 //! A region that releases a shard sends its marker through the region it
-//! last sent that shard's messages to (it relays the marker after them),
-//! and the new owner delivers, when it activates (once every marker is
+//! last sent that shard's messages to other than the asker (it relays the
+//! marker after them: a region whose view named the new owner before the
+//! request came already sends to it straight, while older messages may
+//! still be on their way to the previous owner), and the new owner delivers, when it activates (once every marker is
 //! in), what was forwarded to it before what came straight from each
 //! sender (a request asked again is answered along the path of its first
 //! answer, so the repeat cannot overtake it). So the messages of one sender,
@@ -47,7 +49,7 @@
 //! ```
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -144,6 +146,11 @@ pub(crate) struct Tracker {
     margin: Duration,
     /// Members seen live, and since when those no longer live were gone.
     known: HashMap<RegionId, Option<Instant>>,
+    /// Members gone for longer than the margin that membership still
+    /// lists (down or left, until removed): released for good. Without
+    /// this, the next view would take such a member for newly gone and
+    /// await it for another margin, again and again.
+    released: HashSet<RegionId>,
 }
 
 impl Tracker {
@@ -151,7 +158,16 @@ impl Tracker {
         Self {
             margin,
             known: HashMap::new(),
+            released: HashSet::new(),
         }
+    }
+
+    /// Whether `r` is awaited only because it went away less than the
+    /// margin ago (down, left, or vanished, as of the last
+    /// [`view`](Self::view)): it cannot answer; its release is the
+    /// margin running out.
+    pub(crate) fn is_gone(&self, r: &RegionId) -> bool {
+        self.known.get(r).is_some_and(Option::is_some)
     }
 
     /// The view at `now`: `me` is a candidate when `me_hosts`; `members`
@@ -175,8 +191,10 @@ impl Tracker {
         for (r, liveness) in members {
             match liveness {
                 Liveness::Live => {
+                    self.released.remove(r);
                     self.known.insert(r.clone(), None);
                 }
+                Liveness::Gone if self.released.contains(r) => {}
                 Liveness::Gone => {
                     let since = self.known.entry(r.clone()).or_insert(Some(now));
                     since.get_or_insert(now);
@@ -191,8 +209,17 @@ impl Tracker {
             }
         }
         let margin = self.margin;
-        self.known
-            .retain(|_, since| since.is_none_or(|t| now.saturating_duration_since(t) < margin));
+        let expired: Vec<RegionId> = self
+            .known
+            .iter()
+            .filter(|(_, since)| since.is_some_and(|t| now.saturating_duration_since(t) >= margin))
+            .map(|(r, _)| r.clone())
+            .collect();
+        for r in expired {
+            self.known.remove(&r);
+            self.released.insert(r);
+        }
+        self.released.retain(|r| listed.contains(r));
         for (r, since) in &self.known {
             if r == me || retired.contains(r) {
                 continue;
@@ -434,6 +461,13 @@ pub(crate) struct Shards<T> {
     states: HashMap<u32, State<T>>,
     /// The region each shard's messages last went to from here.
     last_target: HashMap<u32, RegionId>,
+    /// The region each shard's messages went to before `last_target`,
+    /// until a release from here has followed them: when this region's
+    /// view names a new owner before that owner asks, its messages go
+    /// straight to it, while older ones may still be on their way to the
+    /// previous owner (behind a slow link). The release must go through
+    /// that one, behind them (see [`relay_via`](Self::relay_via)).
+    earlier_target: HashMap<u32, RegionId>,
     /// Requests this region cannot answer yet (its view names another
     /// owner), by shard.
     pending: HashMap<u32, (u64, RegionId)>,
@@ -456,6 +490,7 @@ impl<T> Shards<T> {
             view: View::default(),
             states: HashMap::new(),
             last_target: HashMap::new(),
+            earlier_target: HashMap::new(),
             pending: HashMap::new(),
             answered: HashMap::new(),
             next_req: 1,
@@ -585,16 +620,27 @@ impl<T> Shards<T> {
         if !(env.origin == self.me.node && env.hops == 0) {
             env.hops = env.hops.saturating_add(1);
         }
-        self.last_target.insert(shard, to.clone());
+        if let Some(before) = self.last_target.insert(shard, to.clone())
+            && before != to
+        {
+            self.earlier_target.insert(shard, before);
+        }
         out.push(Action::Send {
             to,
             msg: Wire::Deliver { shard, env },
         });
     }
 
-    /// The region a release of `shard` from here is relayed through: the
-    /// one this region last sent its messages to, while that one still
+    /// The region a release of `shard` from here, going `toward` a
+    /// region, is relayed through: the one this region last sent its
+    /// messages to other than `toward` (the previous target when the
+    /// messages already go straight to `toward`), while that one still
     /// hosts (an owner candidate) and is awaited.
+    ///
+    /// Going straight to `toward` because the last messages went there
+    /// would let the release overtake the older ones still on the link to
+    /// the previous target: that one forwards them only when they reach
+    /// it, after `toward` has activated and delivered the newer ones.
     ///
     /// A region that stopped hosting (it retires, or went away) is not
     /// relied on to relay: a retiring one may finish and stop before the
@@ -605,13 +651,31 @@ impl<T> Shards<T> {
     /// link as its own release (marker or `Retired`), and the new owner
     /// waits for that release. One that went away without retiring lost
     /// what it got; the new owner waits out the margin for it anyway.
-    fn relay_via(&self, shard: u32) -> Option<RegionId> {
-        self.last_target
-            .get(&shard)
-            .filter(|p| {
-                **p != self.me && self.view.must_ack.contains(p) && self.view.candidates.contains(p)
-            })
-            .cloned()
+    fn relay_via(&self, shard: u32, toward: &RegionId) -> Option<RegionId> {
+        [
+            self.last_target.get(&shard),
+            self.earlier_target.get(&shard),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            *p != toward
+                && **p != self.me
+                && self.view.must_ack.contains(p)
+                && self.view.candidates.contains(p)
+        })
+        .cloned()
+    }
+
+    /// A release of `shard` from here went to `asker`, behind what this
+    /// region sent on the path it took: from now on only the path to
+    /// `asker` counts. (One release follows one path: messages sent to
+    /// two earlier owners, when this view named two new owners in turn
+    /// before either asked, can still arrive late, as when views
+    /// disagree; none is lost.)
+    fn seal(&mut self, shard: u32, asker: RegionId) {
+        self.earlier_target.remove(&shard);
+        self.last_target.insert(shard, asker);
     }
 
     /// Activates `shard` without a message, if this region owns it and
@@ -632,7 +696,8 @@ impl<T> Shards<T> {
             Some(State::Inactive { parked }) => parked,
             _ => Buffer::default(),
         };
-        let own_marker_out = match self.relay_via(shard) {
+        let me = self.me.clone();
+        let own_marker_out = match self.relay_via(shard, &me) {
             Some(p) => {
                 out.push(Action::Send {
                     to: p.clone(),
@@ -695,6 +760,7 @@ impl<T> Shards<T> {
             return;
         };
         self.last_target.remove(&shard);
+        self.earlier_target.remove(&shard);
         out.push(Action::Activated { shard });
         let items: Vec<Item<T>> = buffer
             .drain()
@@ -816,7 +882,7 @@ impl<T> Shards<T> {
             // still hosts: a retiring one may stop before it relays (see
             // `relay_via`), and it forwarded what it had before its own
             // release, which the asker waits for, so straight keeps the order.
-            let via = match (self.answered.get(&shard), self.relay_via(shard)) {
+            let via = match (self.answered.get(&shard), self.relay_via(shard, &asker)) {
                 (Some((r, a, p)), _)
                     if *r == req
                         && *a == asker
@@ -825,12 +891,12 @@ impl<T> Shards<T> {
                 {
                     p.clone()
                 }
-                (_, Some(p)) if p != asker => p,
+                (_, Some(p)) => p,
                 _ => asker.clone(),
             };
             self.answered
                 .insert(shard, (req, asker.clone(), via.clone()));
-            self.last_target.insert(shard, asker);
+            self.seal(shard, asker);
             out.push(Action::Send {
                 to: via,
                 msg: Wire::Marker(marker),
@@ -899,7 +965,7 @@ impl<T> Shards<T> {
                 self.flush(now, shard, items, None, &mut out);
             }
             if let Some((req, asker)) = answer {
-                self.last_target.insert(shard, asker.clone());
+                self.seal(shard, asker.clone());
                 out.push(Action::Send {
                     to: asker.clone(),
                     msg: Wire::Marker(Marker {
@@ -1308,6 +1374,176 @@ mod tests {
     }
 
     #[test]
+    fn a_release_goes_behind_what_was_sent_to_the_previous_owner() {
+        let now = Instant::now();
+        let (shard, mut c) = c_sent_to_b_then_a_joined(now);
+        // `c`'s view names `a` before `a` asks: its next message goes
+        // straight to `a`, while the one it sent `b` may still be on the
+        // way there.
+        let mut two = env("e", "c", 2);
+        assert_eq!(
+            c.on_message(now, shard, two.clone()),
+            vec![Action::Send {
+                to: r("a"),
+                msg: Wire::Deliver { shard, env: two }
+            }]
+        );
+        let marker = |req| {
+            Wire::Marker(Marker {
+                shard,
+                req,
+                by: "c".into(),
+                dest: r("a"),
+            })
+        };
+        // The release follows message 1 through `b`, not the shortcut.
+        assert_eq!(
+            c.on_begin(now, shard, 2, r("a")),
+            vec![Action::Send {
+                to: r("b"),
+                msg: marker(2)
+            }]
+        );
+        // That release covered the path through `b`: a later move goes
+        // straight.
+        two = env("e", "c", 3);
+        c.on_message(now, shard, two);
+        assert_eq!(
+            c.on_begin(now, shard, 3, r("a")),
+            vec![Action::Send {
+                to: r("a"),
+                msg: marker(3)
+            }]
+        );
+    }
+
+    /// Regions joined by ordered in-memory links, one per direction. A
+    /// stalled link keeps what is sent on it until it heals; entities stop
+    /// at once. `delivered` is what the entities got, in order.
+    struct Net {
+        now: Instant,
+        regions: BTreeMap<String, Shards<u32>>,
+        links: BTreeMap<(String, String), VecDeque<Wire<u32>>>,
+        stalled: BTreeSet<(String, String)>,
+        delivered: Vec<u32>,
+    }
+
+    impl Net {
+        fn new(nodes: &[&str]) -> Self {
+            let regions = nodes
+                .iter()
+                .map(|n| {
+                    let shards = Shards::new(r(n), 1 << 20, Duration::from_secs(1));
+                    ((*n).to_owned(), shards)
+                })
+                .collect();
+            Self {
+                now: Instant::now(),
+                regions,
+                links: BTreeMap::new(),
+                stalled: BTreeSet::new(),
+                delivered: Vec::new(),
+            }
+        }
+
+        fn region(&mut self, node: &str) -> &mut Shards<u32> {
+            self.regions.get_mut(node).expect("a region of the net")
+        }
+
+        /// Carries out what the region of `at` decided.
+        fn apply(&mut self, at: &str, acts: Vec<Action<u32>>) {
+            for act in acts {
+                match act {
+                    Action::Deliver { env, .. } => self.delivered.push(env.msg),
+                    Action::Send { to, msg } => self
+                        .links
+                        .entry((at.to_owned(), to.node))
+                        .or_default()
+                        .push_back(msg),
+                    Action::StopEntities { shard } | Action::KillEntities { shard } => {
+                        let now = self.now;
+                        let acts = self.region(at).entities_stopped(now, shard);
+                        self.apply(at, acts);
+                    }
+                    Action::Activated { .. } | Action::Released { .. } => {}
+                    Action::Dropped { env, .. } => panic!("dropped {env:?}"),
+                }
+            }
+        }
+
+        fn view(&mut self, at: &str, v: View) {
+            let now = self.now;
+            let acts = self.region(at).on_view(now, v);
+            self.apply(at, acts);
+        }
+
+        /// A message for `shard` from a sender on the node of `at`.
+        fn send(&mut self, at: &str, shard: u32, n: u32) {
+            let now = self.now;
+            let acts = self.region(at).on_message(now, shard, env("e", at, n));
+            self.apply(at, acts);
+        }
+
+        /// Hands over what the flowing links carry until they are empty.
+        fn settle(&mut self) {
+            loop {
+                let Some(link) = self
+                    .links
+                    .iter()
+                    .find(|(l, q)| !q.is_empty() && !self.stalled.contains(*l))
+                    .map(|(l, _)| l.clone())
+                else {
+                    return;
+                };
+                let msg = self
+                    .links
+                    .get_mut(&link)
+                    .and_then(VecDeque::pop_front)
+                    .expect("the link carries a message");
+                let (now, at) = (self.now, link.1);
+                let acts = match msg {
+                    Wire::Deliver { shard, env } => self.region(&at).on_message(now, shard, env),
+                    Wire::Begin {
+                        shard,
+                        req,
+                        requester,
+                    } => self.region(&at).on_begin(now, shard, req, requester),
+                    Wire::Marker(m) => self.region(&at).on_marker(now, m),
+                };
+                self.apply(&at, acts);
+            }
+        }
+    }
+
+    #[test]
+    fn messages_stalled_towards_the_old_owner_arrive_before_newer_ones_sent_straight() {
+        // `b` hosts and `c` only routes; then `a` joins and owns the shard.
+        let shard = shard_owned_by("a", &["a", "b"]);
+        let mut net = Net::new(&["a", "b", "c"]);
+        net.view("b", view(&["b"], &["c"]));
+        net.view("c", view(&["b"], &["b"]));
+        net.send("c", shard, 1);
+        net.settle();
+        assert_eq!(net.delivered, [1]);
+        // The link from `c` to `b` stalls with 2 and 3 on it.
+        net.stalled.insert(("c".into(), "b".into()));
+        net.send("c", shard, 2);
+        net.send("c", shard, 3);
+        // `c`'s view names `a` first: 4 goes straight to `a` (and makes it
+        // ask for the shard) while 2 and 3 still wait for `b`.
+        let joined = |must: &[&str]| view(&["a", "b"], must);
+        net.view("c", joined(&["a", "b"]));
+        net.send("c", shard, 4);
+        net.view("a", joined(&["b", "c"]));
+        net.view("b", joined(&["a", "c"]));
+        net.settle();
+        assert_eq!(net.delivered, [1], "`a` waits for `c`'s release");
+        net.stalled.clear();
+        net.settle();
+        assert_eq!(net.delivered, [1, 2, 3, 4]);
+    }
+
+    #[test]
     fn a_marker_goes_straight_when_the_region_it_would_pass_through_retires() {
         let now = Instant::now();
         // A shard `l` owns among `a`, `b` and `l`, and `a` without `l`.
@@ -1618,6 +1854,28 @@ mod tests {
         let proxy = [(r("b"), Liveness::Live), (r("p"), Liveness::Live)];
         let v = t.view(t0, &r("a"), false, &proxy, &hosting, &[r("b")].into());
         assert_eq!(v, view(&[], &["p"]));
+    }
+
+    #[test]
+    fn a_member_gone_past_the_margin_stays_released_while_still_listed() {
+        let t0 = Instant::now();
+        let margin = Duration::from_secs(10);
+        let mut t = Tracker::new(margin);
+        let hosting: BTreeSet<RegionId> = [r("b"), r("c")].into();
+        let none = BTreeSet::new();
+        // `a` joins when `c` is already down (membership still lists it):
+        // awaited for the margin, but it cannot answer.
+        let down = [(r("b"), Liveness::Live), (r("c"), Liveness::Gone)];
+        let v = t.view(t0, &r("a"), true, &down, &hosting, &none);
+        assert_eq!(v, view(&["a", "b"], &["b", "c"]));
+        assert!(t.is_gone(&r("c")) && !t.is_gone(&r("b")));
+        // Past the margin it is released, and stays so while it is listed.
+        for s in [10, 11, 25] {
+            let now = t0 + Duration::from_secs(s);
+            let v = t.view(now, &r("a"), true, &down, &hosting, &none);
+            assert_eq!(v, view(&["a", "b"], &["b"]), "at {s} s");
+            assert!(!t.is_gone(&r("c")));
+        }
     }
 
     /// How long `c`, seen down at `t0`, is still awaited by a tracker
