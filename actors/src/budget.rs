@@ -1,7 +1,9 @@
 //! The node-wide memory budget for what peers' bytes make this node hold:
 //! recipient-id tables, batches waiting in actors' mailboxes (see
 //! [`Charge`]), batches parked for full mailboxes (and large messages held
-//! for them), and large messages being reassembled. One
+//! for them), large messages being reassembled, and inbound connections
+//! whose handshake is pending ([`Handshakes`], charged through the
+//! transport's `Admission` hook before the peer proved anything). One
 //! accounting in bytes, with three bounds checked on every charge:
 //!
 //! - the node: at most `limit` bytes
@@ -26,6 +28,13 @@
 //! if it stays over for [`PAUSE_GRACE`] or goes over [`MAX_STRIKES`] times
 //! in a row. The node is never stopped, and other connections go on.
 //!
+//! A pending handshake has no connection account yet: it is charged to
+//! its source address and the node, and all of them together to at most
+//! 1/[`SHARE_FLOOR_DIVISOR`] of the limit, so that connections that never
+//! prove anything cannot take the room proven peers need. A refused one is
+//! refused by the transport (which first evicts its oldest pending
+//! handshake to make room, so that a flood cannot keep a good peer out).
+//!
 //! Release is exact: each holder gives back what it took, and whatever a
 //! connection still holds when its [`ConnBudget`] drops (the last task
 //! holding it ended) goes back then, so the node's account returns to zero
@@ -35,13 +44,14 @@ use std::{
     collections::HashMap,
     net::IpAddr,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
 
 use tokio::sync::Notify;
+use transport::{Admission, PendingCharge};
 
 /// The smallest share one connection (or address) gets, as a fraction of
 /// the budget: 1/16. Without a floor, a thousand idle connections would
@@ -125,11 +135,20 @@ pub(crate) enum Held {
     /// A batch (or a large message) for a mailbox with room, waiting there
     /// until its actor handles it.
     Queued = 3,
+    /// An inbound connection whose handshake is pending (see
+    /// [`Handshakes`]).
+    Handshake = 4,
 }
 
 impl Held {
     /// Every kind, in the order of their values.
-    pub(crate) const ALL: [Self; 4] = [Self::Ids, Self::Parked, Self::Large, Self::Queued];
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Ids,
+        Self::Parked,
+        Self::Large,
+        Self::Queued,
+        Self::Handshake,
+    ];
 
     /// The label of refusals of this kind (metrics, logs).
     pub(crate) fn label(self) -> &'static str {
@@ -138,6 +157,7 @@ impl Held {
             Self::Parked => "parked",
             Self::Large => "large",
             Self::Queued => "queued",
+            Self::Handshake => "handshake",
         }
     }
 }
@@ -193,6 +213,14 @@ pub struct PeerMemory {
     /// Batches and large messages for mailboxes with room refused, since
     /// what waits in mailboxes counts too (dead letters).
     pub refused_queued: u64,
+    /// Inbound connections whose handshake is pending now, each charged
+    /// [`transport::PENDING_HANDSHAKE_COST`] within `held` until its peer
+    /// has proved itself.
+    pub handshakes: usize,
+    /// Pending handshakes refused: pending handshakes together were at
+    /// 1/16 of the limit, or the node (or the address) full, even after
+    /// the oldest pending handshake gave way. The connection was closed.
+    pub refused_handshakes: u64,
     /// Connections disconnected for staying over their share.
     pub disconnected: u64,
 }
@@ -205,16 +233,22 @@ pub(crate) struct NodeBudget {
     peak: AtomicUsize,
     /// Open connections (accounts alive).
     conns: AtomicUsize,
-    /// Source addresses with an open connection: `addrs.len()`, readable
-    /// without the lock.
+    /// Source addresses with an open connection (pending handshakes alone
+    /// do not make an address active), readable without the lock.
     active_addrs: AtomicUsize,
-    /// Per source address; locked only when a connection opens or closes.
+    /// Per source address with a connection or a pending handshake; locked
+    /// only when one of those starts or ends.
     addrs: Mutex<HashMap<IpAddr, Arc<AddrAccount>>>,
-    refused: [AtomicU64; 4],
+    /// Bytes charged for pending handshakes, and their number.
+    handshake_used: AtomicUsize,
+    handshakes: AtomicUsize,
+    refused: [AtomicU64; 5],
     disconnected: AtomicU64,
     /// The node-labelled counters of refusals (by `Held`) and
-    /// disconnections (`telemetry`).
-    meters: (Vec<metrics::Counter>, metrics::Counter),
+    /// disconnections (`telemetry`), set once the node's name is known
+    /// (after the endpoint is bound; a refusal before that is counted in
+    /// the snapshot only).
+    meters: OnceLock<(Vec<metrics::Counter>, metrics::Counter)>,
 }
 
 /// One source address's account.
@@ -223,6 +257,8 @@ struct AddrAccount {
     used: AtomicUsize,
     /// Connections from it; changed under `NodeBudget::addrs`.
     conns: AtomicUsize,
+    /// Pending handshakes from it; changed under `NodeBudget::addrs`.
+    pending: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -242,26 +278,9 @@ fn reserve(counter: &AtomicUsize, bytes: usize, max: usize) -> Option<usize> {
 }
 
 impl NodeBudget {
-    /// A node-wide account of `limit` bytes, counting into no metrics.
-    #[cfg(test)]
+    /// A node-wide account of `limit` bytes, counting into no metrics
+    /// until [`meter`](Self::meter).
     pub(crate) fn new(limit: usize) -> Arc<Self> {
-        let labels = Held::ALL.map(Held::label);
-        Self::metered(
-            limit,
-            (
-                labels.iter().map(|_| metrics::Counter::noop()).collect(),
-                metrics::Counter::noop(),
-            ),
-        )
-    }
-
-    /// A node-wide account of `limit` bytes, counting refusals and
-    /// disconnections into `meters` (from
-    /// `SystemMeters::budget_counters` with the labels of [`Held::ALL`]).
-    pub(crate) fn metered(
-        limit: usize,
-        meters: (Vec<metrics::Counter>, metrics::Counter),
-    ) -> Arc<Self> {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
@@ -269,10 +288,19 @@ impl NodeBudget {
             conns: AtomicUsize::new(0),
             active_addrs: AtomicUsize::new(0),
             addrs: Mutex::default(),
+            handshake_used: AtomicUsize::new(0),
+            handshakes: AtomicUsize::new(0),
             refused: Default::default(),
             disconnected: AtomicU64::new(0),
-            meters,
+            meters: OnceLock::new(),
         })
+    }
+
+    /// Counts refusals and disconnections into `meters` from now on (from
+    /// `SystemMeters::budget_counters` with the labels of [`Held::ALL`]);
+    /// only the first call counts.
+    pub(crate) fn meter(&self, meters: (Vec<metrics::Counter>, metrics::Counter)) {
+        let _ = self.meters.set(meters);
     }
 
     /// The account of a new connection from `ip`.
@@ -280,8 +308,9 @@ impl NodeBudget {
         let addr = {
             let mut addrs = lock(&self.addrs);
             let a = addrs.entry(ip).or_default().clone();
-            a.conns.fetch_add(1, Ordering::AcqRel);
-            self.active_addrs.store(addrs.len(), Ordering::Release);
+            if a.conns.fetch_add(1, Ordering::AcqRel) == 0 {
+                self.active_addrs.fetch_add(1, Ordering::AcqRel);
+            }
             a
         };
         self.conns.fetch_add(1, Ordering::AcqRel);
@@ -307,14 +336,126 @@ impl NodeBudget {
             refused_parked: r(Held::Parked),
             refused_large: r(Held::Large),
             refused_queued: r(Held::Queued),
+            handshakes: self.handshakes.load(Ordering::Acquire),
+            refused_handshakes: r(Held::Handshake),
             disconnected: self.disconnected.load(Ordering::Relaxed),
         }
     }
 
     /// One connection disconnected for staying over its share.
     pub(crate) fn count_disconnect(&self) -> u64 {
-        self.meters.1.increment(1);
+        if let Some(m) = self.meters.get() {
+            m.1.increment(1);
+        }
         self.disconnected.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Counts a refused charge of `kind`; false.
+    #[cold]
+    fn refuse(&self, kind: Held) -> bool {
+        self.refused[kind as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.meters.get() {
+            m.0[kind as usize].increment(1);
+        }
+        false
+    }
+
+    /// Charges `bytes` for a pending handshake from `ip` if all pending
+    /// handshakes together stay within 1/[`SHARE_FLOOR_DIVISOR`] of the
+    /// limit, the address within its share, and the node within its
+    /// limit; counts a refusal if not.
+    pub(crate) fn charge_handshake(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        bytes: usize,
+    ) -> Option<HandshakeCharge> {
+        let addr = {
+            let mut addrs = lock(&self.addrs);
+            let a = addrs.entry(ip).or_default().clone();
+            a.pending.fetch_add(1, Ordering::AcqRel);
+            a
+        };
+        if !self.take_handshake(&addr, bytes) {
+            self.unpend(ip, &addr);
+            self.refuse(Held::Handshake);
+            return None;
+        }
+        self.handshakes.fetch_add(1, Ordering::AcqRel);
+        Some(HandshakeCharge {
+            node: self.clone(),
+            ip,
+            addr,
+            bytes,
+        })
+    }
+
+    /// Reserves `bytes` for a pending handshake at its three bounds, all or
+    /// nothing.
+    fn take_handshake(&self, addr: &AddrAccount, bytes: usize) -> bool {
+        let addr_share = share(self.limit, self.active_addrs.load(Ordering::Acquire));
+        let pending_max = self.limit / SHARE_FLOOR_DIVISOR;
+        if reserve(&self.handshake_used, bytes, pending_max).is_none() {
+            return false;
+        }
+        if reserve(&addr.used, bytes, addr_share).is_none() {
+            self.handshake_used.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        let Some(after) = reserve(&self.used, bytes, self.limit) else {
+            self.handshake_used.fetch_sub(bytes, Ordering::AcqRel);
+            addr.used.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        };
+        if after > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(after, Ordering::AcqRel);
+        }
+        true
+    }
+
+    /// A pending handshake from `ip` ended: its address is forgotten if
+    /// nothing else from it is left.
+    fn unpend(&self, ip: IpAddr, addr: &AddrAccount) {
+        let mut addrs = lock(&self.addrs);
+        if addr.pending.fetch_sub(1, Ordering::AcqRel) == 1
+            && addr.conns.load(Ordering::Acquire) == 0
+        {
+            addrs.remove(&ip);
+        }
+    }
+}
+
+/// What a pending handshake holds, charged to its address and the node
+/// ([`NodeBudget::charge_handshake`]); given back when dropped (the
+/// transport drops it when the peer has proved itself, or the connection
+/// ended or was evicted).
+#[derive(Debug)]
+pub(crate) struct HandshakeCharge {
+    node: Arc<NodeBudget>,
+    ip: IpAddr,
+    addr: Arc<AddrAccount>,
+    bytes: usize,
+}
+
+impl Drop for HandshakeCharge {
+    fn drop(&mut self) {
+        let node = &*self.node;
+        node.handshake_used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.addr.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        node.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        node.handshakes.fetch_sub(1, Ordering::AcqRel);
+        node.unpend(self.ip, &self.addr);
+    }
+}
+
+/// The transport's hook ([`transport::TransportConfig::set_admission`])
+/// charging pending handshakes to the node's budget, at
+/// [`transport::PENDING_HANDSHAKE_COST`] each.
+#[derive(Debug)]
+pub(crate) struct Handshakes(pub(crate) Arc<NodeBudget>);
+
+impl Admission for Handshakes {
+    fn charge_pending(&self, ip: IpAddr, bytes: usize) -> Option<PendingCharge> {
+        self.0.charge_handshake(ip, bytes).map(PendingCharge::new)
     }
 }
 
@@ -382,9 +523,7 @@ impl ConnBudget {
 
     #[cold]
     fn refuse(&self, kind: Held) -> bool {
-        self.node.refused[kind as usize].fetch_add(1, Ordering::Relaxed);
-        self.node.meters.0[kind as usize].increment(1);
-        false
+        self.node.refuse(kind)
     }
 
     /// Gives back `bytes` taken before.
@@ -439,9 +578,11 @@ impl Drop for ConnBudget {
         self.node.conns.fetch_sub(1, Ordering::AcqRel);
         let mut addrs = lock(&self.node.addrs);
         if self.addr.conns.fetch_sub(1, Ordering::AcqRel) == 1 {
-            addrs.remove(&self.ip);
+            self.node.active_addrs.fetch_sub(1, Ordering::AcqRel);
+            if self.addr.pending.load(Ordering::Acquire) == 0 {
+                addrs.remove(&self.ip);
+            }
         }
-        self.node.active_addrs.store(addrs.len(), Ordering::Release);
     }
 }
 
@@ -633,6 +774,55 @@ mod tests {
         assert_eq!((s.held, s.connections), (0, 0));
         assert!(lock(&node.addrs).is_empty());
         assert_eq!(node.active_addrs.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn pending_handshakes_are_charged_up_to_a_sixteenth_of_the_limit() {
+        let node = NodeBudget::new(16 * MIB);
+        let hook = Handshakes(node.clone());
+        // Through the transport's hook, as an endpoint charges them.
+        let pending: Vec<_> = (0..4)
+            .map(|_| hook.charge_pending(ip(1), MIB / 4).expect("within"))
+            .collect();
+        let s = node.snapshot();
+        assert_eq!((s.held, s.handshakes, s.connections), (MIB, 4, 0));
+        assert!(
+            hook.charge_pending(ip(2), 1).is_none(),
+            "pending handshakes together: at most 1 MiB of 16"
+        );
+        assert_eq!(node.snapshot().refused_handshakes, 1);
+        assert_eq!(
+            node.active_addrs.load(Ordering::Acquire),
+            0,
+            "pending handshakes make no address active, so no share shrinks"
+        );
+        drop(pending);
+        let s = node.snapshot();
+        assert_eq!((s.held, s.handshakes, s.peak), (0, 0, MIB));
+        assert!(lock(&node.addrs).is_empty(), "the refused one too");
+    }
+
+    #[test]
+    fn a_pending_handshake_counts_in_its_addresss_share() {
+        let node = NodeBudget::new(64 * MIB);
+        let other = node.connect(ip(2));
+        let c = node.connect(ip(1));
+        // Two active addresses: 32 MiB each.
+        assert!(c.take(Held::Ids, 32 * MIB));
+        assert!(
+            node.charge_handshake(ip(1), 1024).is_none(),
+            "its address holds its share"
+        );
+        let h = node.charge_handshake(ip(3), 1024).expect("another address");
+        assert_eq!(node.snapshot().held, 32 * MIB + 1024);
+        drop(c);
+        assert_eq!(lock(&node.addrs).len(), 2, ".2 connected, .3 pending");
+        drop(h);
+        assert_eq!(lock(&node.addrs).len(), 1);
+        drop(other);
+        let s = node.snapshot();
+        assert_eq!((s.held, s.handshakes, s.refused_handshakes), (0, 0, 1));
+        assert!(lock(&node.addrs).is_empty());
     }
 
     #[tokio::test]
