@@ -28,12 +28,20 @@
 //! if it stays over for [`PAUSE_GRACE`] or goes over [`MAX_STRIKES`] times
 //! in a row. The node is never stopped, and other connections go on.
 //!
-//! A pending handshake has no connection account yet: it is charged to
-//! its source address and the node, and all of them together to at most
-//! 1/[`SHARE_FLOOR_DIVISOR`] of the limit, so that connections that never
-//! prove anything cannot take the room proven peers need. A refused one is
-//! refused by the transport (which first evicts its oldest pending
-//! handshake to make room, so that a flood cannot keep a good peer out).
+//! Pending handshakes have a room of their own: 1/[`SHARE_FLOOR_DIVISOR`]
+//! of the limit, which connections never use (they share the rest). So
+//! connections that never prove anything cannot take the room proven
+//! peers need, and proven peers holding all they may cannot keep a new
+//! peer from connecting. A pending handshake has no connection, and its
+//! address has proven nothing: it is charged to that room only (the
+//! transport's slots bound each address's pending handshakes). A refused
+//! one is refused by the transport, which first evicts its oldest pending
+//! handshake to make room, so that a flood cannot keep a good peer out.
+//!
+//! ```text
+//!  limit: ├──────── connections (shares, per IP) ────────┤── handshakes ──┤
+//!                       limit − limit/16                      limit/16
+//! ```
 //!
 //! Release is exact: each holder gives back what it took, and whatever a
 //! connection still holds when its [`ConnBudget`] drops (the last task
@@ -217,9 +225,10 @@ pub struct PeerMemory {
     /// [`transport::PENDING_HANDSHAKE_COST`] within `held` until its peer
     /// has proved itself.
     pub handshakes: usize,
-    /// Pending handshakes refused: pending handshakes together were at
-    /// 1/16 of the limit, or the node (or the address) full, even after
-    /// the oldest pending handshake gave way. The connection was closed.
+    /// Pending handshakes refused: pending handshakes together held their
+    /// room, 1/16 of the limit (connections share the rest). The oldest
+    /// pending handshake then gave way, or, if none could, the new
+    /// connection was closed.
     pub refused_handshakes: u64,
     /// Connections disconnected for staying over their share.
     pub disconnected: u64,
@@ -233,13 +242,13 @@ pub(crate) struct NodeBudget {
     peak: AtomicUsize,
     /// Open connections (accounts alive).
     conns: AtomicUsize,
-    /// Source addresses with an open connection (pending handshakes alone
-    /// do not make an address active), readable without the lock.
+    /// Source addresses with an open connection: `addrs.len()`, readable
+    /// without the lock.
     active_addrs: AtomicUsize,
-    /// Per source address with a connection or a pending handshake; locked
-    /// only when one of those starts or ends.
+    /// Per source address; locked only when a connection opens or closes.
     addrs: Mutex<HashMap<IpAddr, Arc<AddrAccount>>>,
-    /// Bytes charged for pending handshakes, and their number.
+    /// Bytes charged for pending handshakes (not in `used`, which is the
+    /// connections'), and their number.
     handshake_used: AtomicUsize,
     handshakes: AtomicUsize,
     refused: [AtomicU64; 5],
@@ -257,8 +266,6 @@ struct AddrAccount {
     used: AtomicUsize,
     /// Connections from it; changed under `NodeBudget::addrs`.
     conns: AtomicUsize,
-    /// Pending handshakes from it; changed under `NodeBudget::addrs`.
-    pending: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -308,9 +315,8 @@ impl NodeBudget {
         let addr = {
             let mut addrs = lock(&self.addrs);
             let a = addrs.entry(ip).or_default().clone();
-            if a.conns.fetch_add(1, Ordering::AcqRel) == 0 {
-                self.active_addrs.fetch_add(1, Ordering::AcqRel);
-            }
+            a.conns.fetch_add(1, Ordering::AcqRel);
+            self.active_addrs.store(addrs.len(), Ordering::Release);
             a
         };
         self.conns.fetch_add(1, Ordering::AcqRel);
@@ -328,7 +334,7 @@ impl NodeBudget {
     pub(crate) fn snapshot(&self) -> PeerMemory {
         let r = |k: Held| self.refused[k as usize].load(Ordering::Relaxed);
         PeerMemory {
-            held: self.used.load(Ordering::Acquire),
+            held: self.used.load(Ordering::Acquire) + self.handshake_used.load(Ordering::Acquire),
             peak: self.peak.load(Ordering::Acquire),
             limit: self.limit,
             connections: self.conns.load(Ordering::Acquire),
@@ -360,90 +366,60 @@ impl NodeBudget {
         false
     }
 
-    /// Charges `bytes` for a pending handshake from `ip` if all pending
-    /// handshakes together stay within 1/[`SHARE_FLOOR_DIVISOR`] of the
-    /// limit, the address within its share, and the node within its
-    /// limit; counts a refusal if not.
-    pub(crate) fn charge_handshake(
-        self: &Arc<Self>,
-        ip: IpAddr,
-        bytes: usize,
-    ) -> Option<HandshakeCharge> {
-        let addr = {
-            let mut addrs = lock(&self.addrs);
-            let a = addrs.entry(ip).or_default().clone();
-            a.pending.fetch_add(1, Ordering::AcqRel);
-            a
-        };
-        if !self.take_handshake(&addr, bytes) {
-            self.unpend(ip, &addr);
+    /// The room kept for pending handshakes: 1/[`SHARE_FLOOR_DIVISOR`]
+    /// of the limit.
+    fn handshake_room(&self) -> usize {
+        self.limit / SHARE_FLOOR_DIVISOR
+    }
+
+    /// What connections may hold together: the limit less the room kept
+    /// for pending handshakes.
+    fn connections_limit(&self) -> usize {
+        self.limit - self.handshake_room()
+    }
+
+    /// Moves the peak up to `held` if it is higher.
+    #[inline]
+    fn peak_at(&self, held: usize) {
+        // A read first: the peak moves rarely, and the read-modify-write
+        // would take the line from every other core each time.
+        if held > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(held, Ordering::AcqRel);
+        }
+    }
+
+    /// Charges `bytes` for a pending handshake if pending handshakes
+    /// together stay within their room; counts a refusal if not.
+    pub(crate) fn charge_handshake(self: &Arc<Self>, bytes: usize) -> Option<HandshakeCharge> {
+        let Some(after) = reserve(&self.handshake_used, bytes, self.handshake_room()) else {
             self.refuse(Held::Handshake);
             return None;
-        }
+        };
         self.handshakes.fetch_add(1, Ordering::AcqRel);
+        self.peak_at(after + self.used.load(Ordering::Acquire));
         Some(HandshakeCharge {
             node: self.clone(),
-            ip,
-            addr,
             bytes,
         })
     }
-
-    /// Reserves `bytes` for a pending handshake at its three bounds, all or
-    /// nothing.
-    fn take_handshake(&self, addr: &AddrAccount, bytes: usize) -> bool {
-        let addr_share = share(self.limit, self.active_addrs.load(Ordering::Acquire));
-        let pending_max = self.limit / SHARE_FLOOR_DIVISOR;
-        if reserve(&self.handshake_used, bytes, pending_max).is_none() {
-            return false;
-        }
-        if reserve(&addr.used, bytes, addr_share).is_none() {
-            self.handshake_used.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
-        }
-        let Some(after) = reserve(&self.used, bytes, self.limit) else {
-            self.handshake_used.fetch_sub(bytes, Ordering::AcqRel);
-            addr.used.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
-        };
-        if after > self.peak.load(Ordering::Relaxed) {
-            self.peak.fetch_max(after, Ordering::AcqRel);
-        }
-        true
-    }
-
-    /// A pending handshake from `ip` ended: its address is forgotten if
-    /// nothing else from it is left.
-    fn unpend(&self, ip: IpAddr, addr: &AddrAccount) {
-        let mut addrs = lock(&self.addrs);
-        if addr.pending.fetch_sub(1, Ordering::AcqRel) == 1
-            && addr.conns.load(Ordering::Acquire) == 0
-        {
-            addrs.remove(&ip);
-        }
-    }
 }
 
-/// What a pending handshake holds, charged to its address and the node
+/// What a pending handshake holds, charged to the node's room for them
 /// ([`NodeBudget::charge_handshake`]); given back when dropped (the
 /// transport drops it when the peer has proved itself, or the connection
 /// ended or was evicted).
 #[derive(Debug)]
 pub(crate) struct HandshakeCharge {
     node: Arc<NodeBudget>,
-    ip: IpAddr,
-    addr: Arc<AddrAccount>,
     bytes: usize,
 }
 
 impl Drop for HandshakeCharge {
     fn drop(&mut self) {
-        let node = &*self.node;
-        node.handshake_used.fetch_sub(self.bytes, Ordering::AcqRel);
-        self.addr.used.fetch_sub(self.bytes, Ordering::AcqRel);
-        node.used.fetch_sub(self.bytes, Ordering::AcqRel);
-        node.handshakes.fetch_sub(1, Ordering::AcqRel);
-        node.unpend(self.ip, &self.addr);
+        self.node
+            .handshake_used
+            .fetch_sub(self.bytes, Ordering::AcqRel);
+        self.node.handshakes.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -454,8 +430,8 @@ impl Drop for HandshakeCharge {
 pub(crate) struct Handshakes(pub(crate) Arc<NodeBudget>);
 
 impl Admission for Handshakes {
-    fn charge_pending(&self, ip: IpAddr, bytes: usize) -> Option<PendingCharge> {
-        self.0.charge_handshake(ip, bytes).map(PendingCharge::new)
+    fn charge_pending(&self, _: IpAddr, bytes: usize) -> Option<PendingCharge> {
+        self.0.charge_handshake(bytes).map(PendingCharge::new)
     }
 }
 
@@ -493,16 +469,12 @@ impl ConnBudget {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
             return self.refuse(kind);
         };
-        let Some(after) = reserve(&node.used, bytes, node.limit) else {
+        let Some(after) = reserve(&node.used, bytes, node.connections_limit()) else {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
             self.addr.used.fetch_sub(bytes, Ordering::AcqRel);
             return self.refuse(kind);
         };
-        // A read first: the peak moves rarely, and the read-modify-write
-        // would take the line from every other core each time.
-        if after > node.peak.load(Ordering::Relaxed) {
-            node.peak.fetch_max(after, Ordering::AcqRel);
-        }
+        node.peak_at(after + node.handshake_used.load(Ordering::Relaxed));
         true
     }
 
@@ -578,11 +550,9 @@ impl Drop for ConnBudget {
         self.node.conns.fetch_sub(1, Ordering::AcqRel);
         let mut addrs = lock(&self.node.addrs);
         if self.addr.conns.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.node.active_addrs.fetch_sub(1, Ordering::AcqRel);
-            if self.addr.pending.load(Ordering::Acquire) == 0 {
-                addrs.remove(&self.ip);
-            }
+            addrs.remove(&self.ip);
         }
+        self.node.active_addrs.store(addrs.len(), Ordering::Release);
     }
 }
 
@@ -695,15 +665,15 @@ mod tests {
     }
 
     #[test]
-    fn one_connection_may_take_the_whole_budget_when_alone() {
-        let node = NodeBudget::new(100 * MIB);
+    fn one_connection_may_take_all_but_the_handshakes_room_when_alone() {
+        let node = NodeBudget::new(64 * MIB);
         let c = node.connect(ip(1));
-        assert!(c.take(Held::Parked, 100 * MIB));
-        assert!(!c.take(Held::Parked, 1), "the node is full");
+        assert!(c.take(Held::Parked, 60 * MIB));
+        assert!(!c.take(Held::Parked, 1), "the rest is the handshakes'");
         assert_eq!(node.snapshot().refused_parked, 1);
-        c.give_back(100 * MIB);
+        c.give_back(60 * MIB);
         assert_eq!(node.snapshot().held, 0);
-        assert_eq!(node.snapshot().peak, 100 * MIB);
+        assert_eq!(node.snapshot().peak, 60 * MIB);
     }
 
     #[test]
@@ -724,16 +694,17 @@ mod tests {
         let s = node.snapshot();
         assert_eq!((s.held, s.refused_ids, s.connections), (26 * MIB, 1, 4));
         // Twenty more connections: each share is now the floor, 4 MiB,
-        // and the node's limit binds first.
+        // and what connections may hold together (60 MiB: the rest is the
+        // handshakes') binds first.
         let more: Vec<_> = (0..20).map(|i| node.connect(ip(10 + i))).collect();
         assert!(
             !conns[0].within_share(),
             "its share shrank below what it holds"
         );
         let taken = more.iter().filter(|c| c.take(Held::Large, 4 * MIB)).count();
-        assert_eq!(taken, 9, "38 MiB were left: nine shares of 4 MiB");
-        assert!(node.snapshot().peak <= 64 * MIB);
-        assert_eq!(node.snapshot().refused_large, 11);
+        assert_eq!(taken, 8, "34 MiB were left: eight shares of 4 MiB");
+        assert!(node.snapshot().peak <= 60 * MIB);
+        assert_eq!(node.snapshot().refused_large, 12);
     }
 
     #[test]
@@ -803,26 +774,22 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_handshake_counts_in_its_addresss_share() {
+    fn proven_peers_holding_all_they_may_leave_room_for_handshakes() {
         let node = NodeBudget::new(64 * MIB);
-        let other = node.connect(ip(2));
         let c = node.connect(ip(1));
-        // Two active addresses: 32 MiB each.
-        assert!(c.take(Held::Ids, 32 * MIB));
-        assert!(
-            node.charge_handshake(ip(1), 1024).is_none(),
-            "its address holds its share"
-        );
-        let h = node.charge_handshake(ip(3), 1024).expect("another address");
-        assert_eq!(node.snapshot().held, 32 * MIB + 1024);
-        drop(c);
-        assert_eq!(lock(&node.addrs).len(), 2, ".2 connected, .3 pending");
+        assert!(c.take(Held::Ids, 60 * MIB));
+        assert!(!c.take(Held::Ids, 1));
+        let h = node
+            .charge_handshake(4 * MIB)
+            .expect("the handshakes' room");
+        let s = node.snapshot();
+        assert_eq!((s.held, s.peak, s.handshakes), (64 * MIB, 64 * MIB, 1));
+        assert!(node.charge_handshake(1).is_none(), "the room is full");
+        assert!(!c.take(Held::Ids, 1), "and connections never use it");
         drop(h);
-        assert_eq!(lock(&node.addrs).len(), 1);
-        drop(other);
+        drop(c);
         let s = node.snapshot();
         assert_eq!((s.held, s.handshakes, s.refused_handshakes), (0, 0, 1));
-        assert!(lock(&node.addrs).is_empty());
     }
 
     #[tokio::test]

@@ -472,8 +472,10 @@ impl SystemConfig {
     /// parked for full mailboxes and large messages held for them, large
     /// messages being reassembled, and inbound connections whose handshake
     /// is pending ([`transport::PENDING_HANDSHAKE_COST`] each, until the
-    /// peer has proved itself; all of them together at most 1/16 of the
-    /// budget, and past it the oldest gives way to a newcomer). Default 256 MiB
+    /// peer has proved itself, in a room of their own of 1/16 of the
+    /// budget that connections never use; past it the oldest gives way to
+    /// a newcomer). Connections hold at most the other 15/16 together.
+    /// Default 256 MiB
     /// ([`DEFAULT_PEER_MEMORY_BUDGET`]): the default per-connection bounds
     /// of four busy peers (64 MiB parked each), while a thousand
     /// connections can never take a machine's memory.
