@@ -37,7 +37,23 @@ use std::{fmt, net::IpAddr};
 pub const PENDING_HANDSHAKE_COST: usize = 3_200;
 
 /// An account outside the transport that inbound connections are charged
-/// to while their handshake is pending (see the [module](self) docs).
+/// to while their handshake is pending, set with
+/// [`TransportConfig::set_admission`](crate::TransportConfig::set_admission).
+///
+/// An inbound connection holds memory from the moment it is accepted,
+/// before its peer has proved anything ([`PENDING_HANDSHAKE_COST`]). The
+/// slots bound how many such connections there are; an `Admission` lets
+/// the application count them in its own memory budget as well:
+///
+/// ```text
+///  accept ──▶ charge_pending(ip, cost) ──Some(charge)──▶ slot, handshake
+///                  │ None                                  │ proven: charge dropped
+///                  ▼                                       │ (the application charges
+///       the oldest pending handshake of the                │  the connection from then on)
+///       address with the most gives its charge             │ failed, timed out, evicted:
+///       back (it is evicted), and the charge is            ▼ charge dropped with the slot
+///       asked once more; refused again: closed
+/// ```
 ///
 /// The actors' node-wide memory budget implements it; any other
 /// implementation must not block, since it runs in the endpoint's accept
