@@ -643,13 +643,10 @@ async fn accept_loop<S: Security>(
                 .slots
                 .charge_pending(peer.ip(), &**admission, PENDING_HANDSHAKE_COST)
         });
-        let admitted = match charged.transpose() {
-            Ok(charge) => inner
-                .slots
-                .admit(peer.ip(), Instant::now())
-                .map(|a| (a, charge)),
-            Err(error) => Err(error),
-        };
+        let admitted = charged.transpose().and_then(|charge| {
+            let admitted = inner.slots.admit(peer.ip(), Instant::now())?;
+            Ok((admitted, charge))
+        });
         let admitted = match admitted {
             Ok((admitted, charge)) => {
                 if let Some((charge, evicted)) = charge {
