@@ -6,8 +6,9 @@
 //! transport's `Admission` hook before the peer proved anything). One
 //! accounting in bytes, with three bounds checked on every charge:
 //!
-//! - the node: at most `limit` bytes
-//!   ([`SystemConfig::set_peer_memory_budget`](crate::SystemConfig::set_peer_memory_budget));
+//! - the node: at most `limit` bytes, the budget
+//!   ([`SystemConfig::set_peer_memory_budget`](crate::SystemConfig::set_peer_memory_budget))
+//!   less the room of pending handshakes (below);
 //! - each connection: at most its [`share`] of it;
 //! - each source address (IP): at most its [`share`] of it, counting
 //!   addresses instead of connections, so that many connections from one
@@ -29,7 +30,9 @@
 //! in a row. The node is never stopped, and other connections go on.
 //!
 //! Pending handshakes have a room of their own: 1/[`SHARE_FLOOR_DIVISOR`]
-//! of the limit, which connections never use (they share the rest). So
+//! of the node's budget, which connections never use (the `limit` they
+//! share, and the node-wide bound above, is the rest; see
+//! [`NodeBudget::for_peers`]). So
 //! connections that never prove anything cannot take the room proven
 //! peers need, and proven peers holding all they may cannot keep a new
 //! peer from connecting. A pending handshake has no connection, and its
@@ -39,8 +42,8 @@
 //! handshake to make room, so that a flood cannot keep a good peer out.
 //!
 //! ```text
-//!  limit: ├──────── connections (shares, per IP) ────────┤── handshakes ──┤
-//!                       limit − limit/16                      limit/16
+//!  budget: ├─────── connections (shares, per IP): limit ───────┤─ handshakes ─┤
+//!                            budget − budget/16                   budget/16
 //! ```
 //!
 //! Release is exact: each holder gives back what it took, and whatever a
@@ -237,7 +240,10 @@ pub struct PeerMemory {
 /// The node-wide account (one per node).
 #[derive(Debug)]
 pub(crate) struct NodeBudget {
+    /// What connections may hold together.
     limit: usize,
+    /// The room kept for pending handshakes, beside `limit`.
+    handshake_room: usize,
     used: AtomicUsize,
     peak: AtomicUsize,
     /// Open connections (accounts alive).
@@ -285,11 +291,26 @@ fn reserve(counter: &AtomicUsize, bytes: usize, max: usize) -> Option<usize> {
 }
 
 impl NodeBudget {
-    /// A node-wide account of `limit` bytes, counting into no metrics
-    /// until [`meter`](Self::meter).
+    /// The account of a node whose peers may make it hold `budget` bytes
+    /// in all: 1/[`SHARE_FLOOR_DIVISOR`] of it is the room of pending
+    /// handshakes, the rest is what connections share. Counts into no
+    /// metrics until [`meter`](Self::meter).
+    pub(crate) fn for_peers(budget: usize) -> Arc<Self> {
+        let room = budget / SHARE_FLOOR_DIVISOR;
+        Self::with_room(budget - room, room)
+    }
+
+    /// An account of `limit` bytes for connections and no room for pending
+    /// handshakes.
+    #[cfg(test)]
     pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Self::with_room(limit, 0)
+    }
+
+    fn with_room(limit: usize, handshake_room: usize) -> Arc<Self> {
         Arc::new(Self {
             limit,
+            handshake_room,
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             conns: AtomicUsize::new(0),
@@ -336,7 +357,7 @@ impl NodeBudget {
         PeerMemory {
             held: self.used.load(Ordering::Acquire) + self.handshake_used.load(Ordering::Acquire),
             peak: self.peak.load(Ordering::Acquire),
-            limit: self.limit,
+            limit: self.limit + self.handshake_room,
             connections: self.conns.load(Ordering::Acquire),
             refused_ids: r(Held::Ids),
             refused_parked: r(Held::Parked),
@@ -366,18 +387,6 @@ impl NodeBudget {
         false
     }
 
-    /// The room kept for pending handshakes: 1/[`SHARE_FLOOR_DIVISOR`]
-    /// of the limit.
-    fn handshake_room(&self) -> usize {
-        self.limit / SHARE_FLOOR_DIVISOR
-    }
-
-    /// What connections may hold together: the limit less the room kept
-    /// for pending handshakes.
-    fn connections_limit(&self) -> usize {
-        self.limit - self.handshake_room()
-    }
-
     /// Moves the peak up to `held` if it is higher.
     #[inline]
     fn peak_at(&self, held: usize) {
@@ -391,7 +400,7 @@ impl NodeBudget {
     /// Charges `bytes` for a pending handshake if pending handshakes
     /// together stay within their room; counts a refusal if not.
     pub(crate) fn charge_handshake(self: &Arc<Self>, bytes: usize) -> Option<HandshakeCharge> {
-        let Some(after) = reserve(&self.handshake_used, bytes, self.handshake_room()) else {
+        let Some(after) = reserve(&self.handshake_used, bytes, self.handshake_room) else {
             self.refuse(Held::Handshake);
             return None;
         };
@@ -469,7 +478,7 @@ impl ConnBudget {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
             return self.refuse(kind);
         };
-        let Some(after) = reserve(&node.used, bytes, node.connections_limit()) else {
+        let Some(after) = reserve(&node.used, bytes, node.limit) else {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
             self.addr.used.fetch_sub(bytes, Ordering::AcqRel);
             return self.refuse(kind);
@@ -665,15 +674,15 @@ mod tests {
     }
 
     #[test]
-    fn one_connection_may_take_all_but_the_handshakes_room_when_alone() {
-        let node = NodeBudget::new(64 * MIB);
+    fn one_connection_may_take_the_whole_budget_when_alone() {
+        let node = NodeBudget::new(100 * MIB);
         let c = node.connect(ip(1));
-        assert!(c.take(Held::Parked, 60 * MIB));
-        assert!(!c.take(Held::Parked, 1), "the rest is the handshakes'");
+        assert!(c.take(Held::Parked, 100 * MIB));
+        assert!(!c.take(Held::Parked, 1), "the node is full");
         assert_eq!(node.snapshot().refused_parked, 1);
-        c.give_back(60 * MIB);
+        c.give_back(100 * MIB);
         assert_eq!(node.snapshot().held, 0);
-        assert_eq!(node.snapshot().peak, 60 * MIB);
+        assert_eq!(node.snapshot().peak, 100 * MIB);
     }
 
     #[test]
@@ -694,17 +703,16 @@ mod tests {
         let s = node.snapshot();
         assert_eq!((s.held, s.refused_ids, s.connections), (26 * MIB, 1, 4));
         // Twenty more connections: each share is now the floor, 4 MiB,
-        // and what connections may hold together (60 MiB: the rest is the
-        // handshakes') binds first.
+        // and the node's limit binds first.
         let more: Vec<_> = (0..20).map(|i| node.connect(ip(10 + i))).collect();
         assert!(
             !conns[0].within_share(),
             "its share shrank below what it holds"
         );
         let taken = more.iter().filter(|c| c.take(Held::Large, 4 * MIB)).count();
-        assert_eq!(taken, 8, "34 MiB were left: eight shares of 4 MiB");
-        assert!(node.snapshot().peak <= 60 * MIB);
-        assert_eq!(node.snapshot().refused_large, 12);
+        assert_eq!(taken, 9, "38 MiB were left: nine shares of 4 MiB");
+        assert!(node.snapshot().peak <= 64 * MIB);
+        assert_eq!(node.snapshot().refused_large, 11);
     }
 
     #[test]
@@ -749,7 +757,7 @@ mod tests {
 
     #[test]
     fn pending_handshakes_are_charged_up_to_a_sixteenth_of_the_limit() {
-        let node = NodeBudget::new(16 * MIB);
+        let node = NodeBudget::for_peers(16 * MIB);
         let hook = Handshakes(node.clone());
         // Through the transport's hook, as an endpoint charges them.
         let pending: Vec<_> = (0..4)
@@ -775,9 +783,13 @@ mod tests {
 
     #[test]
     fn proven_peers_holding_all_they_may_leave_room_for_handshakes() {
-        let node = NodeBudget::new(64 * MIB);
+        let node = NodeBudget::for_peers(64 * MIB);
+        assert_eq!(node.snapshot().limit, 64 * MIB);
         let c = node.connect(ip(1));
-        assert!(c.take(Held::Ids, 60 * MIB));
+        assert!(
+            c.take(Held::Ids, 60 * MIB),
+            "alone: all that connections may hold"
+        );
         assert!(!c.take(Held::Ids, 1));
         let h = node
             .charge_handshake(4 * MIB)

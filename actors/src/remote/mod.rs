@@ -159,7 +159,7 @@ impl Remoting {
             transport.set_app_flags(envelope::APP_RUNS);
         }
         transport.set_message_count(envelope::messages_in);
-        let budget = budget::NodeBudget::new(config.peer_memory_budget);
+        let budget = budget::NodeBudget::for_peers(config.peer_memory_budget);
         transport.set_admission(Some(Arc::new(budget::Handshakes(budget.clone()))));
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {
