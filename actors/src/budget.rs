@@ -1,11 +1,14 @@
 //! The node-wide memory budget for what peers' bytes make this node hold:
 //! recipient-id tables, batches waiting in actors' mailboxes (see
 //! [`Charge`]), batches parked for full mailboxes (and large messages held
-//! for them), and large messages being reassembled. One
+//! for them), large messages being reassembled, and inbound connections
+//! whose handshake is pending ([`Handshakes`], charged through the
+//! transport's `Admission` hook before the peer proved anything). One
 //! accounting in bytes, with three bounds checked on every charge:
 //!
-//! - the node: at most `limit` bytes
-//!   ([`SystemConfig::set_peer_memory_budget`](crate::SystemConfig::set_peer_memory_budget));
+//! - the node: at most `limit` bytes, the budget
+//!   ([`SystemConfig::set_peer_memory_budget`](crate::SystemConfig::set_peer_memory_budget))
+//!   less the room of pending handshakes (below);
 //! - each connection: at most its [`share`] of it;
 //! - each source address (IP): at most its [`share`] of it, counting
 //!   addresses instead of connections, so that many connections from one
@@ -26,6 +29,23 @@
 //! if it stays over for [`PAUSE_GRACE`] or goes over [`MAX_STRIKES`] times
 //! in a row. The node is never stopped, and other connections go on.
 //!
+//! Pending handshakes have a room of their own: 1/[`SHARE_FLOOR_DIVISOR`]
+//! of the node's budget, which connections never use (the `limit` they
+//! share, and the node-wide bound above, is the rest; see
+//! [`NodeBudget::for_peers`]). So
+//! connections that never prove anything cannot take the room proven
+//! peers need, and proven peers holding all they may cannot keep a new
+//! peer from connecting. A pending handshake has no connection, and its
+//! address has proven nothing: it is charged to that room only (the
+//! transport's slots bound each address's pending handshakes). A refused
+//! one is refused by the transport, which first evicts its oldest pending
+//! handshake to make room, so that a flood cannot keep a good peer out.
+//!
+//! ```text
+//!  budget: ├─────── connections (shares, per IP): limit ───────┤─ handshakes ─┤
+//!                            budget − budget/16                   budget/16
+//! ```
+//!
 //! Release is exact: each holder gives back what it took, and whatever a
 //! connection still holds when its [`ConnBudget`] drops (the last task
 //! holding it ended) goes back then, so the node's account returns to zero
@@ -35,13 +55,14 @@ use std::{
     collections::HashMap,
     net::IpAddr,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
 
 use tokio::sync::Notify;
+use transport::{Admission, PendingCharge};
 
 /// The smallest share one connection (or address) gets, as a fraction of
 /// the budget: 1/16. Without a floor, a thousand idle connections would
@@ -125,11 +146,20 @@ pub(crate) enum Held {
     /// A batch (or a large message) for a mailbox with room, waiting there
     /// until its actor handles it.
     Queued = 3,
+    /// An inbound connection whose handshake is pending (see
+    /// [`Handshakes`]).
+    Handshake = 4,
 }
 
 impl Held {
     /// Every kind, in the order of their values.
-    pub(crate) const ALL: [Self; 4] = [Self::Ids, Self::Parked, Self::Large, Self::Queued];
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Ids,
+        Self::Parked,
+        Self::Large,
+        Self::Queued,
+        Self::Handshake,
+    ];
 
     /// The label of refusals of this kind (metrics, logs).
     pub(crate) fn label(self) -> &'static str {
@@ -138,6 +168,7 @@ impl Held {
             Self::Parked => "parked",
             Self::Large => "large",
             Self::Queued => "queued",
+            Self::Handshake => "handshake",
         }
     }
 }
@@ -193,6 +224,15 @@ pub struct PeerMemory {
     /// Batches and large messages for mailboxes with room refused, since
     /// what waits in mailboxes counts too (dead letters).
     pub refused_queued: u64,
+    /// Inbound connections whose handshake is pending now, each charged
+    /// [`transport::PENDING_HANDSHAKE_COST`] within `held` until its peer
+    /// has proved itself.
+    pub handshakes: usize,
+    /// Pending handshakes refused: pending handshakes together held their
+    /// room, 1/16 of the limit (connections share the rest). The oldest
+    /// pending handshake then gave way, or, if none could, the new
+    /// connection was closed.
+    pub refused_handshakes: u64,
     /// Connections disconnected for staying over their share.
     pub disconnected: u64,
 }
@@ -200,7 +240,10 @@ pub struct PeerMemory {
 /// The node-wide account (one per node).
 #[derive(Debug)]
 pub(crate) struct NodeBudget {
+    /// What connections may hold together.
     limit: usize,
+    /// The room kept for pending handshakes, beside `limit`.
+    handshake_room: usize,
     used: AtomicUsize,
     peak: AtomicUsize,
     /// Open connections (accounts alive).
@@ -210,11 +253,17 @@ pub(crate) struct NodeBudget {
     active_addrs: AtomicUsize,
     /// Per source address; locked only when a connection opens or closes.
     addrs: Mutex<HashMap<IpAddr, Arc<AddrAccount>>>,
-    refused: [AtomicU64; 4],
+    /// Bytes charged for pending handshakes (not in `used`, which is the
+    /// connections'), and their number.
+    handshake_used: AtomicUsize,
+    handshakes: AtomicUsize,
+    refused: [AtomicU64; 5],
     disconnected: AtomicU64,
     /// The node-labelled counters of refusals (by `Held`) and
-    /// disconnections (`telemetry`).
-    meters: (Vec<metrics::Counter>, metrics::Counter),
+    /// disconnections (`telemetry`), set once the node's name is known
+    /// (after the endpoint is bound; a refusal before that is counted in
+    /// the snapshot only).
+    meters: OnceLock<(Vec<metrics::Counter>, metrics::Counter)>,
 }
 
 /// One source address's account.
@@ -242,37 +291,44 @@ fn reserve(counter: &AtomicUsize, bytes: usize, max: usize) -> Option<usize> {
 }
 
 impl NodeBudget {
-    /// A node-wide account of `limit` bytes, counting into no metrics.
-    #[cfg(test)]
-    pub(crate) fn new(limit: usize) -> Arc<Self> {
-        let labels = Held::ALL.map(Held::label);
-        Self::metered(
-            limit,
-            (
-                labels.iter().map(|_| metrics::Counter::noop()).collect(),
-                metrics::Counter::noop(),
-            ),
-        )
+    /// The account of a node whose peers may make it hold `budget` bytes
+    /// in all: 1/[`SHARE_FLOOR_DIVISOR`] of it is the room of pending
+    /// handshakes, the rest is what connections share. Counts into no
+    /// metrics until [`meter`](Self::meter).
+    pub(crate) fn for_peers(budget: usize) -> Arc<Self> {
+        let room = budget / SHARE_FLOOR_DIVISOR;
+        Self::with_room(budget - room, room)
     }
 
-    /// A node-wide account of `limit` bytes, counting refusals and
-    /// disconnections into `meters` (from
-    /// `SystemMeters::budget_counters` with the labels of [`Held::ALL`]).
-    pub(crate) fn metered(
-        limit: usize,
-        meters: (Vec<metrics::Counter>, metrics::Counter),
-    ) -> Arc<Self> {
+    /// An account of `limit` bytes for connections and no room for pending
+    /// handshakes.
+    #[cfg(test)]
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Self::with_room(limit, 0)
+    }
+
+    fn with_room(limit: usize, handshake_room: usize) -> Arc<Self> {
         Arc::new(Self {
             limit,
+            handshake_room,
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             conns: AtomicUsize::new(0),
             active_addrs: AtomicUsize::new(0),
             addrs: Mutex::default(),
+            handshake_used: AtomicUsize::new(0),
+            handshakes: AtomicUsize::new(0),
             refused: Default::default(),
             disconnected: AtomicU64::new(0),
-            meters,
+            meters: OnceLock::new(),
         })
+    }
+
+    /// Counts refusals and disconnections into `meters` from now on (from
+    /// `SystemMeters::budget_counters` with the labels of [`Held::ALL`]);
+    /// only the first call counts.
+    pub(crate) fn meter(&self, meters: (Vec<metrics::Counter>, metrics::Counter)) {
+        let _ = self.meters.set(meters);
     }
 
     /// The account of a new connection from `ip`.
@@ -299,22 +355,92 @@ impl NodeBudget {
     pub(crate) fn snapshot(&self) -> PeerMemory {
         let r = |k: Held| self.refused[k as usize].load(Ordering::Relaxed);
         PeerMemory {
-            held: self.used.load(Ordering::Acquire),
+            held: self.used.load(Ordering::Acquire) + self.handshake_used.load(Ordering::Acquire),
             peak: self.peak.load(Ordering::Acquire),
-            limit: self.limit,
+            limit: self.limit + self.handshake_room,
             connections: self.conns.load(Ordering::Acquire),
             refused_ids: r(Held::Ids),
             refused_parked: r(Held::Parked),
             refused_large: r(Held::Large),
             refused_queued: r(Held::Queued),
+            handshakes: self.handshakes.load(Ordering::Acquire),
+            refused_handshakes: r(Held::Handshake),
             disconnected: self.disconnected.load(Ordering::Relaxed),
         }
     }
 
     /// One connection disconnected for staying over its share.
     pub(crate) fn count_disconnect(&self) -> u64 {
-        self.meters.1.increment(1);
+        if let Some(m) = self.meters.get() {
+            m.1.increment(1);
+        }
         self.disconnected.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Counts a refused charge of `kind`; false.
+    #[cold]
+    fn refuse(&self, kind: Held) -> bool {
+        self.refused[kind as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.meters.get() {
+            m.0[kind as usize].increment(1);
+        }
+        false
+    }
+
+    /// Moves the peak up to `held` if it is higher.
+    #[inline]
+    fn peak_at(&self, held: usize) {
+        // A read first: the peak moves rarely, and the read-modify-write
+        // would take the line from every other core each time.
+        if held > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(held, Ordering::AcqRel);
+        }
+    }
+
+    /// Charges `bytes` for a pending handshake if pending handshakes
+    /// together stay within their room; counts a refusal if not.
+    pub(crate) fn charge_handshake(self: &Arc<Self>, bytes: usize) -> Option<HandshakeCharge> {
+        let Some(after) = reserve(&self.handshake_used, bytes, self.handshake_room) else {
+            self.refuse(Held::Handshake);
+            return None;
+        };
+        self.handshakes.fetch_add(1, Ordering::AcqRel);
+        self.peak_at(after + self.used.load(Ordering::Acquire));
+        Some(HandshakeCharge {
+            node: self.clone(),
+            bytes,
+        })
+    }
+}
+
+/// What a pending handshake holds, charged to the node's room for them
+/// ([`NodeBudget::charge_handshake`]); given back when dropped (the
+/// transport drops it when the peer has proved itself, or the connection
+/// ended or was evicted).
+#[derive(Debug)]
+pub(crate) struct HandshakeCharge {
+    node: Arc<NodeBudget>,
+    bytes: usize,
+}
+
+impl Drop for HandshakeCharge {
+    fn drop(&mut self) {
+        self.node
+            .handshake_used
+            .fetch_sub(self.bytes, Ordering::AcqRel);
+        self.node.handshakes.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The transport's hook ([`transport::TransportConfig::set_admission`])
+/// charging pending handshakes to the node's budget, at
+/// [`transport::PENDING_HANDSHAKE_COST`] each.
+#[derive(Debug)]
+pub(crate) struct Handshakes(pub(crate) Arc<NodeBudget>);
+
+impl Admission for Handshakes {
+    fn charge_pending(&self, _: IpAddr, bytes: usize) -> Option<PendingCharge> {
+        self.0.charge_handshake(bytes).map(PendingCharge::new)
     }
 }
 
@@ -357,11 +483,7 @@ impl ConnBudget {
             self.addr.used.fetch_sub(bytes, Ordering::AcqRel);
             return self.refuse(kind);
         };
-        // A read first: the peak moves rarely, and the read-modify-write
-        // would take the line from every other core each time.
-        if after > node.peak.load(Ordering::Relaxed) {
-            node.peak.fetch_max(after, Ordering::AcqRel);
-        }
+        node.peak_at(after + node.handshake_used.load(Ordering::Relaxed));
         true
     }
 
@@ -382,9 +504,7 @@ impl ConnBudget {
 
     #[cold]
     fn refuse(&self, kind: Held) -> bool {
-        self.node.refused[kind as usize].fetch_add(1, Ordering::Relaxed);
-        self.node.meters.0[kind as usize].increment(1);
-        false
+        self.node.refuse(kind)
     }
 
     /// Gives back `bytes` taken before.
@@ -633,6 +753,55 @@ mod tests {
         assert_eq!((s.held, s.connections), (0, 0));
         assert!(lock(&node.addrs).is_empty());
         assert_eq!(node.active_addrs.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn pending_handshakes_are_charged_up_to_a_sixteenth_of_the_limit() {
+        let node = NodeBudget::for_peers(16 * MIB);
+        let hook = Handshakes(node.clone());
+        // Through the transport's hook, as an endpoint charges them.
+        let pending: Vec<_> = (0..4)
+            .map(|_| hook.charge_pending(ip(1), MIB / 4).expect("within"))
+            .collect();
+        let s = node.snapshot();
+        assert_eq!((s.held, s.handshakes, s.connections), (MIB, 4, 0));
+        assert!(
+            hook.charge_pending(ip(2), 1).is_none(),
+            "pending handshakes together: at most 1 MiB of 16"
+        );
+        assert_eq!(node.snapshot().refused_handshakes, 1);
+        assert_eq!(
+            node.active_addrs.load(Ordering::Acquire),
+            0,
+            "pending handshakes make no address active, so no share shrinks"
+        );
+        drop(pending);
+        let s = node.snapshot();
+        assert_eq!((s.held, s.handshakes, s.peak), (0, 0, MIB));
+        assert!(lock(&node.addrs).is_empty(), "the refused one too");
+    }
+
+    #[test]
+    fn proven_peers_holding_all_they_may_leave_room_for_handshakes() {
+        let node = NodeBudget::for_peers(64 * MIB);
+        assert_eq!(node.snapshot().limit, 64 * MIB);
+        let c = node.connect(ip(1));
+        assert!(
+            c.take(Held::Ids, 60 * MIB),
+            "alone: all that connections may hold"
+        );
+        assert!(!c.take(Held::Ids, 1));
+        let h = node
+            .charge_handshake(4 * MIB)
+            .expect("the handshakes' room");
+        let s = node.snapshot();
+        assert_eq!((s.held, s.peak, s.handshakes), (64 * MIB, 64 * MIB, 1));
+        assert!(node.charge_handshake(1).is_none(), "the room is full");
+        assert!(!c.take(Held::Ids, 1), "and connections never use it");
+        drop(h);
+        drop(c);
+        let s = node.snapshot();
+        assert_eq!((s.held, s.handshakes, s.refused_handshakes), (0, 0, 1));
     }
 
     #[tokio::test]

@@ -214,7 +214,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Counter,
         unit: None,
         labels: "node, kind",
-        help: "What a peer asked the node to hold past its share of `set_peer_memory_budget`, refused, by kind: ids, parked, large, queued.",
+        help: "What a peer asked the node to hold past its share of `set_peer_memory_budget`, refused, by kind: ids, parked, large, queued, handshake.",
     },
     Spec {
         name: PEER_MEMORY_DISCONNECTS,
@@ -228,7 +228,7 @@ pub(crate) const METRICS: &[Spec] = &[
         kind: Kind::Gauge,
         unit: Some(Unit::Bytes),
         labels: "node",
-        help: "Bytes the node holds for its peers now (ids, batches waiting in mailboxes or parked, large messages), at most `set_peer_memory_budget`.",
+        help: "Bytes the node holds for its peers now (ids, batches waiting in mailboxes or parked, large messages, pending handshakes), at most `set_peer_memory_budget`.",
     },
     Spec {
         name: MALFORMED,

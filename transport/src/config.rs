@@ -3,10 +3,12 @@
 
 use std::{
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use crate::{
+    admission::Admission,
     auth::SharedSecret,
     cookie::{self, COOKIE_ENV},
     error::ConfigError,
@@ -101,6 +103,7 @@ pub struct TransportConfig {
     pub(crate) insecure_no_authentication: bool,
     pub(crate) app_flags: u8,
     pub(crate) message_count: fn(&[u8]) -> u64,
+    pub(crate) admission: Option<Arc<dyn Admission>>,
 }
 
 /// Each `Message` frame is one message (the default message count).
@@ -133,6 +136,7 @@ impl Default for TransportConfig {
             insecure_no_authentication: false,
             app_flags: 0,
             message_count: one_message,
+            admission: None,
         }
     }
 }
@@ -324,9 +328,28 @@ impl TransportConfig {
     /// process (measured: 3.0 KiB of resident memory each, for its task,
     /// a 512-byte read buffer, the handshake state and a table entry),
     /// plus the kernel's socket buffers; so the default holds at most
-    /// this many times 3 KiB per address.
+    /// this many times 3 KiB per address. With an
+    /// [`set_admission`](Self::set_admission) hook, each is also charged
+    /// to it.
     pub fn set_max_unproven_per_ip(&mut self, n: usize) -> &mut Self {
         self.max_unproven_per_ip = n;
+        self
+    }
+
+    /// The account that inbound connections are charged to while their
+    /// handshake is pending: [`PENDING_HANDSHAKE_COST`](crate::PENDING_HANDSHAKE_COST)
+    /// each, from when the connection is accepted until its peer proved
+    /// itself or it ended (see [`Admission`]). A refused charge makes
+    /// the oldest pending handshake of the address with the most of them
+    /// give its charge up (it is evicted, and reported as
+    /// [`TransportError::HandshakeEvicted`](crate::TransportError::HandshakeEvicted)),
+    /// and if the charge is refused again the new connection is closed
+    /// (reported as
+    /// [`TransportError::HandshakeMemoryRefused`](crate::TransportError::HandshakeMemoryRefused)).
+    /// Default `None`: pending handshakes are bounded by the slots alone.
+    /// `actors` sets its node-wide peer memory budget here.
+    pub fn set_admission(&mut self, admission: Option<Arc<dyn Admission>>) -> &mut Self {
+        self.admission = admission;
         self
     }
 

@@ -17,6 +17,7 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
+    admission::PENDING_HANDSHAKE_COST,
     auth::{ChannelBinding, NONCE_LEN, Role, SharedSecret},
     config::TransportConfig,
     conn::Established,
@@ -635,9 +636,29 @@ async fn accept_loop<S: Security>(
             },
         };
         // Before reading anything: a flood costs one accept and one close
-        // per connection.
-        let admitted = match inner.slots.admit(peer.ip(), Instant::now()) {
-            Ok(a) => a,
+        // per connection. The charge comes first, so that a refused one
+        // leaves the slots untouched.
+        let charged = inner.config.admission.as_ref().map(|admission| {
+            inner
+                .slots
+                .charge_pending(peer.ip(), &**admission, PENDING_HANDSHAKE_COST)
+        });
+        let admitted = charged.transpose().and_then(|charge| {
+            let admitted = inner.slots.admit(peer.ip(), Instant::now())?;
+            Ok((admitted, charge))
+        });
+        let admitted = match admitted {
+            Ok((admitted, charge)) => {
+                if let Some((charge, evicted)) = charge {
+                    if let Some((ip, unproven)) = evicted
+                        && let Some(s) = EVICTED.sample()
+                    {
+                        tracing::info!(%peer, victim = %ip, unproven, total = s.total, suppressed = s.suppressed, "evicting a connection still in its handshake: the memory budget for peers is full");
+                    }
+                    admitted.slot().hold(charge);
+                }
+                admitted
+            }
             Err(error) => {
                 drop(stream);
                 if let Some(s) = REFUSED.sample() {

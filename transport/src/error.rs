@@ -392,6 +392,24 @@ pub enum TransportError {
         /// chosen, itself included.
         unproven: usize,
     },
+    /// An inbound connection was closed before any byte was read because
+    /// the account pending handshakes are charged to
+    /// ([`TransportConfig::set_admission`](crate::TransportConfig::set_admission),
+    /// the actors' peer memory budget) refused its
+    /// [`PENDING_HANDSHAKE_COST`](crate::PENDING_HANDSHAKE_COST), even
+    /// after the oldest pending handshake gave its charge up: the node
+    /// holds its limit for peers, or this address its share. It passes
+    /// when what peers hold is given back; raise the budget if legitimate
+    /// peers are refused.
+    #[error(
+        "no room in the memory budget for a handshake from {ip} ({bytes} bytes refused); connection closed"
+    )]
+    HandshakeMemoryRefused {
+        /// The connection's address.
+        ip: std::net::IpAddr,
+        /// The bytes refused.
+        bytes: usize,
+    },
     /// The peer keeps sending heartbeats but does not read: the echo of
     /// one has waited longer than the stall timeout to be written, or more
     /// than 1024 further heartbeats arrived meanwhile. The connection is

@@ -50,14 +50,17 @@
 //!   → nothing.
 //! - [`heartbeat`]: sans-IO phi-accrual failure detector and heartbeat
 //!   schedule ([`Heartbeater`]). → nothing.
+//! - `admission`: [`Admission`], the hook that charges pending
+//!   handshakes to an account outside the transport, and
+//!   [`PENDING_HANDSHAKE_COST`]. → nothing.
 //! - `pool`: `BufferPool` and adaptive read sizing. → nothing.
 //! - `auth`: [`SharedSecret`] and the HMAC proof of the handshake.
 //!   → `error`.
 //! - `cookie`: where the shared secret comes from when none is set
 //!   (`ACTORS_COOKIE`, the cookie file, created atomically);
 //!   [`load_cookie_file`]. → `auth`, `error`.
-//! - `config`: [`TransportConfig`] with documented defaults. → `auth`,
-//!   `cookie`, `error`.
+//! - `config`: [`TransportConfig`] with documented defaults.
+//!   → `admission`, `auth`, `cookie`, `error`.
 //! - `handshake`: sans-IO hello exchange with magic, version, uid.
 //!   → `auth`, `error`, `frame`.
 //! - `peer_text`: `PeerText`, a peer's text (close reasons, addresses)
@@ -73,8 +76,8 @@
 //!   reason, cancel tokens, peer); [`CloseReason`], [`PeerInfo`],
 //!   [`PeerVerified`], [`ConnStats`]. → `error`, `out_queue`.
 //! - `slots`: an endpoint's inbound connection slots: the global bound,
-//!   the bound per address, eviction of idle connections when full.
-//!   → `error`, `shared`.
+//!   the bound per address, eviction of idle connections when full, the
+//!   charges of pending handshakes. → `admission`, `error`, `shared`.
 //! - `sender`: [`Sender`], the producers' handle (encodes into the out
 //!   queue, never touches the socket), [`SendFrameError`],
 //!   [`SendManyError`], [`TrySendFrameError`]. → `error`, `frame`, `out_queue`, `shared`.
@@ -146,6 +149,7 @@
 // and `MIN_SECRET_LEN` are re-exported below; the rest is public only for
 // `actors` (the cluster's UDP packets are authenticated with keys derived
 // from the same secret), the integration tests and the fuzz targets.
+mod admission;
 #[doc(hidden)]
 pub mod auth;
 mod backoff;
@@ -186,6 +190,7 @@ mod tls_record;
 pub use tls_record::fuzz_records as fuzz_tls_records;
 mod writer;
 
+pub use admission::{Admission, PENDING_HANDSHAKE_COST, PendingCharge};
 pub use auth::{MIN_SECRET_LEN, SharedSecret};
 pub use backoff::{Backoff, DEFAULT_BACKOFF_JITTER, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN};
 pub use config::{

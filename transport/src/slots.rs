@@ -33,6 +33,15 @@
 //! connection never costs a good peer its turn unless a flood from its own
 //! address opens more than the per-address bound within that round trip.
 //!
+//! A slot may also hold a [`PendingCharge`]: what its pending handshake
+//! costs, charged to the endpoint's [`Admission`] (see
+//! [`Slots::charge_pending`]). It is given back when the peer proves
+//! itself, when the connection ends, and at once when it is evicted. A
+//! refused charge evicts the oldest pending handshake holding one, from
+//! the address with the most, as a full endpoint does, so that never-
+//! proving connections cannot keep a peer that proves out of the budget
+//! either.
+//!
 //! Idle means no application frame (`Message`, `System`) since the last
 //! one, or since the start: the reader stores the time once per read that
 //! delivers any (see `Shared::touch_app`). The table lock is a leaf, and
@@ -51,6 +60,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    admission::{Admission, PendingCharge},
     error::TransportError,
     shared::{CloseReason, Shared},
 };
@@ -105,6 +115,9 @@ struct Unproven {
     /// that an eviction hands it to the newcomer under the lock (a permit
     /// released to the semaphore could be taken by anyone meanwhile).
     permit: Option<OwnedSemaphorePermit>,
+    /// What its handshake is charged to the endpoint's `Admission`, if
+    /// anything; given back when it proves itself, ends or is evicted.
+    charge: Option<PendingCharge>,
     /// Chosen for eviction: `Some(the unproven count of its address then)`.
     evicted_with: Option<usize>,
     /// Cancelled to evict: ends the handshake task, which drops the slot.
@@ -147,6 +160,41 @@ pub(crate) enum Admitted {
         victim: Arc<Shared>,
         idle: Duration,
     },
+}
+
+impl Admitted {
+    /// The newcomer's slot.
+    pub(crate) fn slot(&self) -> &Slot {
+        match self {
+            Self::Now(slot)
+            | Self::EvictedUnproven { slot, .. }
+            | Self::AfterEviction { slot, .. } => slot,
+        }
+    }
+}
+
+/// Which unproven connection [`Table::evict_unproven`] may choose.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    /// The oldest from this address.
+    From(IpAddr),
+    /// The oldest holding a global permit, from the address with the most
+    /// unproven.
+    HoldingPermit,
+    /// The oldest holding a charge, from the address with the most
+    /// unproven.
+    HoldingCharge,
+}
+
+/// An unproven connection chosen for eviction, with what it gives up.
+#[derive(Debug)]
+struct Evicted {
+    ip: IpAddr,
+    /// Its address's unproven count when it was chosen.
+    unproven: usize,
+    permit: Option<OwnedSemaphorePermit>,
+    /// Dropped by whoever holds this, giving the bytes back.
+    charge: Option<PendingCharge>,
 }
 
 impl Slots {
@@ -194,7 +242,7 @@ impl Slots {
         if here.unproven >= self.unproven_per_ip
             || (here.held >= self.per_ip_limit && here.unproven > 0)
         {
-            evicted = t.evict_unproven(Some(ip));
+            evicted = t.evict_unproven(Victim::From(ip));
         } else if here.held >= self.per_ip_limit {
             return Err(TransportError::TooManyConnectionsFromIp {
                 ip,
@@ -203,16 +251,18 @@ impl Slots {
         }
         let mut permit = self.global.clone().try_acquire_owned().ok();
         if permit.is_none()
-            && let Some((_, _, p)) = &mut evicted
+            && let Some(e) = &mut evicted
         {
-            permit = p.take();
+            permit = e.permit.take();
         }
         let mut idle_victim = None;
+        // Evictions' charges are given back once the lock is released.
+        let mut also_evicted = None;
         if permit.is_none() {
-            match t.evict_unproven(None) {
+            match t.evict_unproven(Victim::HoldingPermit) {
                 Some(mut v) => {
-                    permit = v.2.take();
-                    evicted = Some(v);
+                    permit = v.permit.take();
+                    also_evicted = evicted.replace(v);
                 }
                 None => {
                     let Some(idle_after) = self.idle_after else {
@@ -239,11 +289,13 @@ impl Slots {
                 ip,
                 since: now,
                 permit,
+                charge: None,
                 evicted_with: None,
                 evict: evict.clone(),
             },
         );
         drop(t);
+        drop(also_evicted);
         let slot = Slot {
             slots: self.clone(),
             id,
@@ -254,9 +306,54 @@ impl Slots {
         };
         Ok(match (idle_victim, evicted) {
             (Some((victim, idle)), _) => Admitted::AfterEviction { slot, victim, idle },
-            (None, Some((ip, unproven, _))) => Admitted::EvictedUnproven { slot, ip, unproven },
+            (None, Some(e)) => Admitted::EvictedUnproven {
+                slot,
+                ip: e.ip,
+                unproven: e.unproven,
+            },
             (None, None) => Admitted::Now(slot),
         })
+    }
+
+    /// Charges a pending handshake from `ip` of `bytes` to `admission`,
+    /// before its slot is taken. If refused, the oldest pending handshake
+    /// holding a charge, from the address with the most, is evicted and
+    /// gives its charge back (the bytes of every pending handshake are the
+    /// same), and the charge is asked once more. Returns the charge for
+    /// [`Slot::hold`], and the evicted connection's address and its
+    /// unproven count if one was evicted.
+    ///
+    /// # Errors
+    /// [`TransportError::HandshakeMemoryRefused`] when refused twice (or
+    /// refused with no pending handshake holding a charge): what the
+    /// account holds is not pending handshakes, or not enough of them.
+    pub(crate) fn charge_pending(
+        &self,
+        ip: IpAddr,
+        admission: &dyn Admission,
+        bytes: usize,
+    ) -> Result<(PendingCharge, Option<(IpAddr, usize)>), TransportError> {
+        if let Some(charge) = admission.charge_pending(ip, bytes) {
+            return Ok((charge, None));
+        }
+        let refused = TransportError::HandshakeMemoryRefused { ip, bytes };
+        let Some(victim) = self.lock().evict_unproven(Victim::HoldingCharge) else {
+            return Err(refused);
+        };
+        let Evicted {
+            ip: victim_ip,
+            unproven,
+            permit,
+            charge,
+        } = victim;
+        // Given back before asking again, outside the lock; the victim's
+        // task ends on its own (its eviction was signalled), and its permit
+        // goes back to the semaphore.
+        drop((charge, permit));
+        match admission.charge_pending(ip, bytes) {
+            Some(charge) => Ok((charge, Some((victim_ip, unproven)))),
+            None => Err(refused),
+        }
     }
 
     /// The limit on inbound connections.
@@ -266,20 +363,19 @@ impl Slots {
 }
 
 impl Table {
-    /// Evicts an unproven connection: the oldest from `ip` if given (any
-    /// will do: the point is the address's count), else the oldest
-    /// holding a permit from the address with the most unproven. Returns
-    /// its address, that address's unproven count, and its permit.
-    fn evict_unproven(
-        &mut self,
-        ip: Option<IpAddr>,
-    ) -> Option<(IpAddr, usize, Option<OwnedSemaphorePermit>)> {
+    /// Evicts an unproven connection that `pick` allows: the oldest from
+    /// one address (any will do: the point is the address's count), or
+    /// the oldest of the address with the most unproven among those
+    /// holding a permit, or a charge. Returns it with what it gives up.
+    fn evict_unproven(&mut self, pick: Victim) -> Option<Evicted> {
         let mut best: Option<(u64, usize, Instant)> = None;
         for (&id, u) in &self.unproven {
-            if u.evicted_with.is_some() || ip.is_some_and(|ip| u.ip != ip) {
-                continue;
-            }
-            if ip.is_none() && u.permit.is_none() {
+            let eligible = match pick {
+                Victim::From(ip) => u.ip == ip,
+                Victim::HoldingPermit => u.permit.is_some(),
+                Victim::HoldingCharge => u.charge.is_some(),
+            };
+            if u.evicted_with.is_some() || !eligible {
                 continue;
             }
             let count = self.per_ip.get(&u.ip).map_or(0, |p| p.unproven);
@@ -293,11 +389,16 @@ impl Table {
         let u = self.unproven.get_mut(&id)?;
         u.evicted_with = Some(count);
         u.evict.cancel();
-        let (ip, permit) = (u.ip, u.permit.take());
+        let (ip, permit, charge) = (u.ip, u.permit.take(), u.charge.take());
         if let Some(p) = self.per_ip.get_mut(&ip) {
             p.unproven -= 1;
         }
-        Some((ip, count, permit))
+        Some(Evicted {
+            ip,
+            unproven: count,
+            permit,
+            charge,
+        })
     }
 
     /// The started connection idle longest, if that is at least
@@ -327,25 +428,44 @@ impl Table {
     }
 
     /// Forgets `id` as unproven (it proved itself, or it ended); returns
-    /// its permit.
-    fn unprove(&mut self, id: u64) -> Option<OwnedSemaphorePermit> {
+    /// its entry, with its permit and charge.
+    fn unprove(&mut self, id: u64) -> Option<Unproven> {
         let u = self.unproven.remove(&id)?;
         if u.evicted_with.is_none()
             && let Some(p) = self.per_ip.get_mut(&u.ip)
         {
             p.unproven -= 1;
         }
-        u.permit
+        Some(u)
     }
 }
 
 impl Slot {
-    /// The peer completed its handshake: no longer evicted as unproven.
+    /// The peer completed its handshake: no longer evicted as unproven,
+    /// and its charge is given back (the application charges the
+    /// connection from here on).
     pub(crate) fn proven(&mut self) {
         if !self.proven {
             self.proven = true;
-            if let Some(permit) = self.slots.lock().unprove(self.id) {
-                self.permit = Some(permit);
+            let unproven = self.slots.lock().unprove(self.id);
+            if let Some(u) = unproven {
+                self.permit = u.permit;
+                // `u.charge` is dropped here, outside the lock.
+            }
+        }
+    }
+
+    /// Holds `charge` (from [`Slots::charge_pending`]) while this
+    /// connection is unproven; it is given back when the connection proves
+    /// itself, ends, or is evicted.
+    pub(crate) fn hold(&self, charge: PendingCharge) {
+        let mut t = self.slots.lock();
+        match t.unproven.get_mut(&self.id) {
+            Some(u) if u.evicted_with.is_none() => u.charge = Some(charge),
+            // Proven or evicted already: nothing pending to charge.
+            _ => {
+                drop(t);
+                drop(charge);
             }
         }
     }
@@ -422,14 +542,20 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut t = self.slots.lock();
         t.live.remove(&self.id);
-        // An unproven connection's permit goes back here, under the lock.
-        drop(t.unprove(self.id));
+        // An unproven connection's permit goes back here, under the lock;
+        // its charge once the lock is released.
+        let charge = t.unprove(self.id).and_then(|u| {
+            drop(u.permit);
+            u.charge
+        });
         if let Some(n) = t.per_ip.get_mut(&self.ip) {
             n.held -= 1;
             if n.held == 0 {
                 t.per_ip.remove(&self.ip);
             }
         }
+        drop(t);
+        drop(charge);
         // The permit (a field) is released after this, once the table no
         // longer counts the connection.
     }
@@ -458,6 +584,7 @@ mod tests {
 
     use super::*;
     use crate::{
+        admission::tests::Account,
         out_queue::OutQueue,
         shared::{PeerInfo, PeerVerified},
     };
@@ -548,6 +675,109 @@ mod tests {
     }
 
     const C: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3));
+
+    /// A pending handshake's slot from `ip` at `at`, charged `bytes`.
+    fn charged(
+        slots: &Arc<Slots>,
+        account: &Account,
+        ip: IpAddr,
+        at: Instant,
+        bytes: usize,
+    ) -> Slot {
+        let (charge, evicted) = slots.charge_pending(ip, account, bytes).unwrap();
+        assert!(evicted.is_none(), "room without evicting");
+        let slot = now_slot(slots.admit(ip, at).unwrap());
+        slot.hold(charge);
+        slot
+    }
+
+    fn held(account: &Account) -> usize {
+        account.held.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    #[test]
+    fn a_pending_handshake_holds_its_charge_until_it_proves_or_ends() {
+        let slots = Arc::new(Slots::new(10, 10, 10, None));
+        let account = Account {
+            limit: 100,
+            ..Account::default()
+        };
+        let t0 = Instant::now();
+        let mut a = charged(&slots, &account, A, t0, 30);
+        let b = charged(&slots, &account, B, t0, 30);
+        assert_eq!(held(&account), 60);
+        // Proven: the application charges it from here on.
+        a.proven();
+        assert_eq!(held(&account), 30);
+        drop(a);
+        assert_eq!(held(&account), 30);
+        // Ended in its handshake (failed, timed out).
+        drop(b);
+        assert_eq!(held(&account), 0);
+    }
+
+    #[test]
+    fn a_refused_charge_evicts_the_oldest_pending_handshake_of_the_busiest_address() {
+        let slots = Arc::new(Slots::new(10, 10, 10, None));
+        let account = Account {
+            limit: 90,
+            ..Account::default()
+        };
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let b1 = charged(&slots, &account, B, at(0), 30);
+        let a1 = charged(&slots, &account, A, at(1), 30);
+        let a2 = charged(&slots, &account, A, at(2), 30);
+        // Full. A has the most pending: its oldest gives its charge back
+        // at once, though B's is older.
+        let (charge, evicted) = slots.charge_pending(C, &account, 30).unwrap();
+        assert_eq!(evicted, Some((A, 2)));
+        assert!(a1.evict.is_cancelled() && !b1.evict.is_cancelled());
+        assert_eq!(held(&account), 90, "the newcomer holds what a1 gave back");
+        let c1 = now_slot(slots.admit(C, at(3)).unwrap());
+        c1.hold(charge);
+        drop(a1);
+        assert_eq!(held(&account), 90, "a1's charge went back once only");
+        assert_eq!(
+            account.refused.load(std::sync::atomic::Ordering::Acquire),
+            1
+        );
+        // One pending each now: the oldest goes, b1.
+        let (again, evicted) = slots.charge_pending(B, &account, 30).unwrap();
+        assert_eq!(evicted, Some((B, 1)));
+        assert!(b1.evict.is_cancelled() && !a2.evict.is_cancelled());
+        // An evicted connection is never charged again: what it is handed
+        // goes back at once.
+        b1.hold(again);
+        assert_eq!(held(&account), 60);
+    }
+
+    #[test]
+    fn a_charge_is_refused_when_no_pending_handshake_can_give_enough_back() {
+        let slots = Arc::new(Slots::new(10, 10, 10, None));
+        let account = Account {
+            limit: 100,
+            ..Account::default()
+        };
+        // What established connections hold: not pending handshakes.
+        let rest = account.charge_pending(B, 90).unwrap();
+        let t0 = Instant::now();
+        let a = charged(&slots, &account, A, t0, 10);
+        let err = slots.charge_pending(C, &account, 20).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no room in the memory budget for a handshake from 10.0.0.3 (20 bytes refused); connection closed"
+        );
+        assert!(a.evict.is_cancelled(), "the oldest was asked to give way");
+        // A proven connection holds no pending charge to give up: refused
+        // without an eviction.
+        let mut proven = charged(&slots, &account, A, t0, 10);
+        proven.proven();
+        assert!(slots.charge_pending(C, &account, 20).is_err());
+        assert!(!proven.evict.is_cancelled());
+        drop((rest, a));
+        assert_eq!(held(&account), 0);
+    }
 
     fn evicted_unproven(a: Admitted) -> (Slot, IpAddr, usize) {
         match a {

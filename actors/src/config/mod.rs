@@ -469,8 +469,13 @@ impl SystemConfig {
     /// bytes: their recipient-id tables (about 1,000 bytes plus the path
     /// per id), their messages waiting in actors' mailboxes until handled
     /// (each batch the buffer it keeps alive plus 256 bytes), batches
-    /// parked for full mailboxes and large messages held for them, and
-    /// large messages being reassembled. Default 256 MiB
+    /// parked for full mailboxes and large messages held for them, large
+    /// messages being reassembled, and inbound connections whose handshake
+    /// is pending ([`transport::PENDING_HANDSHAKE_COST`] each, until the
+    /// peer has proved itself, in a room of their own of 1/16 of the
+    /// budget that connections never use; past it the oldest gives way to
+    /// a newcomer). Connections hold at most the other 15/16 together.
+    /// Default 256 MiB
     /// ([`DEFAULT_PEER_MEMORY_BUDGET`]): the default per-connection bounds
     /// of four busy peers (64 MiB parked each), while a thousand
     /// connections can never take a machine's memory.

@@ -121,8 +121,10 @@ fn advertised_host_port(addr: &str, port: u16) -> Option<String> {
     (valid && ActorPath::parse(&format!("tcp://n@{hostport}/user/x")).is_ok()).then_some(hostport)
 }
 
-/// A bound endpoint, before the node it serves exists.
-pub(crate) struct Bound(Box<dyn Net>);
+/// A bound endpoint, before the node it serves exists, and the node's
+/// budget for what peers make it hold (which its pending handshakes are
+/// charged to from the first accepted connection).
+pub(crate) struct Bound(Box<dyn Net>, Arc<budget::NodeBudget>);
 
 impl Bound {
     /// The node's address as peers see it (`name@host:port`).
@@ -160,15 +162,17 @@ impl Remoting {
             transport.set_app_flags(envelope::APP_RUNS);
         }
         transport.set_message_count(envelope::messages_in);
+        let budget = budget::NodeBudget::for_peers(config.peer_memory_budget);
+        transport.set_admission(Some(Arc::new(budget::Handshakes(budget.clone()))));
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {
             let tls = transport::Tls::new(tls).map_err(transport::TransportError::from)?;
             let endpoint = Endpoint::bind_secure(bind, transport, tls, advertise).await?;
-            return Ok(Bound(Box::new(endpoint)));
+            return Ok(Bound(Box::new(endpoint), budget));
         }
         let endpoint: Box<dyn Net> =
             Box::new(Endpoint::bind_with(bind, transport, advertise).await?);
-        Ok(Bound(endpoint))
+        Ok(Bound(endpoint, budget))
     }
 
     /// Remoting over `bound`, delivering into `registry`; starts accepting.
@@ -178,8 +182,8 @@ impl Remoting {
         config: SystemConfig,
         events: broadcast::Sender<RemoteEvent>,
     ) -> Arc<Self> {
-        let budget = budget::NodeBudget::metered(
-            config.peer_memory_budget,
+        let budget = bound.1;
+        budget.meter(
             registry
                 .meters()
                 .budget_counters(&budget::Held::ALL.map(budget::Held::label)),

@@ -2,7 +2,9 @@
 //! (`SystemConfig::set_peer_memory_budget`), attacked from raw sockets
 //! that hold the secret: a recipient-table bomb, unfinished large
 //! messages and ignored credit, each over many connections from several
-//! source addresses. The node's accounted bytes never pass the budget, the
+//! source addresses; and from raw sockets that never prove the secret,
+//! whose pending handshakes are charged too. The node's accounted bytes
+//! never pass the budget, the
 //! counters name what was refused, the accounting returns to zero once
 //! the connections are gone, and a good sender that connects afterwards
 //! is served.
@@ -32,9 +34,12 @@ use tokio::{
     sync::watch,
     task::JoinSet,
 };
-use transport::{FrameKind, handshake::Hello};
+use transport::{FrameKind, PENDING_HANDSHAKE_COST, handshake::Hello};
 
-use super::actors_common::{Count, Counter, total};
+use super::{
+    actors_common::{Count, Counter, total},
+    hostile_transport::{never_proving, still_open},
+};
 
 /// The budget these tests give the node: 16 MiB.
 const BUDGET: usize = 16 << 20;
@@ -730,4 +735,71 @@ async fn a_paused_connection_is_not_judged_unreachable_for_its_silence() {
             "judged unreachable while its reads were paused: {e:?}"
         );
     }
+}
+
+/// A node with a `budget` and a counter, whose handshakes may wait 60 s
+/// (longer than these tests: every pending handshake that ends, ends for
+/// what the test does).
+async fn patient_node(budget: usize) -> ActorSystem {
+    let mut config = SystemConfig::default();
+    config.set_peer_memory_budget(budget).unwrap();
+    config
+        .transport_mut()
+        .set_handshake_timeout(Duration::from_secs(60));
+    let b = actor_system_with("b", config).await;
+    b.spawn_named("counter", Counter::default()).expect("free");
+    b
+}
+
+/// 100 connections from five addresses that send the first flight of a
+/// handshake and never prove the secret: each is charged what a pending
+/// handshake holds while it waits, and given back when it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_handshakes_are_charged_while_they_wait() {
+    const N: usize = 100;
+    let b = patient_node(BUDGET).await;
+    let flood = never_proving(b.local_addr().expect("remoting"), N, 5).await;
+    eventually("every pending handshake is charged", || {
+        let m = b.peer_memory();
+        m.handshakes == N && m.held == N * PENDING_HANDSHAKE_COST
+    })
+    .await;
+    let m = b.peer_memory();
+    assert_eq!((m.connections, m.refused_handshakes), (0, 0), "{m:?}");
+    drop(flood);
+    eventually("the charges are given back", || {
+        let m = b.peer_memory();
+        m.held == 0 && m.handshakes == 0
+    })
+    .await;
+    b.shutdown().await;
+}
+
+/// With the smallest budget (1 MiB), pending handshakes may hold 64 KiB:
+/// 20 of them. 60 never-proving connections from three addresses: past 20
+/// the charge is refused, and each newcomer evicts the oldest pending
+/// handshake instead, so the flood holds at most 20 and a good sender
+/// that connects meanwhile is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_budget_refuses_pending_handshakes_and_a_good_peer_still_connects() {
+    const FLOOD: usize = 60;
+    const FIT: usize = (1 << 20) / 16 / PENDING_HANDSHAKE_COST;
+    let b = patient_node(1 << 20).await;
+    let mut flood = never_proving(b.local_addr().expect("remoting"), FLOOD, 3).await;
+    eventually("the flood is cut to what the budget holds", || {
+        let m = b.peer_memory();
+        m.refused_handshakes > 0 && m.handshakes == FIT && still_open(&mut flood) <= FIT
+    })
+    .await;
+    a_good_sender_is_served(&b).await;
+    let m = b.peer_memory();
+    assert!(m.handshakes <= FIT, "{m:?}");
+    assert!(m.peak <= 1 << 20, "{m:?}");
+    assert!(still_open(&mut flood) <= FIT);
+    drop(flood);
+    eventually("the charges are given back", || {
+        b.peer_memory().handshakes == 0
+    })
+    .await;
+    b.shutdown().await;
 }

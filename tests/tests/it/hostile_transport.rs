@@ -585,7 +585,11 @@ fn flood_source(i: usize, n: usize) -> IpAddr {
 /// Opens `count` connections from `sources` addresses in turn, each
 /// sending the first flight of a handshake (preface, hello, challenge) and
 /// then nothing: it never proves the secret.
-async fn never_proving(addr: SocketAddr, count: usize, sources: usize) -> Vec<TcpStream> {
+pub(super) async fn never_proving(
+    addr: SocketAddr,
+    count: usize,
+    sources: usize,
+) -> Vec<TcpStream> {
     let first_flight = client_preface(0x5106, "flood@127.0.1.1:9");
     let mut conns = Vec::with_capacity(count);
     for i in 0..count {
@@ -599,7 +603,7 @@ async fn never_proving(addr: SocketAddr, count: usize, sources: usize) -> Vec<Tc
 
 /// How many of `conns` the node has not closed: each is read without
 /// waiting until it would block (open) or ends (closed by the node).
-fn still_open(conns: &mut [TcpStream]) -> usize {
+pub(super) fn still_open(conns: &mut [TcpStream]) -> usize {
     let mut buf = [0u8; 4096];
     conns
         .iter_mut()

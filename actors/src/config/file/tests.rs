@@ -134,6 +134,9 @@ fn every_field_has_a_key() {
         // .message_runs is the setting.
         "app_flags",
         "message_count",
+        // The node's own peer memory budget, which the actors hand the
+        // transport; remote.peer_memory_budget is the setting.
+        "admission",
     ];
     #[allow(unused_mut, reason = "mutated only with the tls feature")]
     let mut config = SystemConfig::default();
