@@ -187,6 +187,25 @@ impl Registry {
         self.targets().remove(elements);
     }
 
+    /// Stops the actor at `elements` and every actor under it, each by a
+    /// stop that jumps its queue (what it has queued is not handled).
+    /// Returns how many were told.
+    pub(crate) fn stop_subtree(&self, elements: &str) -> usize {
+        let targets: Vec<Arc<dyn Target>> = self
+            .targets()
+            .iter()
+            .filter(|(k, _)| {
+                k.strip_prefix(elements)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+            .map(|(_, t)| t.clone())
+            .collect();
+        for t in &targets {
+            t.stop();
+        }
+        targets.len()
+    }
+
     pub(crate) fn lookup(&self, elements: &str) -> Option<Arc<dyn Target>> {
         self.targets().get(elements).cloned()
     }

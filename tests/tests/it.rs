@@ -20,6 +20,7 @@ mod it {
     mod fail_fast;
     mod faults;
     mod faults_net;
+    mod fence;
     mod flow;
     mod hostile;
     mod hostile_transport;

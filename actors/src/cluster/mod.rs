@@ -568,7 +568,15 @@ struct Shared {
     /// period (gossip rides on probes) plus an announce interval (the
     /// seeds' answers), at most `stable_after`.
     settle: Duration,
+    /// Called, in order, the moment this node downs itself, before anyone
+    /// hears of it (`Cluster::on_self_down`).
+    fences: Mutex<Vec<Fence>>,
 }
+
+/// What must stop the moment this node is down (a sharding region's
+/// entities, a singleton's instance): it runs on the cluster's task, so
+/// it only flags and queues stops, and never waits.
+pub(crate) type Fence = Box<dyn Fn() + Send + Sync>;
 
 /// The member table as subscribers see it, and this node's own state.
 struct View {
@@ -887,6 +895,7 @@ impl Cluster {
             seeds_configured: !seeds.is_empty(),
             stable_after: config.stable_after,
             settle: (config.probe_period + config.announce_interval).min(config.stable_after),
+            fences: Mutex::new(Vec::new()),
         });
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed)
@@ -1080,6 +1089,15 @@ impl Cluster {
     /// [`ClusterConfig::stable_after`] of this node.
     pub(crate) fn stable_after(&self) -> Duration {
         self.shared.stable_after
+    }
+
+    /// Runs `fence` the moment this node downs itself, before the event
+    /// is published and before the system starts to shut down: what runs
+    /// only while this node is a member (sharded entities, a singleton)
+    /// stops there, and does not go on handling what it has queued while
+    /// the other side, after its margin, starts it again.
+    pub(crate) fn on_self_down(&self, fence: impl Fn() + Send + Sync + 'static) {
+        lock(&self.shared.fences).push(Box::new(fence));
     }
 
     /// How long a new member waits before it takes itself for the oldest
@@ -1517,6 +1535,9 @@ impl Task {
     /// The downing strategy put this node on the losing side: it is down,
     /// its membership stops, and (by default) its system shuts down.
     fn down_self(&mut self, strategy: &str, why: &str) {
+        for fence in lock(&self.shared.fences).iter() {
+            fence();
+        }
         let unreachable: Vec<String> = self
             .foca
             .iter_membership_state()
@@ -2118,6 +2139,7 @@ mod tests {
             seeds_configured: false,
             stable_after: Duration::from_secs(10),
             settle: Duration::ZERO,
+            fences: Mutex::new(Vec::new()),
         });
         let admission = Arc::new(wire::Admission::new(16, me.udp));
         Task {

@@ -75,7 +75,7 @@ use std::{
     fmt,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -427,6 +427,7 @@ impl<M: RemoteMessage> Sharding<M> {
         let counters = Arc::new(Counters::default());
         let name = format!("sharding-{type_name}");
         let me = cluster.myself();
+        let fenced = Arc::new(AtomicBool::new(false));
         let region = Region::new(
             type_name,
             region::RegionParts {
@@ -440,6 +441,7 @@ impl<M: RemoteMessage> Sharding<M> {
                 settings,
                 events: events.clone(),
                 counters: counters.clone(),
+                fenced: fenced.clone(),
             },
         );
         let region = system
@@ -454,6 +456,17 @@ impl<M: RemoteMessage> Sharding<M> {
             events,
             counters,
         };
+        // Down: the entities stop where they stand, before anyone hears
+        // of it, and nothing starts here again (docs/SHARDING.md).
+        let registry = Arc::downgrade(system.registry());
+        let under = this.region.path().elements().to_owned();
+        cluster.on_self_down(move || {
+            fenced.store(true, Ordering::Release);
+            if let Some(registry) = registry.upgrade() {
+                let n = registry.stop_subtree(&under);
+                tracing::debug!(region = %under, stopped = n, "sharding: this node is down, its entities stop");
+            }
+        });
         // A graceful shutdown hands the shards off before the cluster
         // leave (registered before it, so it runs first).
         let leaver = this.clone();

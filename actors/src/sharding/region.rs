@@ -5,7 +5,10 @@
 
 use std::{
     collections::{BTreeSet, HashMap, VecDeque},
-    sync::{Arc, atomic::Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Instant,
 };
 
@@ -85,6 +88,9 @@ pub(crate) struct RegionParts<E> {
     pub(crate) margin: std::time::Duration,
     pub(crate) events: broadcast::Sender<ShardEvent>,
     pub(crate) counters: Arc<Counters>,
+    /// Set the moment this node downs itself (`Cluster::on_self_down`):
+    /// no entity starts or gets a message here any more.
+    pub(crate) fenced: Arc<AtomicBool>,
 }
 
 struct Entity<M> {
@@ -154,6 +160,7 @@ pub(crate) struct Region<E: Actor> {
     /// Set when the region starts: where dead letters are counted.
     system: Option<ActorSystem>,
     meters: Option<ShardingMeters>,
+    fenced: Arc<AtomicBool>,
 }
 
 impl<E: Actor> Region<E>
@@ -190,6 +197,7 @@ where
             scratch: BytesMut::new(),
             system: None,
             meters: None,
+            fenced: p.fenced,
         }
     }
 
@@ -437,6 +445,12 @@ where
     }
 
     fn deliver(&mut self, ctx: &mut Ctx<Self>, shard: u32, env: Envelope<E::Msg>) {
+        if self.fenced.load(Ordering::Acquire) {
+            // This node is down: its entities were stopped where they
+            // stood, and another node runs this shard after its margin.
+            self.drop_msg(&env.entity, &DeadLetterReason::ActorStopped);
+            return;
+        }
         let now = Instant::now();
         if let Some(e) = self.entities.get_mut(&env.entity) {
             if let Some(buf) = &mut e.stopping {
@@ -466,6 +480,9 @@ where
 
     /// Starts entity `id` of `shard` here; false if it could not start.
     fn spawn_entity(&mut self, ctx: &mut Ctx<Self>, shard: u32, id: &EntityId) -> bool {
+        if self.fenced.load(Ordering::Acquire) {
+            return false;
+        }
         let name = child_name(id, self.spawned);
         self.spawned += 1;
         let factory = self.factory.clone();

@@ -71,7 +71,10 @@ use std::{
     fmt,
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError, Weak},
+    sync::{
+        Arc, Mutex, PoisonError, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -301,7 +304,19 @@ impl Singleton {
             settle: cluster.settle(),
         };
         let owner = format!("{}#{}", me.node, me.uid);
+        let fenced = Arc::new(AtomicBool::new(false));
+        // Down: the instance stops where it stands, before anyone hears
+        // of it, while the others wait out their margin.
+        let registry = Arc::downgrade(system.registry());
+        let (flag, path) = (fenced.clone(), format!("/user/{name}"));
+        cluster.on_self_down(move || {
+            flag.store(true, Ordering::Release);
+            if let Some(registry) = registry.upgrade() {
+                registry.stop_subtree(&path);
+            }
+        });
         let manager = Manager {
+            fenced,
             lease: settings.lease.clone(),
             owner,
             retry,
@@ -454,6 +469,9 @@ struct Manager<A: Actor, F> {
     retry: Duration,
     /// Whether this node acquired the lease and has not released it.
     lease_held: bool,
+    /// Set the moment this node downs itself: no instance starts here
+    /// again (the one running was stopped where it stood).
+    fenced: Arc<AtomicBool>,
 }
 
 /// An acquisition of the lease in flight.
@@ -626,6 +644,9 @@ where
     }
 
     fn start_instance(&mut self, watch: &mut Option<Watch>) {
+        if self.fenced.load(Ordering::Acquire) {
+            return;
+        }
         match self.system.spawn_named(&self.name, (self.factory)()) {
             Ok(instance) => {
                 tracing::info!(singleton = %self.name, node = %self.me.node, "cluster singleton started on this node");

@@ -1,0 +1,201 @@
+//! A node that downs itself stops its sharded entities and its singleton
+//! where they stand, before anyone hears that it is down: what they have
+//! queued is not handled, and nothing starts there again, so that nothing
+//! runs on the losing side while the winning side, after its margin,
+//! starts it anew.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use actors::{
+    Actor, ActorResult, ActorSystem, Ctx, RemoteMessage, StopReason,
+    cluster::{Cluster, ClusterConfig, MemberState},
+    sharding::{EntityId, Sharding, ShardingSettings},
+    singleton::{Singleton, SingletonSettings},
+};
+use integration_tests::{actor_system, eventually, within};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Work(u64);
+
+impl RemoteMessage for Work {
+    const MANIFEST: &'static str = "it.fence.Work";
+}
+
+/// Counts what it handles, and takes a permit of `gate` for each message,
+/// so a test holds it in the middle of its queue.
+#[derive(Default)]
+struct Counts {
+    started: AtomicU64,
+    handled: AtomicU64,
+    stopped: AtomicU64,
+}
+
+struct Gated {
+    counts: Arc<Counts>,
+    gate: Arc<Semaphore>,
+}
+
+impl Actor for Gated {
+    type Msg = Work;
+
+    async fn started(&mut self, _: &mut Ctx<Self>) -> ActorResult {
+        self.counts.started.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn handle(&mut self, _: Work, _: &mut Ctx<Self>) -> ActorResult {
+        self.counts.handled.fetch_add(1, Ordering::SeqCst);
+        self.gate.acquire().await.expect("open").forget();
+        Ok(())
+    }
+
+    async fn stopped(&mut self, _: &StopReason) {
+        self.counts.stopped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Two nodes whose higher address loses an equal split, left running
+/// when downed (so only the fence stops what runs there), the loser
+/// first.
+async fn pair() -> ((ActorSystem, Cluster), (ActorSystem, Cluster)) {
+    let config = ClusterConfig::new()
+        .probe_period(Duration::from_millis(200))
+        .probe_rtt(Duration::from_millis(100))
+        .suspect_timeout(Duration::from_millis(300))
+        .stable_after(Duration::from_millis(300))
+        .remove_down_after(Duration::from_secs(30))
+        .announce_interval(Duration::from_millis(50))
+        .shutdown_when_downed(false);
+    let a = actor_system("f0").await;
+    let ca = Cluster::join(&a, config.clone()).await.expect("joins");
+    let seed = ca.myself().udp.to_string();
+    let b = actor_system("f1").await;
+    let cb = Cluster::join(&b, config.seeds([seed]))
+        .await
+        .expect("joins");
+    within("both up", cb.when_members_up(2)).await;
+    within("both up", ca.when_members_up(2)).await;
+    let mut nodes = [(a, ca), (b, cb)];
+    nodes.sort_by_key(|(_, c)| std::cmp::Reverse(c.myself().node));
+    let [loser, winner] = nodes;
+    (loser, winner)
+}
+
+/// Drops the winner's membership (its system stays), so the loser downs
+/// itself; waits for the loser's own `Down`.
+async fn split(loser: &Cluster, winner: Cluster) {
+    let mut own = loser.subscribe();
+    let me = loser.myself().node.clone();
+    drop(winner);
+    within("the loser downs itself", async {
+        loop {
+            if let Ok(e) = own.recv().await
+                && e.member.node == me
+                && e.member.state == MemberState::Down
+            {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downed_node_stops_its_entities_where_they_stand() {
+    let ((system, cluster), (other, winner)) = pair().await;
+    let counts = Arc::new(Counts::default());
+    let gate = Arc::new(Semaphore::new(0));
+    let (c, g) = (counts.clone(), gate.clone());
+    // Only the loser hosts: every entity runs there.
+    let me = cluster.myself().node.clone();
+    let sharding = Sharding::start(
+        &system,
+        &cluster,
+        "Gated",
+        move |_: &EntityId| Gated {
+            counts: c.clone(),
+            gate: g.clone(),
+        },
+        ShardingSettings {
+            tick: Duration::from_millis(50),
+            hosts: Some(Arc::new(move |node: &str| node == me)),
+            ..ShardingSettings::default()
+        },
+    )
+    .await
+    .expect("starts");
+    let entity = sharding.entity_ref("e");
+    for n in 0..10 {
+        entity.tell(Work(n)).expect("the local region takes it");
+    }
+    eventually("the entity holds the first message", || {
+        counts.handled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    split(&cluster, winner).await;
+    // Down, and heard so: the entity may finish the message in hand, and
+    // handles none of the nine behind it.
+    gate.add_permits(100);
+    eventually("the entity stops", || {
+        counts.stopped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(counts.handled.load(Ordering::SeqCst), 1);
+    // Nothing starts here again.
+    let before = system.dead_letters();
+    entity.tell(Work(10)).expect("the local region takes it");
+    eventually("the late message is a dead letter", || {
+        system.dead_letters() > before
+    })
+    .await;
+    assert_eq!(counts.started.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.handled.load(Ordering::SeqCst), 1);
+    other.shutdown().await;
+    system.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downed_node_stops_its_singleton_where_it_stands() {
+    let ((system, cluster), (other, winner)) = pair().await;
+    let counts = Arc::new(Counts::default());
+    let gate = Arc::new(Semaphore::new(0));
+    let (c, g) = (counts.clone(), gate.clone());
+    // Only the loser may host it.
+    let me = cluster.myself().node.clone();
+    let singleton = Singleton::start(
+        &system,
+        &cluster,
+        "gated",
+        move || Gated {
+            counts: c.clone(),
+            gate: g.clone(),
+        },
+        SingletonSettings::default().hosts_named([me]),
+    )
+    .expect("starts");
+    for n in 0..10 {
+        singleton.tell(Work(n)).expect("buffered or sent");
+    }
+    eventually("the singleton holds the first message", || {
+        counts.handled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    split(&cluster, winner).await;
+    gate.add_permits(100);
+    eventually("the singleton stops", || {
+        counts.stopped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(counts.handled.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.started.load(Ordering::SeqCst), 1);
+    other.shutdown().await;
+    system.shutdown().await;
+}
