@@ -152,14 +152,14 @@ pub struct ShardingSettings {
     pub outbox_bytes: usize,
     /// How long a member that went down or left still counts as holding
     /// its shards (Akka's down-removal-margin). Default `None`: the
-    /// cluster's `stable_after` ([`ClusterConfig::stable_after`]), the
+    /// cluster's `stable_after` ([`ClusterConfig::set_stable_after`]), the
     /// time the downing strategy gives the losing side of a partition to
     /// down itself; the singleton uses the same default, so one cluster
     /// setting serves both. Shorter risks two live instances of an entity
     /// when the downed side is slow to stop; longer keeps its shards'
     /// messages buffered longer.
     ///
-    /// [`ClusterConfig::stable_after`]: crate::cluster::ClusterConfig::stable_after
+    /// [`ClusterConfig::set_stable_after`]: crate::cluster::ClusterConfig::set_stable_after
     pub down_removal_margin: Option<Duration>,
     /// Which members host entities (default: every member). Members it
     /// admits must start sharding for the type, hosting or proxy.
