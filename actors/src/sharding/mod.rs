@@ -24,7 +24,9 @@
 //! }
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let system = ActorSystem::remote("shop", "10.0.0.5:2552".parse()?).await?;
-//! let cluster = Cluster::join(&system, ClusterConfig::new().seeds(["10.0.0.1:2552"])).await?;
+//! let mut config = ClusterConfig::new();
+//! config.set_seeds(["10.0.0.1:2552"])?;
+//! let cluster = Cluster::join(&system, config).await?;
 //! let carts = Sharding::start(&system, &cluster, "Cart", |_: &EntityId| Cart { total: 0 },
 //!     ShardingSettings::default()).await?;
 //! let cart = carts.entity_ref("cart-42");
