@@ -492,24 +492,37 @@ impl Settings {
             ..SystemConfig::default()
         };
         let u32_of = |b: ByteSize| u32::try_from(b.0).expect("validated against u32::MAX");
+        // `TransportSection::validate` holds each value to at least the
+        // setter's rule (not zero; a frame size within u32).
+        let valid = "validated by TransportSection::validate";
         let tc = &mut c.transport;
         tc.set_max_frame_size(t.max_frame_size.get())
+            .expect(valid)
             .set_queue_capacity(t.queue_capacity.get())
+            .expect(valid)
             .set_write_buffer_size(t.write_buffer_size.get())
+            .expect(valid)
             .set_read_buffer_size(t.read_buffer_size.get())
+            .expect(valid)
             .set_producer_yield_bytes(t.producer_yield_bytes.map(ByteSize::get))
             .set_send_buffer_size(t.send_buffer_size.map(u32_of))
             .set_recv_buffer_size(t.recv_buffer_size.map(u32_of))
             .set_nodelay(t.nodelay)
             .set_handshake_timeout(t.handshake_timeout)
+            .expect(valid)
             .set_connect_timeout(t.connect_timeout)
+            .expect(valid)
             .set_close_timeout(t.close_timeout)
-            .set_accept_backlog(u32::try_from(t.accept_backlog).expect("validated"))
+            .set_accept_backlog(u32::try_from(t.accept_backlog).expect(valid))
             .set_max_inbound_connections(t.max_inbound_connections)
+            .expect(valid)
             .set_max_inbound_connections_per_ip(t.max_inbound_connections_per_ip)
+            .expect(valid)
             .set_max_unproven_per_ip(t.max_unproven_per_ip)
+            .expect(valid)
             .set_idle_eviction_after(t.idle_eviction_after)
             .set_control_stall_timeout(t.control_stall_timeout)
+            .expect(valid)
             .set_insecure_no_authentication(t.insecure_no_authentication);
         if !t.cookie_file.is_empty() {
             tc.set_cookie_file(t.cookie_file);

@@ -271,11 +271,13 @@ fn a_file_changes_exactly_its_keys() {
     expected
         .transport_mut()
         .set_queue_capacity(8 << 20)
+        .unwrap()
         .set_producer_yield_bytes(None)
         .set_send_buffer_size(Some(256 << 10))
         .set_nodelay(false)
         .set_idle_eviction_after(None)
         .set_control_stall_timeout(Duration::from_secs(90))
+        .unwrap()
         .set_cookie_file("/etc/actors/cookie");
 
     assert_ne!(snapshot(&loaded), snapshot(&SystemConfig::default()));
@@ -369,7 +371,8 @@ fn every_key_reads_from_the_environment() {
         ]))
         .set_route("b@h:1", "10.0.0.5:2552".parse().unwrap())
         .transport_mut()
-        .set_queue_capacity(8 << 20);
+        .set_queue_capacity(8 << 20)
+        .unwrap();
     assert_eq!(snapshot(&config), snapshot(&expected));
 }
 
