@@ -91,12 +91,15 @@ async fn start_node(
         .await
         .map_err(|e| format!("node {name}: {e}"))?;
     // Short periods so the demo is quick; the defaults suit real networks.
-    let mut config = ClusterConfig::new()
-        .probe_period(Duration::from_millis(200))
-        .probe_rtt(Duration::from_millis(100))
-        .stable_after(Duration::from_secs(5));
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
+        .map_err(|e| e.to_string())?
+        .set_stable_after(Duration::from_secs(5));
     if let Some(seed) = seed {
-        config = config.seeds([seed.to_string()]);
+        config
+            .set_seeds([seed.to_string()])
+            .map_err(|e| e.to_string())?;
     }
     let cluster = Cluster::join(&system, config)
         .await

@@ -78,12 +78,12 @@ async fn node(
         ActorSystem::with_config(name, Some("127.0.0.1:0".parse()?), SystemConfig::default())
             .await?;
     // Short periods, so that the crash is noticed in a few seconds.
-    let mut config = ClusterConfig::new()
-        .probe_period(Duration::from_millis(200))
-        .probe_rtt(Duration::from_millis(100))
-        .stable_after(Duration::from_secs(2));
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))?
+        .set_stable_after(Duration::from_secs(2));
     if let Some(seed) = seed {
-        config = config.seeds([seed.to_string()]);
+        config.set_seeds([seed.to_string()])?;
     }
     let cluster = Cluster::join(&system, config).await?;
     let me = system.node().to_owned();

@@ -142,7 +142,9 @@
 //! - `named`: [`NamedRef`], a ref by name that follows restarts
 //!   ([`ActorSystem::named`]).
 //! - [`cluster`]: [`Cluster`](cluster::Cluster) membership and groups,
-//!   and routers that follow a group.
+//!   and routers that follow a group; `cluster::config`:
+//!   [`ClusterConfig`](cluster::ClusterConfig), whose setters run the
+//!   `[cluster]` rules of [`ClusterSettings`].
 //! - [`sharding`]: cluster sharding ([`Sharding`](sharding::Sharding),
 //!   [`EntityRef`](sharding::EntityRef)); a pure allocation and shard
 //!   state machine (`sharding::shard`), the region actor, entity stores.

@@ -229,7 +229,7 @@ impl RunOpts {
         if let Some(path) = &self.secret_file {
             let secret = transport::load_cookie_file(path)
                 .with_context(|| format!("--secret-file {}", path.display()))?;
-            config.set_shared_secret(Some(secret));
+            config.set_shared_secret(Some(secret))?;
         }
         Ok(config)
     }

@@ -52,7 +52,9 @@ pub fn secured(mut config: TransportConfig) -> TransportConfig {
         && config.cookie_file().is_none()
         && !config.insecure_no_authentication()
     {
-        config.set_shared_secret(Some(test_secret()));
+        config
+            .set_shared_secret(Some(test_secret()))
+            .expect("the test secret is long enough");
     }
     config
 }
@@ -276,6 +278,20 @@ pub async fn raw_handshake_as(stream: &mut TcpStream, expected_uid: u64, role: R
 pub fn secured_system(mut config: actors::SystemConfig) -> actors::SystemConfig {
     let transport = secured(config.transport_mut().clone());
     *config.transport_mut() = transport;
+    config
+}
+
+/// A copy of `config` that joins through `seed` (`host:port`): the
+/// membership settings of every node of a test cluster but its first.
+///
+/// # Panics
+/// If `seed` is not `host:port`.
+pub fn seeded(
+    config: &actors::cluster::ClusterConfig,
+    seed: impl Into<String>,
+) -> actors::cluster::ClusterConfig {
+    let mut config = config.clone();
+    config.set_seeds([seed.into()]).expect("a host:port seed");
     config
 }
 

@@ -123,7 +123,7 @@ fn config() -> SystemConfig {
         // a recipient's window larger than the queue lets them.
         .set_recipient_window(1 << 40)
         .unwrap();
-    c.transport_mut().set_queue_capacity(QUEUE);
+    c.transport_mut().set_queue_capacity(QUEUE).unwrap();
     c
 }
 
@@ -422,7 +422,10 @@ async fn a_flood_of_questions_from_a_peer_that_never_reads_costs_a_bounded_outbo
     const SMALL_QUEUE: usize = 1 << 20;
     let _serial = SERIAL.lock().await;
     let mut small = config();
-    small.transport_mut().set_queue_capacity(SMALL_QUEUE);
+    small
+        .transport_mut()
+        .set_queue_capacity(SMALL_QUEUE)
+        .unwrap();
     let a = actor_system_with("a", small).await;
     a.spawn_named("echo", Echo::default()).expect("free");
     let b = actor_system_with("b", config()).await;

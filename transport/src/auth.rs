@@ -108,8 +108,9 @@ impl fmt::Debug for SharedSecret {
 }
 
 impl SharedSecret {
-    /// The current secret (at least [`MIN_SECRET_LEN`] bytes; checked when
-    /// the endpoint is bound).
+    /// The current secret (at least [`MIN_SECRET_LEN`] bytes; checked by
+    /// [`TransportConfig::set_shared_secret`](crate::TransportConfig::set_shared_secret),
+    /// and at bind for one from the environment or a cookie file).
     pub fn new(current: impl Into<Vec<u8>>) -> Self {
         Self {
             keys: Arc::from(vec![current.into()]),

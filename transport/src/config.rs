@@ -1,5 +1,6 @@
 //! Transport configuration: a plain struct with `Default` and `&mut Self`
-//! setters, validated when an endpoint is bound.
+//! setters; those that can be given a bad value refuse it, so a
+//! `TransportConfig` is always valid and binding has nothing to check.
 
 use std::{
     path::{Path, PathBuf},
@@ -71,13 +72,21 @@ pub const DEFAULT_CONTROL_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings for an [`Endpoint`](crate::Endpoint) and its connections.
 ///
+/// Setters that take any value return `&mut Self`; those with a range
+/// return `Result<&mut Self, ConfigError>` and leave the setting
+/// unchanged on an error (as [`HeartbeatConfig`](crate::HeartbeatConfig)'s):
+///
 /// ```
 /// use std::time::Duration;
 /// let mut config = transport::TransportConfig::default();
 /// config
-///     .set_max_frame_size(1 << 20)
-///     .set_handshake_timeout(Duration::from_secs(2));
+///     .set_max_frame_size(1 << 20)?
+///     .set_handshake_timeout(Duration::from_secs(2))?
+///     .set_nodelay(true);
 /// assert_eq!(config.max_frame_size(), 1 << 20);
+/// let e = config.set_queue_capacity(0).unwrap_err();
+/// assert_eq!(e.to_string(), "queue_capacity must be greater than zero");
+/// # Ok::<(), transport::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct TransportConfig {
@@ -141,14 +150,43 @@ impl Default for TransportConfig {
     }
 }
 
+/// A size or count that must not be zero.
+fn nonzero(name: &'static str, n: usize) -> Result<(), ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::Zero { name });
+    }
+    Ok(())
+}
+
+/// A timeout that must not be zero: a zero one would fail every
+/// handshake, connect or stalled echo at once.
+fn nonzero_duration(name: &'static str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() {
+        return Err(ConfigError::Zero { name });
+    }
+    Ok(())
+}
+
 impl TransportConfig {
     /// Largest frame body accepted or sent, in bytes. Default 8 MiB
     /// ([`DEFAULT_MAX_FRAME_SIZE`]). Checked before anything is allocated;
     /// a larger inbound frame closes the connection, a larger outbound one
     /// is refused to the caller. Both nodes should agree.
-    pub fn set_max_frame_size(&mut self, bytes: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero, [`ConfigError::FrameSizeTooLarge`]
+    /// over `u32::MAX` (the length prefix is 32 bits). The setting is left
+    /// unchanged.
+    pub fn set_max_frame_size(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        nonzero("max_frame_size", bytes)?;
+        if bytes as u64 > u64::from(u32::MAX) {
+            return Err(ConfigError::FrameSizeTooLarge {
+                value: bytes,
+                limit: u64::from(u32::MAX),
+            });
+        }
         self.max_frame_size = bytes;
-        self
+        Ok(self)
     }
 
     /// Bytes of encoded frames a connection queues before `send().await`
@@ -156,25 +194,37 @@ impl TransportConfig {
     /// ([`DEFAULT_QUEUE_CAPACITY`]). Memory per connection is bounded by
     /// about twice this plus one maximum frame (one buffer filling while the
     /// other is written). Larger values let bursts run further ahead.
-    pub fn set_queue_capacity(&mut self, bytes: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_queue_capacity(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        nonzero("queue_capacity", bytes)?;
         self.queue_capacity = bytes;
-        self
+        Ok(self)
     }
 
     /// Initial capacity of each pooled write buffer. Default 64 KiB
     /// ([`DEFAULT_WRITE_BUFFER_SIZE`]). Buffers grow as needed up to the
     /// queue capacity and are reused.
-    pub fn set_write_buffer_size(&mut self, bytes: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_write_buffer_size(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        nonzero("write_buffer_size", bytes)?;
         self.write_buffer_size = bytes;
-        self
+        Ok(self)
     }
 
     /// Bytes requested from the socket per read. Default 64 KiB
     /// ([`DEFAULT_READ_BUFFER_SIZE`]). Larger reads take in more frames per
     /// syscall at the cost of memory per connection.
-    pub fn set_read_buffer_size(&mut self, bytes: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_read_buffer_size(&mut self, bytes: usize) -> Result<&mut Self, ConfigError> {
+        nonzero("read_buffer_size", bytes)?;
         self.read_buffer_size = bytes;
-        self
+        Ok(self)
     }
 
     /// Queued bytes at which a producer is asked to yield its thread to the
@@ -235,17 +285,25 @@ impl TransportConfig {
     /// Time the peer has to complete its handshake. Default 5 s
     /// ([`DEFAULT_HANDSHAKE_TIMEOUT`]). Bounds what a half-open connection
     /// can hold.
-    pub fn set_handshake_timeout(&mut self, timeout: Duration) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_handshake_timeout(&mut self, timeout: Duration) -> Result<&mut Self, ConfigError> {
+        nonzero_duration("handshake_timeout", timeout)?;
         self.handshake_timeout = timeout;
-        self
+        Ok(self)
     }
 
     /// Time a TCP connect may take. Default 5 s. When a name resolves to
     /// several addresses ([`Endpoint::connect_any`](crate::Endpoint::connect_any)),
     /// this bounds trying all of them.
-    pub fn set_connect_timeout(&mut self, timeout: Duration) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_connect_timeout(&mut self, timeout: Duration) -> Result<&mut Self, ConfigError> {
+        nonzero_duration("connect_timeout", timeout)?;
         self.connect_timeout = timeout;
-        self
+        Ok(self)
     }
 
     /// Time a graceful close waits for queued frames to be written. Default
@@ -284,9 +342,13 @@ impl TransportConfig {
     /// about 200 MiB. When every slot is taken, an idle connection may be
     /// evicted for a new one (see
     /// [`set_idle_eviction_after`](Self::set_idle_eviction_after)).
-    pub fn set_max_inbound_connections(&mut self, n: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_max_inbound_connections(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        nonzero("max_inbound_connections", n)?;
         self.max_inbound_connections = n;
-        self
+        Ok(self)
     }
 
     /// Most inbound connections held at once from one IP address, counting
@@ -301,9 +363,16 @@ impl TransportConfig {
     /// connection, at most one per inbound connection; each connection
     /// costs what [`set_max_inbound_connections`](Self::set_max_inbound_connections)
     /// says. Set it to the global limit to turn it off.
-    pub fn set_max_inbound_connections_per_ip(&mut self, n: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_max_inbound_connections_per_ip(
+        &mut self,
+        n: usize,
+    ) -> Result<&mut Self, ConfigError> {
+        nonzero("max_inbound_connections_per_ip", n)?;
         self.max_inbound_connections_per_ip = n;
-        self
+        Ok(self)
     }
 
     /// Most inbound connections from one IP address that are still in
@@ -331,9 +400,13 @@ impl TransportConfig {
     /// this many times 3 KiB per address. With an
     /// [`set_admission`](Self::set_admission) hook, each is also charged
     /// to it.
-    pub fn set_max_unproven_per_ip(&mut self, n: usize) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_max_unproven_per_ip(&mut self, n: usize) -> Result<&mut Self, ConfigError> {
+        nonzero("max_unproven_per_ip", n)?;
         self.max_unproven_per_ip = n;
-        self
+        Ok(self)
     }
 
     /// The account that inbound connections are charged to while their
@@ -387,9 +460,16 @@ impl TransportConfig {
     /// [`MAX_HEARTBEAT_BODY`](crate::MAX_HEARTBEAT_BODY) bytes,
     /// whatever the peer sends. Cost: one clock read per heartbeat
     /// received.
-    pub fn set_control_stall_timeout(&mut self, timeout: Duration) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_control_stall_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<&mut Self, ConfigError> {
+        nonzero_duration("control_stall_timeout", timeout)?;
         self.control_stall_timeout = timeout;
-        self
+        Ok(self)
     }
 
     /// Requires every peer to prove it knows `secret` during the handshake
@@ -405,9 +485,20 @@ impl TransportConfig {
     /// proof) per handshake, nothing per frame. It keeps out nodes that
     /// lack the secret; without TLS it does not encrypt or protect against
     /// an on-path attacker. See [`SharedSecret`] for rotation.
-    pub fn set_shared_secret(&mut self, secret: Option<SharedSecret>) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::SecretTooShort`] for a secret (current or previous)
+    /// shorter than [`MIN_SECRET_LEN`](crate::MIN_SECRET_LEN). The setting
+    /// is left unchanged.
+    pub fn set_shared_secret(
+        &mut self,
+        secret: Option<SharedSecret>,
+    ) -> Result<&mut Self, ConfigError> {
+        if let Some(secret) = &secret {
+            secret.validate()?;
+        }
         self.shared_secret = secret;
-        self
+        Ok(self)
     }
 
     /// The cookie file the shared secret is read from when none is set
@@ -516,11 +607,10 @@ impl TransportConfig {
         self.control_stall_timeout
     }
 
-    /// Checks every setting.
-    ///
-    /// # Errors
-    /// The first invalid setting found.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every setting against the setters' rules: always `Ok`,
+    /// since the setters refuse what it would. An internal assertion of
+    /// that, at bind.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         for (name, v) in [
             ("max_frame_size", self.max_frame_size),
             ("queue_capacity", self.queue_capacity),
@@ -568,31 +658,87 @@ mod tests {
         TransportConfig::default().validate().unwrap();
     }
 
+    /// Every setter with a range refuses what is out of it, naming the
+    /// setting, and leaves the configuration as it was.
     #[test]
-    fn zero_sizes_are_rejected_by_name() {
+    fn setters_refuse_bad_values_by_name_and_change_nothing() {
         let mut c = TransportConfig::default();
-        c.set_queue_capacity(0);
-        assert_eq!(
-            c.validate().unwrap_err().to_string(),
-            "queue_capacity must be greater than zero"
-        );
-        let mut c = TransportConfig::default();
-        c.set_handshake_timeout(Duration::ZERO);
-        assert_eq!(
-            c.validate().unwrap_err(),
-            ConfigError::Zero {
-                name: "handshake_timeout"
-            }
-        );
+        let before = format!("{c:?}");
+        let too_large = u32::MAX as usize + 1;
+        for (refused, message) in [
+            (
+                c.set_max_frame_size(0).map(drop),
+                "max_frame_size must be greater than zero",
+            ),
+            (
+                c.set_max_frame_size(too_large).map(drop),
+                "max frame size 4294967296 exceeds the protocol limit 4294967295",
+            ),
+            (
+                c.set_queue_capacity(0).map(drop),
+                "queue_capacity must be greater than zero",
+            ),
+            (
+                c.set_write_buffer_size(0).map(drop),
+                "write_buffer_size must be greater than zero",
+            ),
+            (
+                c.set_read_buffer_size(0).map(drop),
+                "read_buffer_size must be greater than zero",
+            ),
+            (
+                c.set_max_inbound_connections(0).map(drop),
+                "max_inbound_connections must be greater than zero",
+            ),
+            (
+                c.set_max_inbound_connections_per_ip(0).map(drop),
+                "max_inbound_connections_per_ip must be greater than zero",
+            ),
+            (
+                c.set_max_unproven_per_ip(0).map(drop),
+                "max_unproven_per_ip must be greater than zero",
+            ),
+            (
+                c.set_handshake_timeout(Duration::ZERO).map(drop),
+                "handshake_timeout must be greater than zero",
+            ),
+            (
+                c.set_connect_timeout(Duration::ZERO).map(drop),
+                "connect_timeout must be greater than zero",
+            ),
+            (
+                c.set_control_stall_timeout(Duration::ZERO).map(drop),
+                "control_stall_timeout must be greater than zero",
+            ),
+            (
+                c.set_shared_secret(Some(SharedSecret::new("short")))
+                    .map(drop),
+                "shared secret is 5 bytes, at least 16 required",
+            ),
+            (
+                c.set_shared_secret(Some(
+                    SharedSecret::new("a secret of enough bytes").with_previous("old"),
+                ))
+                .map(drop),
+                "shared secret is 3 bytes, at least 16 required",
+            ),
+        ] {
+            assert_eq!(refused.unwrap_err().to_string(), message);
+        }
+        assert_eq!(format!("{c:?}"), before, "a refused value changes nothing");
     }
 
+    /// The largest frame the 32-bit prefix can carry is taken.
     #[test]
-    fn frame_size_must_fit_u32() {
+    fn values_at_the_bounds_are_taken() {
         let mut c = TransportConfig::default();
-        c.set_max_frame_size(u32::MAX as usize + 1);
-        assert!(matches!(
-            c.validate(),
-            Err(ConfigError::FrameSizeTooLarge { .. })
-        ));
+        c.set_max_frame_size(u32::MAX as usize)
+            .unwrap()
+            .set_handshake_timeout(Duration::from_nanos(1))
+            .unwrap()
+            .set_shared_secret(Some(SharedSecret::new([7u8; 16])))
+            .unwrap();
+        assert_eq!(c.max_frame_size(), u32::MAX as usize);
+        c.validate().unwrap();
     }
 }

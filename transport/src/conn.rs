@@ -340,7 +340,7 @@ mod tests {
         const FRAME: usize = 1024;
         const FRAMES: usize = 50 * 1024;
         let mut config = TransportConfig::default();
-        config.set_queue_capacity(64 * 1024 * 1024);
+        config.set_queue_capacity(64 * 1024 * 1024).unwrap();
         let config = StdArc::new(config);
         let (a_io, b_io) = tokio::io::duplex(64 * 1024);
         let (ack_tx, mut ack_rx) = mpsc::unbounded_channel();

@@ -212,11 +212,12 @@ pub enum HandshakeError {
     },
 }
 
-/// An invalid setting: of a [`TransportConfig`](crate::TransportConfig),
-/// reported at bind/connect time, or one that a setter of
-/// [`HeartbeatConfig`](crate::HeartbeatConfig) or
-/// [`Backoff::new`](crate::Backoff::new) refused (the value is then not
-/// applied).
+/// An invalid setting, refused by a setter of
+/// [`TransportConfig`](crate::TransportConfig) or
+/// [`HeartbeatConfig`](crate::HeartbeatConfig) or by
+/// [`Backoff::new`](crate::Backoff::new) (the value is then not applied);
+/// or, at bind, a shared secret that cannot be resolved or an advertised
+/// address too long for the handshake.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {

@@ -6,7 +6,9 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use actors::{ActorSystem, cluster::{Cluster, ClusterConfig, MemberState}};
 //! let system = ActorSystem::remote("orders", "10.0.0.5:2552".parse()?).await?;
-//! let cluster = Cluster::join(&system, ClusterConfig::new().seeds(["10.0.0.1:2552"])).await?;
+//! let mut config = ClusterConfig::new();
+//! config.set_seeds(["10.0.0.1:2552"])?;
+//! let cluster = Cluster::join(&system, config).await?;
 //! let mut events = cluster.subscribe();
 //! while let Ok(e) = events.recv().await {
 //!     if e.member.state == MemberState::Down {
@@ -51,14 +53,15 @@
 //!
 //! # Costs and bounds
 //! - One task, one socket and a member table per node; the table holds
-//!   every member and, for [`ClusterConfig::remove_down_after`], the
+//!   every member and, for [`ClusterConfig::set_remove_down_after`], the
 //!   members that went down. Only authenticated packets reach foca, so
 //!   only nodes that know the secret can add members.
 //! - Traffic per node: about one probe and its answer per probe period
 //!   plus gossip, each packet at most
-//!   [`ClusterConfig::max_packet_size`] bytes; independent of cluster
+//!   [`ClusterConfig::set_max_packet_size`] bytes; independent of cluster
 //!   size except for the piggybacked updates.
 
+mod config;
 mod downing;
 mod groups;
 mod suspicion;
@@ -68,7 +71,6 @@ use std::{
     collections::{BTreeMap, BinaryHeap, HashSet},
     fmt,
     net::SocketAddr,
-    num::{NonZeroU32, NonZeroUsize},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
@@ -89,10 +91,6 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     actor_ref::ActorRef,
     bincode_format,
-    config::{
-        ClusterSettings, Downing, MAX_CLUSTER_EVENT_CAPACITY, MAX_CLUSTER_PACKET_SIZE,
-        MIN_CLUSTER_PACKET_SIZE, MIN_CLUSTER_PERIOD, SystemConfig,
-    },
     node::Node,
     path::ActorPath,
     remote::RemoteEvent,
@@ -100,6 +98,7 @@ use crate::{
     serialization::{RemoteMessage, manifest_id},
     system::ActorSystem,
 };
+pub use config::ClusterConfig;
 pub use downing::{DEFAULT_ACQUIRE_DELAY_FOR_MINORITY, DowningStrategy, FileLease, Lease};
 use suspicion::Swim;
 use wire::{Codec, Id, KIND_LEAVE, KIND_SWIM, WireError};
@@ -117,7 +116,7 @@ pub enum MemberState {
     /// Unreachable: it missed probes, or remoting lost its link and its
     /// address refuses connections. It is up again when it refutes the
     /// suspicion; the [`DowningStrategy`] decides, once the view has been
-    /// stable for [`ClusterConfig::stable_after`], whether it is down (or
+    /// stable for [`ClusterConfig::set_stable_after`], whether it is down (or
     /// this node is). Akka calls this unreachable.
     Suspect,
     /// Judged dead: by the downing strategy (for this node itself: its
@@ -129,7 +128,7 @@ pub enum MemberState {
     /// It left gracefully ([`Cluster::leave`]).
     Left,
     /// Forgotten: down or left for longer than
-    /// [`ClusterConfig::remove_down_after`]. The last event about it.
+    /// [`ClusterConfig::set_remove_down_after`]. The last event about it.
     Removed,
 }
 
@@ -202,272 +201,8 @@ pub struct ClusterStats {
     /// or altered).
     pub unauthenticated: u64,
     /// Packets refused because they named a member past
-    /// [`ClusterConfig::max_members`].
+    /// [`ClusterConfig::set_max_members`].
     pub full: u64,
-}
-
-/// How a node joins and runs membership. Defaults suit a LAN; tests and
-/// benchmarks shorten the periods.
-#[derive(Debug, Clone)]
-pub struct ClusterConfig {
-    seeds: Vec<String>,
-    udp_bind: Option<SocketAddr>,
-    udp_advertise: Option<SocketAddr>,
-    probe_period: Duration,
-    probe_rtt: Duration,
-    stable_after: Duration,
-    down_all_when_unstable: Option<Option<Duration>>,
-    downing: DowningStrategy,
-    shutdown_when_downed: bool,
-    remove_down_after: Duration,
-    announce_interval: Duration,
-    max_packet_size: usize,
-    max_members: usize,
-    event_capacity: usize,
-}
-
-impl Default for ClusterConfig {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ClusterConfig {
-    /// No seeds (the first node of a cluster), UDP on the TCP endpoint's
-    /// address, foca's LAN periods: probe every 1.5 s, answer within
-    /// 0.5 s; the keep-majority downing strategy deciding after 10 s of a
-    /// stable view (`stable_after`); down members forgotten 15 s after.
-    /// The same as an empty `[cluster]` section
-    /// ([`ClusterSettings::default`]).
-    pub fn new() -> Self {
-        Self::from(&ClusterSettings::default())
-    }
-
-    /// Seed nodes' membership addresses (`host:port`, UDP; by default a
-    /// node's TCP address): the node announces itself to them until one
-    /// answers. Any member can be a seed; a seed list may name this node.
-    pub fn seeds<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Self {
-        self.seeds = seeds.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Seeds from a comma- or whitespace-separated list (an environment
-    /// variable's value, say); empty entries are skipped.
-    pub fn seeds_from_list(self, list: &str) -> Self {
-        self.seeds(
-            list.split(|c: char| c == ',' || c.is_whitespace())
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
-        )
-    }
-
-    /// The UDP address to bind; default: the TCP endpoint's bound address
-    /// (same IP and port number). A wildcard (`0.0.0.0:2552`) binds every
-    /// interface; peers then need an address to send to
-    /// ([`udp_advertise`](Self::udp_advertise)).
-    pub fn udp_bind(mut self, addr: SocketAddr) -> Self {
-        self.udp_bind = Some(addr);
-        self
-    }
-
-    /// The UDP address other members send membership packets to, when it
-    /// is not the bound one: behind NAT, port mapping or a container's
-    /// bridge (as remoting's advertised address is for TCP). Port 0 takes
-    /// the bound port. Default: the bound address when it is not a
-    /// wildcard, else remoting's advertised host (resolved once, at
-    /// [`Cluster::join`]) with the bound port.
-    pub fn udp_advertise(mut self, addr: SocketAddr) -> Self {
-        self.udp_advertise = Some(addr);
-        self
-    }
-
-    /// How often a member probes another; default 1.5 s.
-    pub fn probe_period(mut self, d: Duration) -> Self {
-        self.probe_period = d.max(MIN_CLUSTER_PERIOD);
-        self
-    }
-
-    /// How long a probe waits for an answer before asking others to probe
-    /// indirectly; default 0.5 s. Kept below the probe period.
-    pub fn probe_rtt(mut self, d: Duration) -> Self {
-        self.probe_rtt = d.max(MIN_CLUSTER_PERIOD);
-        self
-    }
-
-    /// How long the view must stay the same (no member becoming
-    /// unreachable or reachable, joining or going) before the downing
-    /// strategy decides about the unreachable members (Akka's
-    /// `stable-after`); default 10 s. A suspect member that refutes within
-    /// it is never down; a node paused for longer may be downed (or down
-    /// itself). Shorter: quicker failover; longer: fewer downs of slow but
-    /// live nodes.
-    ///
-    /// It is also the down-removal margin by default: how long cluster
-    /// singletons and sharding wait after they see a member down before
-    /// they start what it ran (the time its side takes to down itself).
-    pub fn stable_after(mut self, d: Duration) -> Self {
-        self.stable_after = d;
-        self
-    }
-
-    /// The same setting as [`stable_after`](Self::stable_after): how long
-    /// a suspect member has to refute before the downing strategy decides.
-    pub fn suspect_timeout(self, d: Duration) -> Self {
-        self.stable_after(d)
-    }
-
-    /// Who is down when members are unreachable (the split-brain
-    /// resolver): [`DowningStrategy`]; default keep-majority. Every member
-    /// must use the same strategy.
-    pub fn downing(mut self, strategy: DowningStrategy) -> Self {
-        self.downing = strategy;
-        self
-    }
-
-    /// When reachability keeps changing for `stable_after` plus this long,
-    /// every node downs itself (Akka's `down-all-when-unstable`): a
-    /// cluster that cannot settle is safer stopped than split. `None`
-    /// turns it off. Default: three quarters of `stable_after`, at least
-    /// 4 s.
-    pub fn down_all_when_unstable(mut self, d: Option<Duration>) -> Self {
-        self.down_all_when_unstable = Some(d);
-        self
-    }
-
-    /// Whether a node that the downing strategy puts on the losing side
-    /// shuts its actor system down (`true`, the default: a downed node
-    /// must not go on acting as a member, and its process should be
-    /// restarted); with `false` only membership stops, and the
-    /// application decides, on its own [`ClusterEvent`] (its
-    /// [`Cluster::myself`] is then [`Down`](MemberState::Down)).
-    pub fn shutdown_when_downed(mut self, yes: bool) -> Self {
-        self.shutdown_when_downed = yes;
-        self
-    }
-
-    /// How long a down or left member is remembered before it is
-    /// forgotten ([`MemberState::Removed`]); default 15 s.
-    pub fn remove_down_after(mut self, d: Duration) -> Self {
-        self.remove_down_after = d;
-        self
-    }
-
-    /// How often a node contacts the seeds that are not live members (and,
-    /// while it knows no live member, the members it knew last); default
-    /// 1 s. This is what heals a cluster after its seed restarted (the
-    /// others contact the new incarnation) and what merges two islands
-    /// that share a seed address. Seed names are re-resolved through DNS
-    /// at most once per this interval while a seed is missing.
-    pub fn announce_interval(mut self, d: Duration) -> Self {
-        self.announce_interval = d.max(MIN_CLUSTER_PERIOD);
-        self
-    }
-
-    /// The largest membership packet, payload and header; default 1400
-    /// bytes (under a typical MTU). At least 512, at most 65,507 (the
-    /// largest UDP datagram over IPv4).
-    pub fn max_packet_size(mut self, bytes: usize) -> Self {
-        self.max_packet_size = bytes.clamp(MIN_CLUSTER_PACKET_SIZE, MAX_CLUSTER_PACKET_SIZE);
-        self
-    }
-
-    /// The most other members this node keeps (every state, down ones
-    /// included until forgotten); default [`DEFAULT_MAX_MEMBERS`]. A
-    /// packet that names one more is refused whole and counted
-    /// ([`ClusterStats::full`]). About 200 bytes per member.
-    pub fn max_members(mut self, n: usize) -> Self {
-        self.max_members = n.max(1);
-        self
-    }
-
-    /// How many events a slow subscriber may fall behind before it misses
-    /// some (`RecvError::Lagged`); default 1024. At least 1, at most
-    /// `usize::MAX / 2`.
-    pub fn event_capacity(mut self, n: usize) -> Self {
-        self.event_capacity = n.clamp(1, MAX_CLUSTER_EVENT_CAPACITY);
-        self
-    }
-
-    fn foca(&self) -> foca::Config {
-        let mut c = foca::Config::new_lan(NonZeroU32::new(32).expect("non-zero"));
-        c.probe_period = self.probe_period;
-        c.probe_rtt = self
-            .probe_rtt
-            .min(self.probe_period / 2)
-            .max(Duration::from_millis(1));
-        // The downing strategy decides who is down, not a timer per
-        // suspect: foca's own verdict is put out of reach.
-        c.suspect_to_down_after = SUSPECT_TO_DOWN_NEVER;
-        c.remove_down_after = self.remove_down_after;
-        c.max_packet_size =
-            NonZeroUsize::new(self.max_packet_size - wire::HEADER_LEN).expect("at least 512");
-        c.notify_down_members = true;
-        if let Some(p) = c.periodic_gossip.as_mut() {
-            p.frequency = (self.probe_period / 7).max(Duration::from_millis(1));
-        }
-        if let Some(p) = c.periodic_announce.as_mut() {
-            p.frequency = self.probe_period * 5;
-        }
-        c.periodic_announce_to_down_members = None;
-        c
-    }
-}
-
-/// The settings of a `[cluster]` section (see `actors/reference.toml`).
-/// The loader has checked them, so no builder bound applies.
-impl From<&ClusterSettings> for ClusterConfig {
-    fn from(s: &ClusterSettings) -> Self {
-        let downing = match s.downing {
-            Downing::KeepMajority => DowningStrategy::KeepMajority,
-            Downing::StaticQuorum => DowningStrategy::StaticQuorum {
-                quorum_size: s
-                    .quorum_size
-                    .expect("the loader gives static-quorum its quorum_size"),
-            },
-            Downing::KeepOldest => DowningStrategy::KeepOldest {
-                down_if_alone: s.down_if_alone,
-            },
-            Downing::DownAll => DowningStrategy::DownAll,
-        };
-        Self {
-            seeds: s.seeds.clone(),
-            udp_bind: s.udp_bind,
-            udp_advertise: s.udp_advertise,
-            probe_period: s.probe_period,
-            probe_rtt: s.probe_rtt,
-            stable_after: s.stable_after,
-            down_all_when_unstable: s.down_all_when_unstable,
-            downing,
-            shutdown_when_downed: s.shutdown_when_downed,
-            remove_down_after: s.remove_down_after,
-            announce_interval: s.announce_interval,
-            max_packet_size: s.max_packet_size,
-            max_members: s.max_members,
-            event_capacity: s.event_capacity,
-        }
-    }
-}
-
-/// The cluster settings of a system's configuration
-/// ([`SystemConfig::cluster`]).
-///
-/// ```
-/// use actors::cluster::{ClusterConfig, DowningStrategy};
-/// let config = actors::SystemConfig::from_toml_str(r#"
-///     [cluster]
-///     seeds = ["10.0.0.1:2552", "10.0.0.2:2552"]
-///     downing = "static-quorum"
-///     quorum_size = 2
-/// "#)?;
-/// // Changed in code where needed, then `Cluster::join(&system, cluster)`.
-/// let cluster = ClusterConfig::from(&config).shutdown_when_downed(false);
-/// # let _ = (cluster, DowningStrategy::DownAll);
-/// # Ok::<(), actors::ConfigError>(())
-/// ```
-impl From<&SystemConfig> for ClusterConfig {
-    fn from(config: &SystemConfig) -> Self {
-        Self::from(config.cluster())
-    }
 }
 
 /// Why a node could not join.
@@ -483,11 +218,11 @@ pub enum ClusterError {
     NoSecret,
     /// Membership is bound to a wildcard address and there is no address
     /// to advertise: remoting's advertised host is a wildcard too, or
-    /// does not resolve. Set [`ClusterConfig::udp_advertise`] (or give
+    /// does not resolve. Set [`ClusterConfig::set_udp_advertise`] (or give
     /// remoting an advertised address).
     #[error(
         "membership is bound to the wildcard address {0} and has no address to advertise to peers: \
-         set ClusterConfig::udp_advertise (or an advertised address for remoting)"
+         set ClusterConfig::set_udp_advertise (or an advertised address for remoting)"
     )]
     Wildcard(SocketAddr),
     /// No seed answered within the time [`Cluster::joined`] was given:
@@ -556,12 +291,12 @@ struct Shared {
     view: Mutex<View>,
     events: broadcast::Sender<ClusterEvent>,
     stats: Stats,
-    /// The seed names in force (`ClusterConfig::seeds`, `Cluster::rejoin`).
+    /// The seed names in force (`ClusterConfig::set_seeds`, `Cluster::rejoin`).
     seed_names: Arc<Mutex<Vec<String>>>,
     /// Whether any seed but this node is known: a node without one is the
     /// first of its cluster, joined at once.
     seeds_configured: bool,
-    /// `ClusterConfig::stable_after`, for what waits on the downing
+    /// `ClusterConfig::set_stable_after`, for what waits on the downing
     /// strategy (a singleton's handover margin).
     stable_after: Duration,
     /// How long a new member takes to hear of the members: a probe
@@ -762,10 +497,6 @@ async fn advertise(
         .filter(|a| !a.ip().is_unspecified())
         .ok_or(ClusterError::Wildcard(bound))
 }
-
-/// foca's suspect-to-down timer, which the downing strategy replaces: a
-/// day, far past any `stable_after`.
-const SUSPECT_TO_DOWN_NEVER: Duration = Duration::from_secs(24 * 3600);
 
 /// How many departed members' addresses a node remembers to contact when
 /// it finds itself alone ([`Task::last_known`]): a few dozen packets a
@@ -982,7 +713,7 @@ impl Cluster {
 
     /// [`join`](Self::join) with the cluster settings of the system's own
     /// configuration (the `[cluster]` section of its file and
-    /// `ACTORS_CLUSTER__*` variables, see [`SystemConfig::load`]).
+    /// `ACTORS_CLUSTER__*` variables, see [`SystemConfig::load`](crate::SystemConfig::load)).
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -1001,7 +732,7 @@ impl Cluster {
     }
 
     /// Contacts `seeds` (replacing the configured list) at once and from
-    /// then on, as [`ClusterConfig::seeds`]: for an application that
+    /// then on, as [`ClusterConfig::set_seeds`]: for an application that
     /// discovers its seeds elsewhere (a service registry, say), or that
     /// wants a node that has been alone to find its cluster again. Names
     /// are resolved in the background; names that do not resolve are
@@ -1086,7 +817,7 @@ impl Cluster {
         }
     }
 
-    /// [`ClusterConfig::stable_after`] of this node.
+    /// [`ClusterConfig::set_stable_after`] of this node.
     pub(crate) fn stable_after(&self) -> Duration {
         self.shared.stable_after
     }
@@ -1137,7 +868,7 @@ impl Cluster {
     /// Membership changes from now on, in order: other members', and this
     /// node's own when it leaves ([`Leaving`](MemberState::Leaving), then
     /// [`Left`](MemberState::Left)) or downs itself. A subscriber more than
-    /// [`ClusterConfig::event_capacity`] events behind misses the oldest
+    /// [`ClusterConfig::set_event_capacity`] events behind misses the oldest
     /// (`RecvError::Lagged` says how many); [`members`](Self::members)
     /// is the current view.
     pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
@@ -1163,7 +894,7 @@ impl Cluster {
     /// or with [`leave_group`](Self::leave_group). A member's entries of
     /// one group travel in one membership packet, so a node holds about a
     /// dozen actors per group (more with
-    /// [`ClusterConfig::max_packet_size`]).
+    /// [`ClusterConfig::set_max_packet_size`]).
     ///
     /// # Errors
     /// [`ClusterError::NotLocal`], [`ClusterError::GroupTooLarge`],

@@ -119,7 +119,7 @@ pub(crate) enum WireError {
     #[error("undecodable: {0}")]
     Decode(String),
     /// It names a member this node has no room for
-    /// (`ClusterConfig::max_members`).
+    /// (`ClusterConfig::set_max_members`).
     #[error("member table full ({0} members)")]
     Full(usize),
 }

@@ -89,8 +89,8 @@ impl fmt::Display for ConfigOrigin {
 }
 
 /// Why a configuration could not be read, or a setting was refused. Not
-/// to be confused with [`transport::ConfigError`], which an endpoint
-/// returns at bind for transport settings made in code.
+/// to be confused with [`transport::ConfigError`], which the transport's
+/// own setters return for settings made in code.
 ///
 /// Messages name the key (`mailbox.capacity`), where its value came from
 /// (the file, the environment variable, code) and what is wrong. No key
@@ -346,7 +346,8 @@ impl SystemConfig {
     /// Checks every setting this configuration holds against the rules
     /// the loader applies: the setters that can be given an invalid value
     /// run it, so a `SystemConfig` is always valid. (The transport's
-    /// settings are checked by the endpoint at bind.)
+    /// settings are checked by their own setters, on
+    /// [`transport_mut`](Self::transport_mut).)
     ///
     /// # Errors
     /// The first setting out of range, as [`ConfigError::InvalidValue`].

@@ -611,14 +611,13 @@ impl SpawnOptions {
     }
 }
 
-/// `ClusterConfig::max_members`'s default: members (other than this
+/// `ClusterConfig::set_max_members`'s default: members (other than this
 /// node) one node keeps. About 200 bytes each.
 pub const DEFAULT_MAX_MEMBERS: usize = 4096;
 
 /// The shortest `probe_period`, `probe_rtt` and `announce_interval` of
 /// cluster membership: 1 ms. Timers of zero would spin the membership
-/// task. `ClusterConfig` raises shorter ones to this; a configuration
-/// file with a shorter one is refused.
+/// task. `ClusterConfig`'s setters and the loader refuse shorter ones.
 pub(crate) const MIN_CLUSTER_PERIOD: Duration = Duration::from_millis(1);
 
 /// The smallest membership packet: 512 bytes, room for the header, a
@@ -675,7 +674,10 @@ impl Downing {
 /// [`SystemConfig::cluster`]. The membership itself is configured with
 /// `actors::cluster::ClusterConfig`, which is built from these
 /// (`ClusterConfig::from(&settings)`, or `Cluster::join_configured`) and
-/// has a builder method for each; the same names, defaults and bounds.
+/// has a setter for each (`set_` and the key's name; `set_probe` for
+/// `probe_period` and `probe_rtt` together, `set_downing` for the
+/// strategy and its parameters), with the same defaults and the same
+/// rules (the `check_*` functions of this type).
 ///
 /// The configuration loader is the only way to change them, and it
 /// refuses values out of range, so they

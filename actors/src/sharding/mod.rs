@@ -24,7 +24,9 @@
 //! }
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let system = ActorSystem::remote("shop", "10.0.0.5:2552".parse()?).await?;
-//! let cluster = Cluster::join(&system, ClusterConfig::new().seeds(["10.0.0.1:2552"])).await?;
+//! let mut config = ClusterConfig::new();
+//! config.set_seeds(["10.0.0.1:2552"])?;
+//! let cluster = Cluster::join(&system, config).await?;
 //! let carts = Sharding::start(&system, &cluster, "Cart", |_: &EntityId| Cart { total: 0 },
 //!     ShardingSettings::default()).await?;
 //! let cart = carts.entity_ref("cart-42");
@@ -152,14 +154,14 @@ pub struct ShardingSettings {
     pub outbox_bytes: usize,
     /// How long a member that went down or left still counts as holding
     /// its shards (Akka's down-removal-margin). Default `None`: the
-    /// cluster's `stable_after` ([`ClusterConfig::stable_after`]), the
+    /// cluster's `stable_after` ([`ClusterConfig::set_stable_after`]), the
     /// time the downing strategy gives the losing side of a partition to
     /// down itself; the singleton uses the same default, so one cluster
     /// setting serves both. Shorter risks two live instances of an entity
     /// when the downed side is slow to stop; longer keeps its shards'
     /// messages buffered longer.
     ///
-    /// [`ClusterConfig::stable_after`]: crate::cluster::ClusterConfig::stable_after
+    /// [`ClusterConfig::set_stable_after`]: crate::cluster::ClusterConfig::set_stable_after
     pub down_removal_margin: Option<Duration>,
     /// Which members host entities (default: every member). Members it
     /// admits must start sharding for the type, hosting or proxy.

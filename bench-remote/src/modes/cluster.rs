@@ -123,7 +123,7 @@ async fn start(config: ClusterConfig, bind: SocketAddr) -> Result<Node> {
         .spawn(async move {
             let mut sc = SystemConfig::default();
             sc.transport_mut()
-                .set_shared_secret(Some(SharedSecret::new(SECRET)));
+                .set_shared_secret(Some(SharedSecret::new(SECRET)))?;
             let system = ActorSystem::with_config("node", Some(bind), sc).await?;
             let cluster = Cluster::join(&system, config).await?;
             let pong = system.spawn(Pong(system.node().to_owned()));
@@ -151,11 +151,11 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) -> Result<Duration> {
 }
 
 async fn one(n: usize, probe: Duration, suspect: Duration) -> Result<Row> {
-    let config = ClusterConfig::new()
-        .probe_period(probe)
-        .probe_rtt(probe / 2)
-        .suspect_timeout(suspect)
-        .announce_interval(Duration::from_millis(50));
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(probe, probe / 2)?
+        .set_suspect_timeout(suspect)
+        .set_announce_interval(Duration::from_millis(50))?;
     let t0 = Instant::now();
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let mut nodes = vec![start(config.clone(), any).await.context("seed node")?];
@@ -165,7 +165,9 @@ async fn one(n: usize, probe: Duration, suspect: Duration) -> Result<Row> {
         .map(|c| c.myself().udp.to_string())
         .context("seed")?;
     for _ in 1..n {
-        nodes.push(start(config.clone().seeds([seed.clone()]), any).await?);
+        let mut joining = config.clone();
+        joining.set_seeds([seed.clone()])?;
+        nodes.push(start(joining, any).await?);
     }
     let all_up = |nodes: &[Node], up: usize| {
         nodes
@@ -190,8 +192,12 @@ async fn one(n: usize, probe: Duration, suspect: Duration) -> Result<Row> {
     tokio::time::sleep(STEADY).await;
     let after = sum(&nodes);
     let per = |a: u64, b: u64| (b - a) as f64 / STEADY.as_secs_f64() / n as f64;
-    let (suspect_after_kill, traffic_after_restart) =
-        kill_and_restart(&mut nodes, config.seeds([seed.clone()])).await?;
+    let (suspect_after_kill, traffic_after_restart) = kill_and_restart(&mut nodes, {
+        let mut config = config;
+        config.set_seeds([seed.clone()])?;
+        config
+    })
+    .await?;
     // A node goes silent, as if its process died.
     let dead = nodes.last_mut().context("nodes")?;
     let dead_node = dead.system.node().to_owned();

@@ -211,13 +211,13 @@ async fn start(name: &str, seed: Option<&str>, opts: &Opts, book: &Arc<Book>) ->
         .thread_name(format!("shard-{name}"))
         .enable_all()
         .build()?;
-    let mut config = ClusterConfig::new()
-        .probe_period(PROBE)
-        .probe_rtt(PROBE_RTT)
-        .stable_after(opts.stable)
-        .announce_interval(ANNOUNCE);
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(PROBE, PROBE_RTT)?
+        .set_stable_after(opts.stable)
+        .set_announce_interval(ANNOUNCE)?;
     if let Some(seed) = seed {
-        config = config.seeds([seed.to_owned()]);
+        config.set_seeds([seed.to_owned()])?;
     }
     let settings = ShardingSettings {
         down_removal_margin: Some(opts.stable),
@@ -230,7 +230,7 @@ async fn start(name: &str, seed: Option<&str>, opts: &Opts, book: &Arc<Book>) ->
         .spawn(async move {
             let mut sc = SystemConfig::default();
             sc.transport_mut()
-                .set_shared_secret(Some(SharedSecret::new(SECRET)));
+                .set_shared_secret(Some(SharedSecret::new(SECRET)))?;
             let any: SocketAddr = "127.0.0.1:0".parse()?;
             let system = ActorSystem::with_config(&name, Some(any), sc).await?;
             let cluster = Cluster::join(&system, config).await?;

@@ -148,16 +148,20 @@ async fn main() {
         .await
         .expect("binds");
     let probe = millis(&args, &["--probe-ms"], 200);
-    let mut config = ClusterConfig::new()
-        .probe_period(probe)
-        .probe_rtt(probe / 2)
-        .stable_after(millis(&args, &["--stable-ms", "--suspect-ms"], 30_000))
-        .announce_interval(Duration::from_millis(100));
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(probe, probe / 2)
+        .expect("--probe-ms: at least 2")
+        .set_stable_after(millis(&args, &["--stable-ms", "--suspect-ms"], 30_000))
+        .set_announce_interval(Duration::from_millis(100))
+        .expect("a valid interval");
     if let Some(spec) = arg(&args, "--downing") {
-        config = config.downing(downing(&spec));
+        config
+            .set_downing(downing(&spec))
+            .expect("--downing: a valid strategy");
     }
     if let Some(seed) = arg(&args, "--seed") {
-        config = config.seeds([seed]);
+        config.set_seeds([seed]).expect("--seed: host:port");
     }
     let cluster = Cluster::join(&system, config).await.expect("joins");
     let mut events = cluster.subscribe();

@@ -27,16 +27,24 @@ fn config() -> TransportConfig {
             .unwrap_or_else(|| panic!("{USAGE}"));
         match flag.as_str() {
             "--stall-ms" => {
-                config.set_control_stall_timeout(Duration::from_millis(n));
+                config
+                    .set_control_stall_timeout(Duration::from_millis(n))
+                    .expect("a value the transport takes");
             }
             "--max-inbound" => {
-                config.set_max_inbound_connections(n as usize);
+                config
+                    .set_max_inbound_connections(n as usize)
+                    .expect("a value the transport takes");
             }
             "--per-ip" => {
-                config.set_max_inbound_connections_per_ip(n as usize);
+                config
+                    .set_max_inbound_connections_per_ip(n as usize)
+                    .expect("a value the transport takes");
             }
             "--unproven-per-ip" => {
-                config.set_max_unproven_per_ip(n as usize);
+                config
+                    .set_max_unproven_per_ip(n as usize)
+                    .expect("a value the transport takes");
             }
             "--sndbuf" => {
                 config.set_send_buffer_size(Some(n as u32));

@@ -333,14 +333,19 @@ async fn node(args: &[String]) {
     let probe = Duration::from_millis(number(args, "--probe-ms", 200));
     let stable = Duration::from_millis(number(args, "--stable-ms", 3000));
     let margin = Duration::from_millis(number(args, "--margin-ms", 3000));
-    let mut config = ClusterConfig::new()
-        .probe_period(probe)
-        .probe_rtt(probe / 2)
-        .stable_after(stable)
-        .announce_interval(Duration::from_millis(100))
-        .downing(DowningStrategy::KeepMajority);
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(probe, probe / 2)
+        .expect("--probe-ms: at least 2")
+        .set_stable_after(stable)
+        .set_announce_interval(Duration::from_millis(100))
+        .expect("a valid interval")
+        .set_downing(DowningStrategy::KeepMajority)
+        .expect("a valid strategy");
     if let Some(seeds) = arg(args, "--seeds") {
-        config = config.seeds(seeds.split(','));
+        config
+            .set_seeds(seeds.split(','))
+            .expect("--seeds: host:port,...");
     }
     let cluster = Cluster::join(&system, config).await.expect("joins");
     let mut events = cluster.subscribe();

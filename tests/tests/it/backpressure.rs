@@ -23,6 +23,7 @@ async fn stalled_peer_fills_the_queue_then_send_blocks() {
     let mut config = TransportConfig::default();
     config
         .set_queue_capacity(CAPACITY)
+        .unwrap()
         .set_send_buffer_size(Some(16 * 1024));
     let node = endpoint(config).await;
     // The peer: a raw socket that completes the handshake and never reads.
@@ -105,7 +106,7 @@ async fn stalled_peer_fills_the_queue_then_send_blocks() {
 async fn oversized_send_is_refused_and_connection_survives() {
     const MAX: usize = 1024;
     let mut config = TransportConfig::default();
-    config.set_max_frame_size(MAX);
+    config.set_max_frame_size(MAX).unwrap();
     let a = endpoint(config.clone()).await;
     let b = endpoint(config).await;
     let (c, _c_in, _s, mut s_in) = connect(&a, &b).await;

@@ -20,7 +20,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(200);
 
 async fn nodes() -> (Endpoint, Endpoint) {
     let mut config = TransportConfig::default();
-    config.set_handshake_timeout(HANDSHAKE_TIMEOUT);
+    config.set_handshake_timeout(HANDSHAKE_TIMEOUT).unwrap();
     (endpoint(config.clone()).await, endpoint(config).await)
 }
 

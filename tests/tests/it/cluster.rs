@@ -9,19 +9,22 @@ use actors::{
     ActorSystem, RemoteEvent, SystemConfig,
     cluster::{Cluster, ClusterConfig, ClusterEvent, MemberState},
 };
-use integration_tests::{actor_system, actor_system_with, eventually, within};
+use integration_tests::{actor_system, actor_system_with, eventually, seeded, within};
 use tokio::net::UdpSocket;
 use transport::SharedSecret;
 
 /// Short periods, so that tests finish quickly; the suspect timeout is a
 /// parameter because some tests must tell a detector verdict from a leave.
 fn fast(suspect: Duration) -> ClusterConfig {
-    ClusterConfig::new()
-        .probe_period(Duration::from_millis(200))
-        .probe_rtt(Duration::from_millis(100))
-        .suspect_timeout(suspect)
-        .remove_down_after(Duration::from_secs(30))
-        .announce_interval(Duration::from_millis(50))
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
+        .expect("valid probe periods")
+        .set_suspect_timeout(suspect)
+        .set_remove_down_after(Duration::from_secs(30))
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
+    config
 }
 
 /// `n` nodes, the first one the seed of the others.
@@ -33,7 +36,7 @@ async fn cluster_of(n: usize, config: &ClusterConfig) -> Vec<(ActorSystem, Clust
     nodes.push((first, seed_cluster));
     for i in 1..n {
         let s = actor_system(&format!("n{i}")).await;
-        let c = Cluster::join(&s, config.clone().seeds([seed.clone()]))
+        let c = Cluster::join(&s, seeded(config, seed.clone()))
             .await
             .expect("joins");
         nodes.push((s, c));
@@ -131,7 +134,10 @@ async fn twenty_nodes_converge() {
     // view never settled, and once it had been unstable for 17.5 s
     // nodes downed themselves. The defaults are what a real cluster
     // runs, so this is the convergence users get.
-    let config = ClusterConfig::new().announce_interval(Duration::from_millis(50));
+    let mut config = ClusterConfig::new();
+    config
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
     let nodes = cluster_of(20, &config).await;
     converged(&nodes, 19).await;
 }
@@ -248,7 +254,7 @@ async fn a_restarted_node_rejoins_as_a_new_incarnation() {
     let system = restarted.expect("the port is free again");
     let again = within("join", async {
         loop {
-            if let Ok(c) = Cluster::join(&system, config.clone().seeds([seed.clone()])).await {
+            if let Ok(c) = Cluster::join(&system, seeded(&config, seed.clone())).await {
                 return c;
             }
             tokio::task::yield_now().await;
@@ -303,10 +309,11 @@ async fn a_node_without_the_secret_cannot_join() {
         .transport_mut()
         .set_shared_secret(Some(SharedSecret::new(
             "another-secret-another-secret-0123",
-        )));
+        )))
+        .unwrap();
     let intruder = actor_system_with("intruder", config).await;
     let seed = nodes[0].1.myself().udp.to_string();
-    let c = Cluster::join(&intruder, fast(Duration::from_secs(5)).seeds([seed]))
+    let c = Cluster::join(&intruder, seeded(&fast(Duration::from_secs(5)), seed))
         .await
         .expect("starts");
     eventually("the seed refuses its announces", || {
@@ -342,8 +349,9 @@ async fn a_local_system_or_a_wildcard_address_cannot_join() {
     let err = Cluster::join(
         &s,
         ClusterConfig::new()
-            .udp_bind("0.0.0.0:0".parse().unwrap())
-            .udp_advertise("0.0.0.0:0".parse().unwrap()),
+            .set_udp_bind("0.0.0.0:0".parse().unwrap())
+            .set_udp_advertise("0.0.0.0:0".parse().unwrap())
+            .clone(),
     )
     .await
     .expect_err("a wildcard cannot be a member's address");
@@ -359,7 +367,9 @@ async fn a_wildcard_bind_advertises_the_remoting_host_or_the_configured_address(
     let s = actor_system("w").await;
     let c = Cluster::join(
         &s,
-        ClusterConfig::new().udp_bind("0.0.0.0:0".parse().unwrap()),
+        ClusterConfig::new()
+            .set_udp_bind("0.0.0.0:0".parse().unwrap())
+            .clone(),
     )
     .await
     .expect("joins");
@@ -371,8 +381,9 @@ async fn a_wildcard_bind_advertises_the_remoting_host_or_the_configured_address(
     let c2 = Cluster::join(
         &s2,
         ClusterConfig::new()
-            .udp_bind("127.0.0.1:0".parse().unwrap())
-            .udp_advertise(mapped),
+            .set_udp_bind("127.0.0.1:0".parse().unwrap())
+            .set_udp_advertise(mapped)
+            .clone(),
     )
     .await
     .expect("joins");
@@ -456,7 +467,7 @@ async fn groups_list_typed_refs_cluster_wide_and_drop_members_that_go() {
     // A late joiner learns the groups.
     let late = actor_system("late").await;
     let seed = nodes[0].1.myself().udp.to_string();
-    let late_c = Cluster::join(&late, fast(Duration::from_millis(300)).seeds([seed]))
+    let late_c = Cluster::join(&late, seeded(&fast(Duration::from_millis(300)), seed))
         .await
         .expect("joins");
     eventually("the late joiner sees three workers", || {
@@ -559,14 +570,14 @@ async fn leave_and_drain_handles_queued_work_and_others_see_the_node_left() {
 #[tokio::test]
 async fn a_node_keeps_at_most_max_members_and_counts_the_rest() {
     let first = actor_system("n0").await;
-    let bounded = Cluster::join(&first, fast(Duration::from_secs(10)).max_members(2))
-        .await
-        .expect("joins");
+    let mut config = fast(Duration::from_secs(10));
+    config.set_max_members(2).expect("at least 1");
+    let bounded = Cluster::join(&first, config).await.expect("joins");
     let seed = bounded.myself().udp.to_string();
     let mut others = Vec::new();
     for i in 1..=5 {
         let s = actor_system(&format!("n{i}")).await;
-        let c = Cluster::join(&s, fast(Duration::from_secs(10)).seeds([seed.clone()]))
+        let c = Cluster::join(&s, seeded(&fast(Duration::from_secs(10)), seed.clone()))
             .await
             .expect("joins");
         others.push((s, c));
@@ -691,12 +702,9 @@ async fn a_system_that_left_joins_again_as_a_new_membership() {
     })
     .await;
     // Its socket is closed when `leave` returns: the port is free.
-    let again = within(
-        "join",
-        Cluster::join(&nodes[2].0, config.clone().seeds([seed])),
-    )
-    .await
-    .expect("joins again");
+    let again = within("join", Cluster::join(&nodes[2].0, seeded(&config, seed)))
+        .await
+        .expect("joins again");
     assert_eq!(again.myself().uid, uid);
     eventually("up again for everyone", || {
         again.up_members().len() == 2
@@ -743,7 +751,7 @@ async fn a_restarted_member_gets_traffic_through_groups_and_routers() {
     let old_uid = old.myself().uid;
     drop(old);
     old_system.shutdown().await;
-    let (system, again) = restart_on("n2", addr, &config.clone().seeds([seed.clone()])).await;
+    let (system, again) = restart_on("n2", addr, &seeded(&config, seed.clone())).await;
     assert_ne!(again.myself().uid, old_uid);
     let w = system.spawn(Worker {
         name: "new",
@@ -832,7 +840,7 @@ async fn a_restarted_seed_finds_its_cluster_again() {
     drop(seed);
     seed_system.shutdown().await;
     // Its seed list names only itself.
-    let (system, again) = restart_on("n0", addr, &config.clone().seeds([addr.to_string()])).await;
+    let (system, again) = restart_on("n0", addr, &seeded(&config, addr.to_string())).await;
     assert_ne!(again.myself().uid, old_uid);
     nodes.insert(0, (system, again));
     converged(&nodes, 3).await;
@@ -876,11 +884,12 @@ async fn a_node_cut_off_from_the_majority_downs_itself() {
     .await;
 }
 
-/// With `shutdown_when_downed(false)` only membership stops: the
+/// With `set_shutdown_when_downed(false)` only membership stops: the
 /// application decides, on its own event.
 #[tokio::test]
 async fn a_downed_node_can_be_left_running_for_the_application_to_decide() {
-    let config = fast(Duration::from_millis(300)).shutdown_when_downed(false);
+    let mut config = fast(Duration::from_millis(300));
+    config.set_shutdown_when_downed(false);
     let mut nodes = cluster_of(2, &config).await;
     converged(&nodes, 1).await;
     // Two nodes: an equal split; the side holding the lowest address

@@ -140,7 +140,8 @@ async fn node_with_another_cookie_is_refused_on_both_sides() {
     let mut c = with_cookie(&p2);
     c.set_shared_secret(Some(SharedSecret::new(
         std::fs::read_to_string(&p1).unwrap().trim(),
-    )));
+    )))
+    .unwrap();
     let explicit = Endpoint::bind(loopback(), c).await.unwrap();
     assert_eq!(
         explicit.shared_secret().unwrap().source(),
@@ -307,7 +308,7 @@ async fn insecure_opt_in_is_explicit_and_reported_unauthenticated() {
         PeerVerified::Unauthenticated
     );
     // An explicit secret beats the opt-in: authentication stays on.
-    insecure.set_shared_secret(Some(test_secret()));
+    insecure.set_shared_secret(Some(test_secret())).unwrap();
     let c = Endpoint::bind(loopback(), insecure).await.unwrap();
     assert_eq!(
         c.shared_secret().map(|s| s.source().clone()),

@@ -116,7 +116,8 @@ async fn messages_lost_when_an_unreachable_link_is_aborted_are_counted_as_dead_l
     let mut config = fast_config(Duration::from_millis(300));
     config
         .transport_mut()
-        .set_handshake_timeout(Duration::from_millis(500));
+        .set_handshake_timeout(Duration::from_millis(500))
+        .unwrap();
     // Room in b's counter for all a can send (a 4 MiB queue of 8-byte
     // frames), so that the asks counting them are never refused.
     config.set_mailbox_capacity(1 << 20).unwrap();
@@ -651,7 +652,8 @@ async fn fails_fast_while_unreachable(silent: bool) {
     // A redial that met the silent host gives up soon after the heal.
     config
         .transport_mut()
-        .set_handshake_timeout(Duration::from_millis(500));
+        .set_handshake_timeout(Duration::from_millis(500))
+        .unwrap();
     let p = Proxied::new(config).await;
     p.b.spawn_named("server", Server::new()).expect("free");
     let server: ActorRef<Req> = within("resolve", p.a.resolve(&actor_path(&p.b, "server")))

@@ -18,7 +18,7 @@ use actors::{
     sharding::{EntityId, Sharding, ShardingSettings},
     singleton::{Singleton, SingletonSettings},
 };
-use integration_tests::{actor_system, eventually, within};
+use integration_tests::{actor_system, eventually, seeded, within};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -66,19 +66,21 @@ impl Actor for Gated {
 /// when downed (so only the fence stops what runs there), the loser
 /// first.
 async fn pair() -> ((ActorSystem, Cluster), (ActorSystem, Cluster)) {
-    let config = ClusterConfig::new()
-        .probe_period(Duration::from_millis(200))
-        .probe_rtt(Duration::from_millis(100))
-        .suspect_timeout(Duration::from_millis(300))
-        .stable_after(Duration::from_millis(300))
-        .remove_down_after(Duration::from_secs(30))
-        .announce_interval(Duration::from_millis(50))
-        .shutdown_when_downed(false);
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
+        .expect("valid probe periods")
+        .set_suspect_timeout(Duration::from_millis(300))
+        .set_stable_after(Duration::from_millis(300))
+        .set_remove_down_after(Duration::from_secs(30))
+        .set_shutdown_when_downed(false)
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
     let a = actor_system("f0").await;
     let ca = Cluster::join(&a, config.clone()).await.expect("joins");
     let seed = ca.myself().udp.to_string();
     let b = actor_system("f1").await;
-    let cb = Cluster::join(&b, config.seeds([seed]))
+    let cb = Cluster::join(&b, seeded(&config, seed))
         .await
         .expect("joins");
     within("both up", cb.when_members_up(2)).await;

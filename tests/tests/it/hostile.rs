@@ -206,7 +206,8 @@ async fn half_open_connections_do_not_stop_established_or_new_links() {
     let mut config = SystemConfig::default();
     config
         .transport_mut()
-        .set_max_inbound_connections_per_ip(transport::DEFAULT_MAX_INBOUND_CONNECTIONS);
+        .set_max_inbound_connections_per_ip(transport::DEFAULT_MAX_INBOUND_CONNECTIONS)
+        .unwrap();
     let (_a, b, counter) = nodes(config).await;
     let addr = b.local_addr().expect("remoting");
     // 200 connections that never send a byte; the handshake timeout (5 s)

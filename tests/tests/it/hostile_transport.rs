@@ -257,6 +257,7 @@ async fn heartbeat_violations_close_with_a_reason_that_names_the_numbers() {
     let mut config = TransportConfig::default();
     config
         .set_control_stall_timeout(Duration::from_millis(300))
+        .unwrap()
         .set_send_buffer_size(Some(4096));
     let server = endpoint(config).await;
     let addr = server.local_addr();
@@ -324,7 +325,9 @@ async fn one_address_cannot_take_every_slot() {
     let mut config = TransportConfig::default();
     config
         .set_max_inbound_connections(LIMIT)
+        .unwrap()
         .set_max_inbound_connections_per_ip(PER_IP)
+        .unwrap()
         .set_idle_eviction_after(None);
     let server = Arc::new(endpoint(config).await);
     let addr = server.local_addr();
@@ -393,6 +396,7 @@ async fn idle_connections_are_evicted_for_a_newcomer_when_slots_are_short() {
     let mut config = TransportConfig::default();
     config
         .set_max_inbound_connections(LIMIT)
+        .unwrap()
         .set_idle_eviction_after(Some(IDLE));
     let server = Arc::new(endpoint(config).await);
     let addr = server.local_addr();
@@ -644,7 +648,9 @@ async fn never_proving_connections_from_many_addresses_leave_the_door_open() {
     // Longer than the test: every connection the node closes, it closed
     // for the bound, not for the timeout.
     let mut config = TransportConfig::default();
-    config.set_handshake_timeout(Duration::from_secs(60));
+    config
+        .set_handshake_timeout(Duration::from_secs(60))
+        .unwrap();
     let server = Arc::new(endpoint(config).await);
     let addr = server.local_addr();
     let mut acceptor = Acceptor::start(server.clone());
@@ -681,7 +687,9 @@ async fn a_full_endpoint_of_unproven_connections_makes_room_for_a_newcomer() {
     let mut config = TransportConfig::default();
     config
         .set_max_inbound_connections(LIMIT)
-        .set_handshake_timeout(Duration::from_secs(60));
+        .unwrap()
+        .set_handshake_timeout(Duration::from_secs(60))
+        .unwrap();
     let server = Arc::new(endpoint(config).await);
     let addr = server.local_addr();
     let mut acceptor = Acceptor::start(server.clone());

@@ -77,7 +77,7 @@ async fn oversized_tell_is_refused_with_sizes_and_the_link_stays_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inbound_connections_over_the_limit_are_closed_at_once() {
     let mut config = TransportConfig::default();
-    config.set_max_inbound_connections(2);
+    config.set_max_inbound_connections(2).unwrap();
     let server = endpoint(config).await;
     let client = endpoint(TransportConfig::default()).await;
     let (c1, _c1_in, _s1, mut s1_in) = connect(&client, &server).await;

@@ -347,19 +347,23 @@ async fn cluster_membership_metrics_reach_the_recorder() {
 
     let seen = Seen::new();
     let _installed = metrics::set_default_local_recorder(&seen);
-    let config = ClusterConfig::new()
-        .probe_period(Duration::from_millis(100))
-        .probe_rtt(Duration::from_millis(50))
-        .suspect_timeout(Duration::from_millis(300))
-        .remove_down_after(Duration::from_secs(30))
-        .announce_interval(Duration::from_millis(50));
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(100), Duration::from_millis(50))
+        .expect("valid probe periods")
+        .set_suspect_timeout(Duration::from_millis(300))
+        .set_remove_down_after(Duration::from_secs(30))
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
     let mut nodes = Vec::new();
     for i in 0..3 {
         let s = actor_system_with(&format!("m{i}"), actors::SystemConfig::default()).await;
-        let mut c = config.clone();
-        if let Some((_, first)) = nodes.first() {
-            c = c.seeds([Cluster::myself(first).udp.to_string()]);
-        }
+        let c = match nodes.first() {
+            Some((_, first)) => {
+                integration_tests::seeded(&config, Cluster::myself(first).udp.to_string())
+            }
+            None => config.clone(),
+        };
         let cluster = Cluster::join(&s, c).await.expect("joins");
         nodes.push((s, cluster));
     }

@@ -176,6 +176,7 @@ async fn peer_verified_is_the_strongest_proof_in_force() {
     let mut insecure = config();
     insecure
         .set_shared_secret(None)
+        .unwrap()
         .set_insecure_no_authentication(true);
     let open_insecure = node(no_client_auth, insecure.clone(), named("b")).await;
     let a_insecure = node(pki.tls_strict("a", &pki), insecure, named("a")).await;

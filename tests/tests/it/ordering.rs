@@ -185,7 +185,7 @@ async fn a_burst_sent_in_one_call_arrives_whole_and_in_order_through_a_small_que
     // queue hundreds of times and waits for room each time.
     const N: u64 = 200_000;
     let mut small = TransportConfig::default();
-    small.set_queue_capacity(4096);
+    small.set_queue_capacity(4096).unwrap();
     let a = endpoint(small).await;
     let b = endpoint(TransportConfig::default()).await;
     let (dialed, accepted) = establish(&a, &b).await;

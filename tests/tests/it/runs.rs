@@ -387,7 +387,10 @@ async fn a_handler_that_never_waits_still_finds_the_link_full() {
     // so the queue fills. Staged messages must not hide that: the queue
     // may exceed its 64 KiB by one stage (64 KiB), no more.
     let mut config = runs(true);
-    config.transport_mut().set_queue_capacity(64 * 1024);
+    config
+        .transport_mut()
+        .set_queue_capacity(64 * 1024)
+        .unwrap();
     config.set_recipient_window(1 << 30).unwrap();
     config.set_mailbox_capacity(1 << 20).unwrap();
     let b = actor_system_with("b", config.clone()).await;

@@ -626,6 +626,7 @@ async fn a_full_link_is_link_full_not_mailbox_full() {
     config
         .transport_mut()
         .set_queue_capacity(64 * 1024)
+        .unwrap()
         .set_send_buffer_size(Some(16 * 1024));
     let p = super::faults_net::Proxied::new(config).await;
     p.b.spawn_named(

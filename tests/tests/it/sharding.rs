@@ -18,7 +18,7 @@ use actors::{
         EntityId, MemoryEntityStore, ShardEvent, ShardPhase, Sharding, ShardingSettings, passivate,
     },
 };
-use integration_tests::{actor_system, eventually, proxy::Mode, within};
+use integration_tests::{actor_system, eventually, proxy::Mode, seeded, within};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize, RemoteMessage)]
@@ -121,12 +121,15 @@ impl Actor for Ent {
 }
 
 fn fast_cluster(stable_after: Duration) -> ClusterConfig {
-    ClusterConfig::new()
-        .probe_period(Duration::from_millis(200))
-        .probe_rtt(Duration::from_millis(100))
-        .stable_after(stable_after)
-        .remove_down_after(Duration::from_secs(30))
-        .announce_interval(Duration::from_millis(50))
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
+        .expect("valid probe periods")
+        .set_stable_after(stable_after)
+        .set_remove_down_after(Duration::from_secs(30))
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
+    config
 }
 
 fn settings() -> ShardingSettings {
@@ -163,10 +166,10 @@ async fn start_on(
     settings: ShardingSettings,
     b: &Shared,
 ) -> Node {
-    let mut config = config.clone();
-    if let Some(seed) = seed {
-        config = config.seeds([seed.to_owned()]);
-    }
+    let config = match seed {
+        Some(seed) => seeded(config, seed),
+        None => config.clone(),
+    };
     let cluster = Cluster::join(&system, config).await.expect("joins");
     let node = system.node().to_owned();
     let b = b.clone();

@@ -17,7 +17,7 @@ use actors::{
     cluster::{Cluster, ClusterConfig},
     singleton::{Lease, MemoryLease, Singleton, SingletonRef, SingletonSettings},
 };
-use integration_tests::{actor_system, eventually, within};
+use integration_tests::{actor_system, eventually, seeded, within};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -80,12 +80,15 @@ impl Actor for Instance {
 }
 
 fn fast(stable_after: Duration) -> ClusterConfig {
-    ClusterConfig::new()
-        .probe_period(Duration::from_millis(200))
-        .probe_rtt(Duration::from_millis(100))
-        .stable_after(stable_after)
-        .remove_down_after(Duration::from_secs(30))
-        .announce_interval(Duration::from_millis(50))
+    let mut config = ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
+        .expect("valid probe periods")
+        .set_stable_after(stable_after)
+        .set_remove_down_after(Duration::from_secs(30))
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
+    config
 }
 
 /// `n` nodes, the first the seed of the others (and so the oldest, then
@@ -95,7 +98,7 @@ async fn cluster_of(n: usize, config: &ClusterConfig) -> Vec<(ActorSystem, Clust
     for i in 0..n {
         let s = actor_system(&format!("n{i}")).await;
         let config = match nodes.first() {
-            Some((_, seed)) => config.clone().seeds([seed.myself().udp.to_string()]),
+            Some((_, seed)) => seeded(config, seed.myself().udp.to_string()),
             None => config.clone(),
         };
         let c = Cluster::join(&s, config).await.expect("joins");

@@ -33,7 +33,7 @@ pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// suite's shared secret.
 pub(super) fn config() -> TransportConfig {
     let mut c = TransportConfig::default();
-    c.set_handshake_timeout(HANDSHAKE_TIMEOUT);
+    c.set_handshake_timeout(HANDSHAKE_TIMEOUT).unwrap();
     secured(c)
 }
 
@@ -411,7 +411,7 @@ async fn plaintext_client_against_tls_port_and_the_reverse() {
 
 fn secret_config(secret: Option<SharedSecret>) -> TransportConfig {
     let mut c = config();
-    c.set_shared_secret(secret);
+    c.set_shared_secret(secret).unwrap();
     c
 }
 
@@ -429,6 +429,7 @@ async fn wrong_or_missing_shared_secret_is_named_on_both_sides() {
     let mut insecure = TransportConfig::default();
     insecure
         .set_handshake_timeout(HANDSHAKE_TIMEOUT)
+        .unwrap()
         .set_insecure_no_authentication(true);
     let none = endpoint(insecure).await;
     let (client_err, server_err) = both_fail(&none, &server).await;
@@ -732,7 +733,8 @@ async fn actor_systems_talk_over_mutual_tls() {
             .set_resolve_timeout(Duration::from_secs(3))
             .unwrap()
             .transport_mut()
-            .set_handshake_timeout(HANDSHAKE_TIMEOUT);
+            .set_handshake_timeout(HANDSHAKE_TIMEOUT)
+            .unwrap();
         actors::ActorSystem::with_config(name, Some(loopback()), secured_system(c))
             .await
             .expect("system binds")

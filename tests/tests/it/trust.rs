@@ -308,7 +308,8 @@ async fn refs_naming_many_nodes_open_at_most_the_configured_dials() {
         .unwrap();
     config
         .transport_mut()
-        .set_handshake_timeout(Duration::from_secs(30));
+        .set_handshake_timeout(Duration::from_secs(30))
+        .unwrap();
     let a = actor_system_with("a", config).await;
     a.spawn_named("replier", Replier).expect("free");
     let b = actor_system("b").await;

@@ -492,24 +492,37 @@ impl Settings {
             ..SystemConfig::default()
         };
         let u32_of = |b: ByteSize| u32::try_from(b.0).expect("validated against u32::MAX");
+        // `TransportSection::validate` holds each value to at least the
+        // setter's rule (not zero; a frame size within u32).
+        let valid = "validated by TransportSection::validate";
         let tc = &mut c.transport;
         tc.set_max_frame_size(t.max_frame_size.get())
+            .expect(valid)
             .set_queue_capacity(t.queue_capacity.get())
+            .expect(valid)
             .set_write_buffer_size(t.write_buffer_size.get())
+            .expect(valid)
             .set_read_buffer_size(t.read_buffer_size.get())
+            .expect(valid)
             .set_producer_yield_bytes(t.producer_yield_bytes.map(ByteSize::get))
             .set_send_buffer_size(t.send_buffer_size.map(u32_of))
             .set_recv_buffer_size(t.recv_buffer_size.map(u32_of))
             .set_nodelay(t.nodelay)
             .set_handshake_timeout(t.handshake_timeout)
+            .expect(valid)
             .set_connect_timeout(t.connect_timeout)
+            .expect(valid)
             .set_close_timeout(t.close_timeout)
-            .set_accept_backlog(u32::try_from(t.accept_backlog).expect("validated"))
+            .set_accept_backlog(u32::try_from(t.accept_backlog).expect(valid))
             .set_max_inbound_connections(t.max_inbound_connections)
+            .expect(valid)
             .set_max_inbound_connections_per_ip(t.max_inbound_connections_per_ip)
+            .expect(valid)
             .set_max_unproven_per_ip(t.max_unproven_per_ip)
+            .expect(valid)
             .set_idle_eviction_after(t.idle_eviction_after)
             .set_control_stall_timeout(t.control_stall_timeout)
+            .expect(valid)
             .set_insecure_no_authentication(t.insecure_no_authentication);
         if !t.cookie_file.is_empty() {
             tc.set_cookie_file(t.cookie_file);
@@ -546,7 +559,7 @@ impl<'de> Deserialize<'de> for Downing {
             Some(downing) => Ok(downing),
             None if name == "lease-majority" => Err(D::Error::custom(
                 "lease-majority needs a lease, which is code: \
-                 ClusterConfig::downing(DowningStrategy::LeaseMajority { .. })",
+                 ClusterConfig::set_downing(DowningStrategy::LeaseMajority { .. })",
             )),
             None => Err(D::Error::custom(format!(
                 "expected \"keep-majority\", \"static-quorum\", \"keep-oldest\" \
@@ -556,77 +569,98 @@ impl<'de> Deserialize<'de> for Downing {
     }
 }
 
+/// The rules of `[cluster]`, one function per key (or per pair of keys
+/// that bound each other): [`validate`](ClusterSettings::validate) runs
+/// them all for a file, and each `ClusterConfig` setter runs its own, so
+/// a file and code refuse the same values with the same words.
 impl ClusterSettings {
-    /// The ranges, and the keys that only make sense together: the
-    /// probe's answer within half its period (foca would otherwise take
-    /// the half silently), and the downing strategy's parameters with
-    /// their strategy.
-    pub(crate) fn validate(&self) -> Result<(), Invalid> {
-        for seed in &self.seeds {
-            match seed.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-                _ => {
-                    return Err(Invalid::new(
-                        "cluster.seeds",
-                        format!(
-                            "expected seeds like \"10.0.0.1:2552\" or \"seed.example:2552\" \
-                             (host:port), found {seed:?}"
-                        ),
-                    ));
-                }
-            }
+    /// A seed is `host:port`.
+    pub(crate) fn check_seed(seed: &str) -> Result<(), Invalid> {
+        match seed.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+            _ => Err(Invalid::new(
+                "cluster.seeds",
+                format!(
+                    "expected seeds like \"10.0.0.1:2552\" or \"seed.example:2552\" \
+                     (host:port), found {seed:?}"
+                ),
+            )),
         }
-        at_least(
-            "cluster.probe_period",
-            self.probe_period,
-            MIN_CLUSTER_PERIOD,
-        )?;
-        at_least("cluster.probe_rtt", self.probe_rtt, MIN_CLUSTER_PERIOD)?;
-        let announce = self.announce_interval;
-        at_least("cluster.announce_interval", announce, MIN_CLUSTER_PERIOD)?;
-        let (min, max) = (
-            MIN_CLUSTER_PACKET_SIZE as u64,
-            MAX_CLUSTER_PACKET_SIZE as u64,
-        );
-        within(
-            "cluster.max_packet_size",
-            self.max_packet_size as u64,
-            min,
-            max,
-        )?;
-        within(
-            "cluster.max_members",
-            self.max_members as u64,
-            1,
-            usize::MAX as u64,
-        )?;
-        let events = self.event_capacity as u64;
-        within(
-            "cluster.event_capacity",
-            events,
-            1,
-            MAX_CLUSTER_EVENT_CAPACITY as u64,
-        )?;
-        if let Some(quorum) = self.quorum_size {
-            within("cluster.quorum_size", quorum as u64, 1, usize::MAX as u64)?;
-        }
-        let pair = |key, reason| Invalid {
-            or: Some("cluster.downing"),
-            ..Invalid::new(key, reason)
-        };
-        if self.probe_rtt > self.probe_period / 2 {
+    }
+
+    /// Both at least [`MIN_CLUSTER_PERIOD`], and the probe's answer
+    /// within half its period (foca would otherwise take the half
+    /// silently).
+    pub(crate) fn check_probe(period: Duration, rtt: Duration) -> Result<(), Invalid> {
+        at_least("cluster.probe_period", period, MIN_CLUSTER_PERIOD)?;
+        at_least("cluster.probe_rtt", rtt, MIN_CLUSTER_PERIOD)?;
+        if rtt > period / 2 {
             return Err(Invalid {
                 or: Some("cluster.probe_period"),
                 ..Invalid::new(
                     "cluster.probe_rtt",
                     format!(
                         "probe_rtt {} must be at most half of probe_period {}",
-                        humantime::format_duration(self.probe_rtt),
-                        humantime::format_duration(self.probe_period)
+                        humantime::format_duration(rtt),
+                        humantime::format_duration(period)
                     ),
                 )
             });
         }
+        Ok(())
+    }
+
+    /// At least [`MIN_CLUSTER_PERIOD`].
+    pub(crate) fn check_announce_interval(d: Duration) -> Result<(), Invalid> {
+        at_least("cluster.announce_interval", d, MIN_CLUSTER_PERIOD)
+    }
+
+    /// [`MIN_CLUSTER_PACKET_SIZE`] to [`MAX_CLUSTER_PACKET_SIZE`].
+    pub(crate) fn check_max_packet_size(bytes: usize) -> Result<(), Invalid> {
+        let (min, max) = (MIN_CLUSTER_PACKET_SIZE, MAX_CLUSTER_PACKET_SIZE);
+        within(
+            "cluster.max_packet_size",
+            bytes as u64,
+            min as u64,
+            max as u64,
+        )
+    }
+
+    /// At least 1.
+    pub(crate) fn check_max_members(n: usize) -> Result<(), Invalid> {
+        within("cluster.max_members", n as u64, 1, USIZE)
+    }
+
+    /// 1 to [`MAX_CLUSTER_EVENT_CAPACITY`].
+    pub(crate) fn check_event_capacity(n: usize) -> Result<(), Invalid> {
+        let max = MAX_CLUSTER_EVENT_CAPACITY as u64;
+        within("cluster.event_capacity", n as u64, 1, max)
+    }
+
+    /// At least 1.
+    pub(crate) fn check_quorum_size(n: usize) -> Result<(), Invalid> {
+        within("cluster.quorum_size", n as u64, 1, USIZE)
+    }
+
+    /// Every rule above, and the keys that only make sense together: the
+    /// downing strategy's parameters with their strategy (a
+    /// `DowningStrategy` in code carries its own).
+    pub(crate) fn validate(&self) -> Result<(), Invalid> {
+        for seed in &self.seeds {
+            Self::check_seed(seed)?;
+        }
+        Self::check_probe(self.probe_period, self.probe_rtt)?;
+        Self::check_announce_interval(self.announce_interval)?;
+        Self::check_max_packet_size(self.max_packet_size)?;
+        Self::check_max_members(self.max_members)?;
+        Self::check_event_capacity(self.event_capacity)?;
+        if let Some(quorum) = self.quorum_size {
+            Self::check_quorum_size(quorum)?;
+        }
+        let pair = |key, reason| Invalid {
+            or: Some("cluster.downing"),
+            ..Invalid::new(key, reason)
+        };
         let downing = format!("downing is \"{}\"", self.downing.name());
         let static_quorum = self.downing == Downing::StaticQuorum;
         if static_quorum && self.quorum_size.is_none() {

@@ -274,11 +274,13 @@ fn a_file_changes_exactly_its_keys() {
     expected
         .transport_mut()
         .set_queue_capacity(8 << 20)
+        .unwrap()
         .set_producer_yield_bytes(None)
         .set_send_buffer_size(Some(256 << 10))
         .set_nodelay(false)
         .set_idle_eviction_after(None)
         .set_control_stall_timeout(Duration::from_secs(90))
+        .unwrap()
         .set_cookie_file("/etc/actors/cookie");
 
     assert_ne!(snapshot(&loaded), snapshot(&SystemConfig::default()));
@@ -372,7 +374,8 @@ fn every_key_reads_from_the_environment() {
         ]))
         .set_route("b@h:1", "10.0.0.5:2552".parse().unwrap())
         .transport_mut()
-        .set_queue_capacity(8 << 20);
+        .set_queue_capacity(8 << 20)
+        .unwrap();
     assert_eq!(snapshot(&config), snapshot(&expected));
 }
 
@@ -693,23 +696,30 @@ fn every_cluster_key_sets_its_cluster_config_setting() {
         "#,
     )
     .unwrap();
-    let expected = ClusterConfig::new()
-        .seeds(["10.0.0.1:2552", "seed.example:2552", "[::1]:2552"])
-        .udp_bind("0.0.0.0:2553".parse().unwrap())
-        .udp_advertise("203.0.113.5:0".parse().unwrap())
-        .probe_period(Duration::from_secs(2))
-        .probe_rtt(Duration::from_millis(250))
-        .stable_after(Duration::from_secs(20))
-        .downing(DowningStrategy::KeepOldest {
+    let mut expected = ClusterConfig::new();
+    expected
+        .set_seeds(["10.0.0.1:2552", "seed.example:2552", "[::1]:2552"])
+        .unwrap()
+        .set_udp_bind("0.0.0.0:2553".parse().unwrap())
+        .set_udp_advertise("203.0.113.5:0".parse().unwrap())
+        .set_probe(Duration::from_secs(2), Duration::from_millis(250))
+        .unwrap()
+        .set_stable_after(Duration::from_secs(20))
+        .set_downing(DowningStrategy::KeepOldest {
             down_if_alone: false,
         })
-        .down_all_when_unstable(None)
-        .shutdown_when_downed(false)
-        .remove_down_after(Duration::from_secs(60))
-        .announce_interval(Duration::from_millis(500))
-        .max_packet_size(1024)
-        .max_members(100)
-        .event_capacity(16);
+        .unwrap()
+        .set_down_all_when_unstable(None)
+        .set_shutdown_when_downed(false)
+        .set_remove_down_after(Duration::from_secs(60))
+        .set_announce_interval(Duration::from_millis(500))
+        .unwrap()
+        .set_max_packet_size(1024)
+        .unwrap()
+        .set_max_members(100)
+        .unwrap()
+        .set_event_capacity(16)
+        .unwrap();
     assert_eq!(cluster_of(&loaded), format!("{expected:#?}"));
     // Nothing outside the section changed.
     let mut rest = loaded.clone();
@@ -717,7 +727,8 @@ fn every_cluster_key_sets_its_cluster_config_setting() {
     assert_eq!(snapshot(&rest), snapshot(&SystemConfig::default()));
 
     let d = SystemConfig::from_toml_str("[cluster]\ndown_all_when_unstable = \"6s\"").unwrap();
-    let expected = ClusterConfig::new().down_all_when_unstable(Some(Duration::from_secs(6)));
+    let mut expected = ClusterConfig::new();
+    expected.set_down_all_when_unstable(Some(Duration::from_secs(6)));
     assert_eq!(cluster_of(&d), format!("{expected:#?}"));
 }
 
@@ -750,7 +761,8 @@ fn each_downing_strategy_with_its_parameters() {
     ] {
         let loaded = SystemConfig::from_toml_str(&format!("[cluster]\n{text}"))
             .unwrap_or_else(|e| panic!("{text}: {e}"));
-        let expected = ClusterConfig::new().downing(strategy.clone());
+        let mut expected = ClusterConfig::new();
+        expected.set_downing(strategy.clone()).unwrap();
         assert_eq!(cluster_of(&loaded), format!("{expected:#?}"), "{text}");
         assert_eq!(loaded.cluster().downing.name(), strategy.name());
     }
@@ -917,11 +929,15 @@ fn the_environment_overrides_the_cluster_section() {
         ]),
     )
     .unwrap();
-    let expected = ClusterConfig::new()
-        .seeds(["10.0.0.7:2552", "10.0.0.8:2552"])
-        .probe_period(Duration::from_secs(2))
-        .downing(DowningStrategy::StaticQuorum { quorum_size: 2 })
-        .down_all_when_unstable(None);
+    let mut expected = ClusterConfig::new();
+    expected
+        .set_seeds(["10.0.0.7:2552", "10.0.0.8:2552"])
+        .unwrap()
+        .set_probe(Duration::from_secs(2), Duration::from_millis(500))
+        .unwrap()
+        .set_downing(DowningStrategy::StaticQuorum { quorum_size: 2 })
+        .unwrap()
+        .set_down_all_when_unstable(None);
     assert_eq!(cluster_of(&loaded), format!("{expected:#?}"));
 
     // A strategy changed in the environment with the file's quorum
