@@ -745,7 +745,8 @@ async fn patient_node(budget: usize) -> ActorSystem {
     config.set_peer_memory_budget(budget).unwrap();
     config
         .transport_mut()
-        .set_handshake_timeout(Duration::from_secs(60));
+        .set_handshake_timeout(Duration::from_secs(60))
+        .expect("a valid timeout");
     let b = actor_system_with("b", config).await;
     b.spawn_named("counter", Counter::default()).expect("free");
     b
