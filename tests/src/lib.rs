@@ -281,6 +281,25 @@ pub fn secured_system(mut config: actors::SystemConfig) -> actors::SystemConfig 
     config
 }
 
+/// Cluster settings for tests on loopback: 200 ms probes (100 ms round
+/// trips), 50 ms announces, down members kept 30 s, and `stable_after`
+/// as given.
+///
+/// # Panics
+/// Never: the values are valid.
+pub fn fast_cluster(stable_after: std::time::Duration) -> actors::cluster::ClusterConfig {
+    use std::time::Duration;
+    let mut config = actors::cluster::ClusterConfig::new();
+    config
+        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
+        .expect("valid probe periods")
+        .set_stable_after(stable_after)
+        .set_remove_down_after(Duration::from_secs(30))
+        .set_announce_interval(Duration::from_millis(50))
+        .expect("a valid interval");
+    config
+}
+
 /// A copy of `config` that joins through `seed` (`host:port`): the
 /// membership settings of every node of a test cluster but its first.
 ///

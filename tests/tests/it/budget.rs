@@ -376,15 +376,19 @@ const RECIPIENTS: usize = 200;
 /// `RECIPIENTS` gated actors (`/user/gated-{r}`) gets 20 messages of
 /// 10 kB, 200 kB, within its 1 MiB window; 40 MB a connection.
 fn fill_windows() -> Vec<u8> {
+    windows("gated", Work::MANIFEST, &Work(0, vec![1; 10_000]))
+}
+
+/// Frames for `RECIPIENTS` actors `/user/{prefix}-{r}`, each defining its
+/// recipient id with its first message: 20 copies of `msg` each.
+fn windows<M: RemoteMessage>(prefix: &str, manifest: &str, msg: &M) -> Vec<u8> {
     let mut payload = bytes::BytesMut::new();
-    Work(0, vec![1; 10_000])
-        .encode(&mut payload, usize::MAX)
-        .expect("encodes");
-    let manifest = manifest_id(Work::MANIFEST);
+    msg.encode(&mut payload, usize::MAX).expect("encodes");
+    let manifest = manifest_id(manifest);
     let mut bytes = Vec::new();
     for r in 0..RECIPIENTS {
         let id = r as u32 + 1;
-        let path = format!("/user/gated-{r}");
+        let path = format!("/user/{prefix}-{r}");
         for k in 0..20 {
             let path = (k == 0).then_some(path.as_str());
             bytes.extend(frame_bytes(
@@ -511,24 +515,11 @@ async fn many_recipients_filling_their_windows_grow_a_node_process_by_at_most_it
 /// (`/user/blocked-{r}`, the counter's message type): 20 blobs of 10 kB
 /// each.
 fn blocked_windows() -> Vec<u8> {
-    let mut payload = bytes::BytesMut::new();
-    PeerCount::Blob(vec![1u8; 10_000].into())
-        .encode(&mut payload, usize::MAX)
-        .expect("encodes");
-    let manifest = manifest_id(PeerCount::MANIFEST);
-    let mut bytes = Vec::new();
-    for r in 0..RECIPIENTS {
-        let id = r as u32 + 1;
-        let path = format!("/user/blocked-{r}");
-        for k in 0..20 {
-            let path = (k == 0).then_some(path.as_str());
-            bytes.extend(frame_bytes(
-                FrameKind::Message,
-                &envelope(id, path, manifest, &payload),
-            ));
-        }
-    }
-    bytes
+    windows(
+        "blocked",
+        PeerCount::MANIFEST,
+        &PeerCount::Blob(vec![1u8; 10_000].into()),
+    )
 }
 
 /// What batches waiting for blocked actors cost a node process, printed

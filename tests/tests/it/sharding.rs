@@ -18,7 +18,7 @@ use actors::{
         EntityId, MemoryEntityStore, ShardEvent, ShardPhase, Sharding, ShardingSettings, passivate,
     },
 };
-use integration_tests::{actor_system, eventually, proxy::Mode, seeded, within};
+use integration_tests::{actor_system, eventually, fast_cluster, proxy::Mode, seeded, within};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize, RemoteMessage)]
@@ -118,18 +118,6 @@ impl Actor for Ent {
             *n -= 1;
         }
     }
-}
-
-fn fast_cluster(stable_after: Duration) -> ClusterConfig {
-    let mut config = ClusterConfig::new();
-    config
-        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
-        .expect("valid probe periods")
-        .set_stable_after(stable_after)
-        .set_remove_down_after(Duration::from_secs(30))
-        .set_announce_interval(Duration::from_millis(50))
-        .expect("a valid interval");
-    config
 }
 
 fn settings() -> ShardingSettings {
@@ -235,6 +223,18 @@ async fn send_all(node: &Node, ids: &[String], count: u64) {
                 .expect("the local region takes it");
         }
     }
+}
+
+/// Sends `msg()` from `node` to every id; returns how many.
+async fn send_loads(node: &Node, ids: &[String], msg: impl Fn() -> Msg) -> u64 {
+    for id in ids {
+        node.carts
+            .entity_ref(id.clone())
+            .send(msg())
+            .await
+            .expect("the local region takes it");
+    }
+    ids.len() as u64
 }
 
 /// Waits until every (id, sender) got 1..=count, then checks the order.
@@ -723,14 +723,7 @@ async fn an_outbox_to_a_stalled_region_holds_its_bound_and_counts_what_it_drops(
     let mut sent = 0u64;
     let mut most = 0;
     for seq in 1..=150 {
-        for id in &ids {
-            fwd.carts
-                .entity_ref(id.clone())
-                .send(load(seq))
-                .await
-                .expect("the local region takes it");
-            sent += 1;
-        }
+        sent += send_loads(&fwd, &ids, || load(seq)).await;
         most = most.max(fwd.carts.state().await.outbox_bytes);
     }
     assert!(most <= BOUND, "the outbox held {most} bytes, past {BOUND}");
@@ -749,14 +742,7 @@ async fn an_outbox_to_a_stalled_region_holds_its_bound_and_counts_what_it_drops(
     let joined = start_node("s2", Some(&seed), &config, settings(), &b).await;
     hosts_agree(&[&host, &fwd, &joined], 2).await;
     for seq in 151..=200 {
-        for id in &ids {
-            fwd.carts
-                .entity_ref(id.clone())
-                .send(load(seq))
-                .await
-                .expect("the local region takes it");
-            sent += 1;
-        }
+        sent += send_loads(&fwd, &ids, || load(seq)).await;
     }
     p.to_b.heal();
     p.to_a.heal();

@@ -17,7 +17,7 @@ use actors::{
     cluster::{Cluster, ClusterConfig},
     singleton::{Lease, MemoryLease, Singleton, SingletonRef, SingletonSettings},
 };
-use integration_tests::{actor_system, eventually, seeded, within};
+use integration_tests::{actor_system, eventually, fast_cluster, seeded, within};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -77,18 +77,6 @@ impl Actor for Instance {
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.checker.live.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-fn fast(stable_after: Duration) -> ClusterConfig {
-    let mut config = ClusterConfig::new();
-    config
-        .set_probe(Duration::from_millis(200), Duration::from_millis(100))
-        .expect("valid probe periods")
-        .set_stable_after(stable_after)
-        .set_remove_down_after(Duration::from_secs(30))
-        .set_announce_interval(Duration::from_millis(50))
-        .expect("a valid interval");
-    config
 }
 
 /// `n` nodes, the first the seed of the others (and so the oldest, then
@@ -169,7 +157,7 @@ fn on(node: &str, range: std::ops::RangeInclusive<u64>) -> Vec<(String, u64)> {
 
 #[tokio::test]
 async fn it_runs_once_on_the_oldest_host_and_a_proxy_on_another_node_reaches_it() {
-    let nodes = cluster_of(3, &fast(Duration::from_secs(10))).await;
+    let nodes = cluster_of(3, &fast_cluster(Duration::from_secs(10))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     // n0 and n1 may host (by system name); n2 only talks to it.
@@ -191,7 +179,7 @@ async fn it_runs_once_on_the_oldest_host_and_a_proxy_on_another_node_reaches_it(
 
 #[tokio::test]
 async fn a_graceful_leave_moves_it_to_the_next_oldest_with_one_instance_at_a_time() {
-    let mut nodes = cluster_of(3, &fast(Duration::from_secs(10))).await;
+    let mut nodes = cluster_of(3, &fast_cluster(Duration::from_secs(10))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     // A long handover timeout: the move must come from the handover.
@@ -244,7 +232,7 @@ async fn a_graceful_leave_moves_it_to_the_next_oldest_with_one_instance_at_a_tim
 
 #[tokio::test]
 async fn a_host_that_leaves_but_keeps_running_hands_over_when_asked() {
-    let nodes = cluster_of(3, &fast(Duration::from_secs(10))).await;
+    let nodes = cluster_of(3, &fast_cluster(Duration::from_secs(10))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let settings = SingletonSettings::new().handover_timeout(Duration::from_secs(60));
@@ -268,7 +256,7 @@ async fn a_host_that_leaves_but_keeps_running_hands_over_when_asked() {
 
 #[tokio::test]
 async fn an_abrupt_shutdown_of_the_host_moves_it_once_the_host_is_down() {
-    let mut nodes = cluster_of(3, &fast(Duration::from_secs(1))).await;
+    let mut nodes = cluster_of(3, &fast_cluster(Duration::from_secs(1))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let refs = start_on(&nodes, &checker, &tx, &SingletonSettings::new());
@@ -300,7 +288,7 @@ async fn an_abrupt_shutdown_of_the_host_moves_it_once_the_host_is_down() {
 
 #[tokio::test]
 async fn past_its_buffer_a_ref_refuses_and_counts_a_dead_letter() {
-    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let nodes = cluster_of(2, &fast_cluster(Duration::from_secs(10))).await;
     // Nobody hosts it: the ref buffers.
     let proxy = Singleton::proxy_with::<Cmd>(&nodes[1].0, &nodes[1].1, "nowhere", 64);
     let before = nodes[1].0.dead_letters();
@@ -323,7 +311,7 @@ async fn past_its_buffer_a_ref_refuses_and_counts_a_dead_letter() {
 
 #[tokio::test]
 async fn a_node_the_hosts_exclude_runs_no_instance_and_its_ref_reaches_the_host() {
-    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let nodes = cluster_of(2, &fast_cluster(Duration::from_secs(10))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     // Both nodes start the singleton; only n0 may host it, so n1 only
@@ -367,7 +355,7 @@ async fn a_node_the_hosts_exclude_runs_no_instance_and_its_ref_reaches_the_host(
 async fn a_ref_holds_its_bound_while_no_instance_runs_then_delivers_in_order() {
     /// A few small commands' worth.
     const BOUND: usize = 256;
-    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let nodes = cluster_of(2, &fast_cluster(Duration::from_secs(10))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     // n1 refers to a singleton nobody hosts yet.
@@ -415,7 +403,7 @@ async fn a_ref_holds_its_bound_while_no_instance_runs_then_delivers_in_order() {
 
 #[tokio::test]
 async fn with_a_lease_a_host_starts_only_while_it_holds_it_and_releases_it_on_handover() {
-    let nodes = cluster_of(2, &fast(Duration::from_secs(10))).await;
+    let nodes = cluster_of(2, &fast_cluster(Duration::from_secs(10))).await;
     let checker = Arc::new(Checker::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let lease = Arc::new(MemoryLease::new());
