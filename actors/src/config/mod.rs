@@ -476,9 +476,10 @@ impl SystemConfig {
     /// budget that connections never use; past it the oldest gives way to
     /// a newcomer). Connections hold at most the other 15/16 together.
     /// Default 256 MiB
-    /// ([`DEFAULT_PEER_MEMORY_BUDGET`]): the default per-connection bounds
-    /// of four busy peers (64 MiB parked each), while a thousand
-    /// connections can never take a machine's memory.
+    /// ([`DEFAULT_PEER_MEMORY_BUDGET`]): connections share 240 MiB of it,
+    /// nearly the default per-connection bounds of four busy peers (64 MiB
+    /// parked each), while a thousand connections can never take a
+    /// machine's memory.
     ///
     /// Each connection may hold at most its share, an equal part of the
     /// budget among open connections but at least 1/16 of it, and so may
