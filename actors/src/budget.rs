@@ -225,8 +225,9 @@ pub struct PeerMemory {
     /// what waits in mailboxes counts too (dead letters).
     pub refused_queued: u64,
     /// Inbound connections whose handshake is pending now, each charged
-    /// [`transport::PENDING_HANDSHAKE_COST`] within `held` until its peer
-    /// has proved itself.
+    /// [`transport::PENDING_HANDSHAKE_COST`] (with TLS
+    /// [`transport::PENDING_TLS_HANDSHAKE_COST`]) within `held` until its
+    /// peer has proved itself.
     pub handshakes: usize,
     /// Pending handshakes refused: pending handshakes together held their
     /// room, 1/16 of the limit (connections share the rest). The oldest
@@ -434,13 +435,26 @@ impl Drop for HandshakeCharge {
 
 /// The transport's hook ([`transport::TransportConfig::set_admission`])
 /// charging pending handshakes to the node's budget, at
-/// [`transport::PENDING_HANDSHAKE_COST`] each.
+/// [`transport::PENDING_HANDSHAKE_COST`] each (with TLS,
+/// [`transport::PENDING_TLS_HANDSHAKE_COST`]). An admission the
+/// application set on its `TransportConfig` is kept and asked first: a
+/// handshake is admitted when both accounts take it, and neither holds a
+/// charge for one the other refused.
 #[derive(Debug)]
-pub(crate) struct Handshakes(pub(crate) Arc<NodeBudget>);
+pub(crate) struct Handshakes {
+    pub(crate) node: Arc<NodeBudget>,
+    pub(crate) also: Option<Arc<dyn Admission>>,
+}
 
 impl Admission for Handshakes {
-    fn charge_pending(&self, _: IpAddr, bytes: usize) -> Option<PendingCharge> {
-        self.0.charge_handshake(bytes).map(PendingCharge::new)
+    fn charge_pending(&self, ip: IpAddr, bytes: usize) -> Option<PendingCharge> {
+        let Some(also) = &self.also else {
+            return self.node.charge_handshake(bytes).map(PendingCharge::new);
+        };
+        let theirs = also.charge_pending(ip, bytes)?;
+        // Refused here: `theirs` is dropped, and gives its bytes back.
+        let ours = self.node.charge_handshake(bytes)?;
+        Some(PendingCharge::new((theirs, ours)))
     }
 }
 
@@ -758,7 +772,10 @@ mod tests {
     #[test]
     fn pending_handshakes_are_charged_up_to_a_sixteenth_of_the_limit() {
         let node = NodeBudget::for_peers(16 * MIB);
-        let hook = Handshakes(node.clone());
+        let hook = Handshakes {
+            node: node.clone(),
+            also: None,
+        };
         // Through the transport's hook, as an endpoint charges them.
         let pending: Vec<_> = (0..4)
             .map(|_| hook.charge_pending(ip(1), MIB / 4).expect("within"))
@@ -779,6 +796,66 @@ mod tests {
         let s = node.snapshot();
         assert_eq!((s.held, s.handshakes, s.peak), (0, 0, MIB));
         assert!(lock(&node.addrs).is_empty(), "the refused one too");
+    }
+
+    /// An application's own account, kept beside the node's: charged
+    /// first, given back when the node's budget refuses, and a refusal of
+    /// its own leaves the node's budget untouched.
+    #[test]
+    fn an_applications_admission_is_charged_beside_the_budget() {
+        #[derive(Debug)]
+        struct Theirs(Arc<AtomicUsize>, usize);
+        struct Back(Arc<AtomicUsize>, usize);
+        impl Drop for Back {
+            fn drop(&mut self) {
+                self.0.fetch_sub(self.1, Ordering::AcqRel);
+            }
+        }
+        impl Admission for Theirs {
+            fn charge_pending(&self, _: IpAddr, bytes: usize) -> Option<PendingCharge> {
+                let held = self.0.fetch_add(bytes, Ordering::AcqRel) + bytes;
+                let back = Back(self.0.clone(), bytes);
+                (held <= self.1).then(|| PendingCharge::new(back))
+            }
+        }
+        let node = NodeBudget::for_peers(16 * MIB);
+        let theirs = Arc::new(AtomicUsize::new(0));
+        let hook = Handshakes {
+            node: node.clone(),
+            also: Some(Arc::new(Theirs(theirs.clone(), 3 * MIB / 4))),
+        };
+        let a = hook.charge_pending(ip(1), MIB / 2).expect("both take it");
+        assert_eq!(
+            (theirs.load(Ordering::Acquire), node.snapshot().held),
+            (MIB / 2, MIB / 2)
+        );
+        assert!(
+            hook.charge_pending(ip(1), MIB / 2).is_none(),
+            "theirs is full"
+        );
+        assert_eq!(
+            (theirs.load(Ordering::Acquire), node.snapshot().held),
+            (MIB / 2, MIB / 2)
+        );
+        let generous = Arc::new(AtomicUsize::new(0));
+        let other = Handshakes {
+            node: node.clone(),
+            also: Some(Arc::new(Theirs(generous.clone(), 16 * MIB))),
+        };
+        assert!(
+            other.charge_pending(ip(2), 3 * MIB / 4).is_none(),
+            "the node's room (1 MiB of 16) would be past full"
+        );
+        assert_eq!(
+            generous.load(Ordering::Acquire),
+            0,
+            "their charge for the one the node refused is given back"
+        );
+        drop(a);
+        assert_eq!(
+            (theirs.load(Ordering::Acquire), node.snapshot().held),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -496,3 +496,137 @@ async fn a_flood_of_questions_from_a_peer_that_never_reads_costs_a_bounded_outbo
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Connections that send the first flight of a handshake and never go
+/// on: `n` plain TCP streams (no runtime state on the client side), each
+/// sends `flight` and reads the server's answer, so that the server has
+/// taken in the flight and answered it. Returns the streams, still open.
+async fn first_flights(
+    addr: std::net::SocketAddr,
+    n: usize,
+    flight: Vec<u8>,
+) -> Vec<std::net::TcpStream> {
+    use std::io::{Read, Write};
+    let streams = tokio::task::spawn_blocking(move || {
+        let mut streams = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut s = std::net::TcpStream::connect(addr).expect("connects");
+            s.set_read_timeout(Some(TIMEOUT)).expect("a timeout");
+            s.write_all(&flight).expect("the flight is written");
+            let mut answer = [0u8; 64];
+            let got = s.read(&mut answer).expect("the server answers its flight");
+            assert!(got > 0, "the server hung up on a first flight");
+            streams.push(s);
+        }
+        streams
+    });
+    within("first flights", streams).await.expect("joined")
+}
+
+/// A TLS node's certificate chain and key, and the CA that signs it, as
+/// PEM; and a ClientHello that trusts the CA.
+fn tls_pki() -> (transport::TlsConfig, Vec<u8>) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "mem-ca");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let ca_pem = ca_cert.pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let node = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = node.signed_by(&key, &issuer).unwrap();
+    let mut tls = transport::TlsConfig::from_pem(
+        format!("{}{ca_pem}", cert.pem()),
+        key.serialize_pem(),
+        ca_pem.clone(),
+    );
+    tls.set_allow_host_only_certificates(true);
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca_cert.der().clone()).expect("the CA");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(client), name).expect("a client");
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).expect("a ClientHello");
+    (tls, hello)
+}
+
+/// What a pending handshake holds, on the heap of the node that accepted
+/// it, against what the endpoint charges for it
+/// (`transport::PENDING_HANDSHAKE_COST`, and
+/// `transport::PENDING_TLS_HANDSHAKE_COST` with TLS): 400 connections
+/// that sent their first flight and had it answered, never going on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_handshake_holds_no_more_than_it_is_charged() {
+    const N: usize = 1000;
+    let _serial = SERIAL.lock().await;
+    let mut config = integration_tests::secured(transport::TransportConfig::default());
+    config
+        .set_handshake_timeout(Duration::from_secs(60))
+        .unwrap()
+        .set_max_inbound_connections(2 * N)
+        .unwrap()
+        .set_max_inbound_connections_per_ip(2 * N)
+        .unwrap()
+        .set_max_unproven_per_ip(2 * N)
+        .unwrap();
+    let per = |before: (i64, i64), after: (i64, i64)| {
+        (
+            (after.0 - before.0) / N as i64,
+            (after.1 - before.1) / N as i64,
+        )
+    };
+
+    let plain = transport::Endpoint::bind(integration_tests::loopback(), config.clone())
+        .await
+        .expect("binds");
+    // One connection first, so that what is made once (the runtime's
+    // blocking thread, the slot table's first entries) is not counted.
+    let warm = first_flights(
+        plain.local_addr(),
+        1,
+        integration_tests::client_preface(7, "m@127.0.0.1:9").to_vec(),
+    )
+    .await;
+    let before = (heap(), rss());
+    let flood = first_flights(
+        plain.local_addr(),
+        N,
+        integration_tests::client_preface(7, "m@127.0.0.1:9").to_vec(),
+    )
+    .await;
+    let plain_each = per(before, (heap(), rss()));
+    drop((flood, warm));
+
+    let (tls, hello) = tls_pki();
+    let secure = transport::Endpoint::bind_tls(integration_tests::loopback(), config, tls)
+        .await
+        .expect("binds");
+    let warm = first_flights(secure.local_addr(), 1, hello.clone()).await;
+    let before = (heap(), rss());
+    let flood = first_flights(secure.local_addr(), N, hello).await;
+    let tls_each = per(before, (heap(), rss()));
+    drop((flood, warm));
+    println!(
+        "heap, resident memory per pending handshake: plaintext {plain_each:?} bytes \
+         (charged {}), TLS {tls_each:?} bytes (charged {})",
+        transport::PENDING_HANDSHAKE_COST,
+        transport::PENDING_TLS_HANDSHAKE_COST
+    );
+    // The heap is what the assertions are on (see the module's docs);
+    // resident memory is printed for the figures in the docs.
+    assert!(plain_each.0 <= transport::PENDING_HANDSHAKE_COST as i64);
+    assert!(tls_each.0 <= transport::PENDING_TLS_HANDSHAKE_COST as i64);
+    // And each is most of its charge: a charge far above what is held
+    // would refuse peers for memory the node does not use.
+    assert!(plain_each.0 >= transport::PENDING_HANDSHAKE_COST as i64 / 2);
+    assert!(tls_each.0 >= transport::PENDING_TLS_HANDSHAKE_COST as i64 / 2);
+}

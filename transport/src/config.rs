@@ -263,16 +263,26 @@ impl TransportConfig {
 
     /// `SO_SNDBUF` for every socket; `None` (the default) keeps the kernel's
     /// auto-tuning.
-    pub fn set_send_buffer_size(&mut self, bytes: Option<u32>) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for `Some(0)` (say `None` for the kernel's
+    /// choice). The setting is left unchanged.
+    pub fn set_send_buffer_size(&mut self, bytes: Option<u32>) -> Result<&mut Self, ConfigError> {
+        nonzero("send_buffer_size", bytes.map_or(1, |b| b as usize))?;
         self.send_buffer_size = bytes;
-        self
+        Ok(self)
     }
 
     /// `SO_RCVBUF` for every socket; `None` (the default) keeps the kernel's
     /// auto-tuning.
-    pub fn set_recv_buffer_size(&mut self, bytes: Option<u32>) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for `Some(0)` (say `None` for the kernel's
+    /// choice). The setting is left unchanged.
+    pub fn set_recv_buffer_size(&mut self, bytes: Option<u32>) -> Result<&mut Self, ConfigError> {
+        nonzero("recv_buffer_size", bytes.map_or(1, |b| b as usize))?;
         self.recv_buffer_size = bytes;
-        self
+        Ok(self)
     }
 
     /// `TCP_NODELAY`. Default on: the writer already batches, so Nagle's
@@ -317,9 +327,13 @@ impl TransportConfig {
     }
 
     /// Listen backlog. Default 1024.
-    pub fn set_accept_backlog(&mut self, backlog: u32) -> &mut Self {
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] for zero. The setting is left unchanged.
+    pub fn set_accept_backlog(&mut self, backlog: u32) -> Result<&mut Self, ConfigError> {
+        nonzero("accept_backlog", backlog as usize)?;
         self.accept_backlog = backlog;
-        self
+        Ok(self)
     }
 
     /// Most inbound connections held at once, counting those still in their
@@ -396,8 +410,9 @@ impl TransportConfig {
     /// Memory: a connection in its handshake holds about 3 KiB in the
     /// process (measured: 3.0 KiB of resident memory each, for its task,
     /// a 512-byte read buffer, the handshake state and a table entry),
-    /// plus the kernel's socket buffers; so the default holds at most
-    /// this many times 3 KiB per address. With an
+    /// 30 KB with TLS (rustls's handshake state), plus the kernel's socket
+    /// buffers; so the default holds at most this many times that per
+    /// address. With an
     /// [`set_admission`](Self::set_admission) hook, each is also charged
     /// to it.
     ///
@@ -420,10 +435,17 @@ impl TransportConfig {
     /// (reported as
     /// [`TransportError::HandshakeMemoryRefused`](crate::TransportError::HandshakeMemoryRefused)).
     /// Default `None`: pending handshakes are bounded by the slots alone.
-    /// `actors` sets its node-wide peer memory budget here.
+    /// `actors` sets its node-wide peer memory budget here, and keeps an
+    /// account the application set: a pending handshake is then charged
+    /// to both, and admitted when both take it.
     pub fn set_admission(&mut self, admission: Option<Arc<dyn Admission>>) -> &mut Self {
         self.admission = admission;
         self
+    }
+
+    /// The account set with [`set_admission`](Self::set_admission).
+    pub fn admission(&self) -> Option<&Arc<dyn Admission>> {
+        self.admission.as_ref()
     }
 
     /// When every inbound slot is taken, a new inbound connection evicts
@@ -622,6 +644,15 @@ impl TransportConfig {
                 self.max_inbound_connections_per_ip,
             ),
             ("max_unproven_per_ip", self.max_unproven_per_ip),
+            ("accept_backlog", self.accept_backlog as usize),
+            (
+                "send_buffer_size",
+                self.send_buffer_size.map_or(1, |b| b as usize),
+            ),
+            (
+                "recv_buffer_size",
+                self.recv_buffer_size.map_or(1, |b| b as usize),
+            ),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero { name });
@@ -697,6 +728,18 @@ mod tests {
             (
                 c.set_max_unproven_per_ip(0).map(drop),
                 "max_unproven_per_ip must be greater than zero",
+            ),
+            (
+                c.set_send_buffer_size(Some(0)).map(drop),
+                "send_buffer_size must be greater than zero",
+            ),
+            (
+                c.set_recv_buffer_size(Some(0)).map(drop),
+                "recv_buffer_size must be greater than zero",
+            ),
+            (
+                c.set_accept_backlog(0).map(drop),
+                "accept_backlog must be greater than zero",
             ),
             (
                 c.set_handshake_timeout(Duration::ZERO).map(drop),

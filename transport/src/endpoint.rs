@@ -17,7 +17,6 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    admission::PENDING_HANDSHAKE_COST,
     auth::{ChannelBinding, NONCE_LEN, Role, SharedSecret},
     config::TransportConfig,
     conn::Established,
@@ -642,7 +641,7 @@ async fn accept_loop<S: Security>(
         let charged = inner.config.admission.as_ref().map(|admission| {
             inner
                 .slots
-                .charge_pending(peer.ip(), &**admission, PENDING_HANDSHAKE_COST)
+                .charge_pending(peer.ip(), &**admission, S::PENDING_HANDSHAKE_COST)
         });
         let admitted = charged.transpose().and_then(|charge| {
             let admitted = inner.slots.admit(peer.ip(), Instant::now())?;

@@ -190,7 +190,7 @@ mod tls_record;
 pub use tls_record::fuzz_records as fuzz_tls_records;
 mod writer;
 
-pub use admission::{Admission, PENDING_HANDSHAKE_COST, PendingCharge};
+pub use admission::{Admission, PENDING_HANDSHAKE_COST, PENDING_TLS_HANDSHAKE_COST, PendingCharge};
 pub use auth::{MIN_SECRET_LEN, SharedSecret};
 pub use backoff::{Backoff, DEFAULT_BACKOFF_JITTER, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN};
 pub use config::{

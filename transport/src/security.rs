@@ -40,6 +40,13 @@ pub trait Security: Send + Sync + 'static + sealed::Sealed {
     /// The stream of an outbound connection.
     type Dialed: Stream;
 
+    /// What one inbound connection in its handshake holds with this
+    /// layer, charged to an [`Admission`](crate::Admission):
+    /// [`PENDING_HANDSHAKE_COST`](crate::PENDING_HANDSHAKE_COST) for
+    /// plaintext, `PENDING_TLS_HANDSHAKE_COST` for TLS.
+    #[doc(hidden)]
+    const PENDING_HANDSHAKE_COST: usize;
+
     /// Secures an inbound TCP stream from `peer`.
     #[doc(hidden)]
     fn accept(
@@ -123,6 +130,8 @@ pub struct Plain;
 impl Security for Plain {
     type Accepted = TcpStream;
     type Dialed = TcpStream;
+
+    const PENDING_HANDSHAKE_COST: usize = crate::PENDING_HANDSHAKE_COST;
 
     async fn accept(&self, tcp: TcpStream, _: SocketAddr) -> Result<TcpStream, TransportError> {
         Ok(tcp)

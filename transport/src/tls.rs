@@ -632,6 +632,8 @@ impl Security for Tls {
     type Accepted = TlsStream;
     type Dialed = TlsStream;
 
+    const PENDING_HANDSHAKE_COST: usize = crate::PENDING_TLS_HANDSHAKE_COST;
+
     async fn accept(
         &self,
         tcp: TcpStream,

@@ -471,7 +471,8 @@ impl SystemConfig {
     /// (each batch the buffer it keeps alive plus 256 bytes), batches
     /// parked for full mailboxes and large messages held for them, large
     /// messages being reassembled, and inbound connections whose handshake
-    /// is pending ([`transport::PENDING_HANDSHAKE_COST`] each, until the
+    /// is pending ([`transport::PENDING_HANDSHAKE_COST`] each, with TLS
+    /// [`transport::PENDING_TLS_HANDSHAKE_COST`], until the
     /// peer has proved itself, in a room of their own of 1/16 of the
     /// budget that connections never use; past it the oldest gives way to
     /// a newcomer). Connections hold at most the other 15/16 together.

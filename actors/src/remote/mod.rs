@@ -163,7 +163,11 @@ impl Remoting {
         }
         transport.set_message_count(envelope::messages_in);
         let budget = budget::NodeBudget::for_peers(config.peer_memory_budget);
-        transport.set_admission(Some(Arc::new(budget::Handshakes(budget.clone()))));
+        let also = transport.admission().cloned();
+        transport.set_admission(Some(Arc::new(budget::Handshakes {
+            node: budget.clone(),
+            also,
+        })));
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {
             let tls = transport::Tls::new(tls).map_err(transport::TransportError::from)?;

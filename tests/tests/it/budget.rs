@@ -732,7 +732,11 @@ async fn a_paused_connection_is_not_judged_unreachable_for_its_silence() {
 /// (longer than these tests: every pending handshake that ends, ends for
 /// what the test does).
 async fn patient_node(budget: usize) -> ActorSystem {
-    let mut config = SystemConfig::default();
+    patient_node_with(budget, SystemConfig::default()).await
+}
+
+/// As [`patient_node`], from `config`.
+async fn patient_node_with(budget: usize, mut config: SystemConfig) -> ActorSystem {
     config.set_peer_memory_budget(budget).unwrap();
     config
         .transport_mut()
@@ -791,6 +795,56 @@ async fn a_tiny_budget_refuses_pending_handshakes_and_a_good_peer_still_connects
     drop(flood);
     eventually("the charges are given back", || {
         b.peer_memory().handshakes == 0
+    })
+    .await;
+    b.shutdown().await;
+}
+
+/// An account of the application's own, set on the node's
+/// `TransportConfig`.
+#[derive(Debug, Default)]
+struct Theirs(Arc<std::sync::atomic::AtomicUsize>);
+
+struct Back(Arc<std::sync::atomic::AtomicUsize>, usize);
+
+impl Drop for Back {
+    fn drop(&mut self) {
+        self.0
+            .fetch_sub(self.1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl transport::Admission for Theirs {
+    fn charge_pending(
+        &self,
+        _: std::net::IpAddr,
+        bytes: usize,
+    ) -> Option<transport::PendingCharge> {
+        self.0.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+        Some(transport::PendingCharge::new(Back(self.0.clone(), bytes)))
+    }
+}
+
+/// An admission the application set on its transport configuration is
+/// kept beside the node's budget, not replaced by it: pending handshakes
+/// are charged to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applications_own_admission_is_charged_beside_the_budget() {
+    const N: usize = 10;
+    let theirs = Theirs::default();
+    let held = theirs.0.clone();
+    let mut config = SystemConfig::default();
+    config.transport_mut().set_admission(Some(Arc::new(theirs)));
+    let b = patient_node_with(BUDGET, config).await;
+    let flood = never_proving(b.local_addr().expect("remoting"), N, 1).await;
+    let theirs = || held.load(std::sync::atomic::Ordering::Acquire);
+    eventually("both accounts are charged", || {
+        theirs() == N * PENDING_HANDSHAKE_COST && b.peer_memory().handshakes == N
+    })
+    .await;
+    drop(flood);
+    eventually("both are given back", || {
+        theirs() == 0 && b.peer_memory().handshakes == 0
     })
     .await;
     b.shutdown().await;

@@ -817,3 +817,58 @@ async fn first_contact_over_node_certificates_brings_one_link_up_on_each_node() 
         s.shutdown().await;
     }
 }
+
+/// An account that counts what pending handshakes are charged.
+#[derive(Debug, Default)]
+struct Held(Arc<std::sync::atomic::AtomicUsize>);
+
+struct GiveBack(Arc<std::sync::atomic::AtomicUsize>, usize);
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        self.0
+            .fetch_sub(self.1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl transport::Admission for Held {
+    fn charge_pending(
+        &self,
+        _: std::net::IpAddr,
+        bytes: usize,
+    ) -> Option<transport::PendingCharge> {
+        self.0.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+        Some(transport::PendingCharge::new(GiveBack(
+            self.0.clone(),
+            bytes,
+        )))
+    }
+}
+
+/// A TLS endpoint charges its admission what a pending TLS handshake
+/// holds (rustls's state is ten times the plaintext handshake's), and
+/// gives it back when the connection goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_tls_handshake_is_charged_what_rustls_holds() {
+    const N: usize = 5;
+    let pki = Pki::new("charge-ca");
+    pki.issue("node", &Spec::node("node"));
+    let held = Held::default();
+    let count = held.0.clone();
+    let mut config = config();
+    config.set_admission(Some(Arc::new(held)));
+    let node = Endpoint::bind_tls(loopback(), config, pki.tls("node", &pki))
+        .await
+        .expect("binds");
+    let mut streams = Vec::new();
+    for _ in 0..N {
+        streams.push(raw_connect(node.local_addr()).await);
+    }
+    let charged = || count.load(std::sync::atomic::Ordering::Acquire);
+    integration_tests::eventually("every pending handshake is charged", || {
+        charged() == N * transport::PENDING_TLS_HANDSHAKE_COST
+    })
+    .await;
+    drop(streams);
+    integration_tests::eventually("the charges are given back", || charged() == 0).await;
+}
