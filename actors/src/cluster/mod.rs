@@ -239,6 +239,11 @@ pub enum ClusterError {
         /// How long it waited.
         waited: Duration,
     },
+    /// An argument a setting's rules refuse (a seed given to
+    /// [`Cluster::rejoin`] that is not `host:port`, as
+    /// [`ClusterConfig::set_seeds`] refuses it).
+    #[error(transparent)]
+    Config(#[from] crate::ConfigError),
     /// A seed address does not resolve.
     #[error("seed {0:?} does not resolve: {1}")]
     Seed(String, std::io::Error),
@@ -739,13 +744,17 @@ impl Cluster {
     /// retried at each contact.
     ///
     /// # Errors
+    /// [`ClusterError::Config`] for a seed that is not `host:port` (the
+    /// seeds in force are then left as they were);
     /// [`ClusterError::Stopped`] if membership has stopped.
     pub fn rejoin<S: Into<String>>(
         &self,
         seeds: impl IntoIterator<Item = S>,
     ) -> Result<(), ClusterError> {
+        let mut checked = ClusterConfig::new();
+        checked.set_seeds(seeds)?;
         self.cmds
-            .send(Cmd::Rejoin(seeds.into_iter().map(Into::into).collect()))
+            .send(Cmd::Rejoin(std::mem::take(&mut checked.seeds)))
             .map_err(|_| ClusterError::Stopped)
     }
 

@@ -47,7 +47,9 @@ fn config() -> TransportConfig {
                     .expect("a value the transport takes");
             }
             "--sndbuf" => {
-                config.set_send_buffer_size(Some(n as u32));
+                config
+                    .set_send_buffer_size(Some(n as u32))
+                    .expect("--sndbuf: not zero");
             }
             "--idle-evict-ms" => {
                 config.set_idle_eviction_after(Some(Duration::from_millis(n)));

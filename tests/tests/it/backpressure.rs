@@ -24,7 +24,8 @@ async fn stalled_peer_fills_the_queue_then_send_blocks() {
     config
         .set_queue_capacity(CAPACITY)
         .unwrap()
-        .set_send_buffer_size(Some(16 * 1024));
+        .set_send_buffer_size(Some(16 * 1024))
+        .unwrap();
     let node = endpoint(config).await;
     // The peer: a raw socket that completes the handshake and never reads.
     let socket = TcpSocket::new_v4().unwrap();

@@ -989,3 +989,23 @@ async fn a_node_joins_with_the_cluster_section_of_its_configuration() {
     let nodes = [(seed_system, seed), (system, cluster)];
     converged(&nodes, 1).await;
 }
+
+/// `rejoin` holds its seeds to `set_seeds`'s rule: a seed that is not
+/// `host:port` is refused by key, and a good list is taken.
+#[tokio::test]
+async fn rejoin_refuses_a_seed_that_is_not_host_and_port() {
+    let config = fast(Duration::from_secs(30));
+    let mut nodes = cluster_of(1, &config).await;
+    let (system, cluster) = nodes.remove(0);
+    for bad in ["seed.example", ":2552", "10.0.0.1:port"] {
+        match cluster.rejoin(["127.0.0.1:1", bad]) {
+            Err(actors::cluster::ClusterError::Config(actors::ConfigError::InvalidValue {
+                key,
+                ..
+            })) => assert_eq!(key, "cluster.seeds", "{bad}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    cluster.rejoin(["127.0.0.1:1"]).expect("a good seed");
+    system.shutdown().await;
+}

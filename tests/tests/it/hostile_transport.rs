@@ -258,7 +258,8 @@ async fn heartbeat_violations_close_with_a_reason_that_names_the_numbers() {
     config
         .set_control_stall_timeout(Duration::from_millis(300))
         .unwrap()
-        .set_send_buffer_size(Some(4096));
+        .set_send_buffer_size(Some(4096))
+        .unwrap();
     let server = endpoint(config).await;
     let addr = server.local_addr();
 

@@ -627,7 +627,8 @@ async fn a_full_link_is_link_full_not_mailbox_full() {
         .transport_mut()
         .set_queue_capacity(64 * 1024)
         .unwrap()
-        .set_send_buffer_size(Some(16 * 1024));
+        .set_send_buffer_size(Some(16 * 1024))
+        .unwrap();
     let p = super::faults_net::Proxied::new(config).await;
     p.b.spawn_named(
         "gate",

@@ -332,47 +332,68 @@ impl Default for TransportSection {
 }
 
 impl TransportSection {
+    /// The rules are [`TransportConfig`](transport::TransportConfig)'s
+    /// own setters', as for the heartbeat, so a file and code refuse the
+    /// same values; the file adds only that a number fits the setter's
+    /// type (`u32` for the socket buffers, the backlog and a frame).
     fn validate(&self) -> Result<(), Invalid> {
-        within("transport.max_frame_size", self.max_frame_size.0, 1, U32)?;
-        for (key, size) in [
-            ("transport.queue_capacity", self.queue_capacity),
-            ("transport.write_buffer_size", self.write_buffer_size),
-            ("transport.read_buffer_size", self.read_buffer_size),
-        ] {
-            within(key, size.0, 1, USIZE)?;
-        }
-        if let Some(bytes) = self.producer_yield_bytes {
-            within("transport.producer_yield_bytes", bytes.0, 0, USIZE)?;
-        }
-        for (key, size) in [
-            ("transport.send_buffer_size", self.send_buffer_size),
-            ("transport.recv_buffer_size", self.recv_buffer_size),
-        ] {
-            size.map_or(Ok(()), |s| within(key, s.0, 1, U32))?;
-        }
-        for (key, d) in [
-            ("transport.handshake_timeout", self.handshake_timeout),
-            ("transport.connect_timeout", self.connect_timeout),
-            (
-                "transport.control_stall_timeout",
-                self.control_stall_timeout,
-            ),
-        ] {
-            at_least(key, d, NONZERO)?;
-        }
-        within("transport.accept_backlog", self.accept_backlog, 1, U32)?;
-        for (key, n) in [
-            (
-                "transport.max_inbound_connections",
-                self.max_inbound_connections,
-            ),
-            (
-                "transport.max_inbound_connections_per_ip",
-                self.max_inbound_connections_per_ip,
-            ),
-            ("transport.max_unproven_per_ip", self.max_unproven_per_ip),
-        ] {
-            within(key, n as u64, 1, USIZE)?;
+        let mut config = transport::TransportConfig::default();
+        self.apply(&mut config)
+    }
+
+    /// Sets every key on `c` through its setter; the error names the key.
+    fn apply(&self, c: &mut transport::TransportConfig) -> Result<(), Invalid> {
+        let key = |key| move |e: transport::ConfigError| Invalid::new(key, e.to_string());
+        let u32_of = |key, n: u64| {
+            within(key, n, 0, U32)?;
+            Ok::<_, Invalid>(u32::try_from(n).expect("checked against u32::MAX"))
+        };
+        let usize_of = |key, n: ByteSize| {
+            within(key, n.0, 0, USIZE)?;
+            Ok::<_, Invalid>(n.get())
+        };
+        let frame = "transport.max_frame_size";
+        c.set_max_frame_size(u32_of(frame, self.max_frame_size.0)? as usize)
+            .map_err(key(frame))?;
+        let queue = "transport.queue_capacity";
+        c.set_queue_capacity(usize_of(queue, self.queue_capacity)?)
+            .map_err(key(queue))?;
+        let write = "transport.write_buffer_size";
+        c.set_write_buffer_size(usize_of(write, self.write_buffer_size)?)
+            .map_err(key(write))?;
+        let read = "transport.read_buffer_size";
+        c.set_read_buffer_size(usize_of(read, self.read_buffer_size)?)
+            .map_err(key(read))?;
+        let yield_bytes = "transport.producer_yield_bytes";
+        let yield_at = self.producer_yield_bytes.map(|b| usize_of(yield_bytes, b));
+        c.set_producer_yield_bytes(yield_at.transpose()?);
+        let bytes = |name, size: Option<ByteSize>| size.map(|s| u32_of(name, s.0)).transpose();
+        let (send, recv) = ("transport.send_buffer_size", "transport.recv_buffer_size");
+        c.set_send_buffer_size(bytes(send, self.send_buffer_size)?)
+            .map_err(key(send))?
+            .set_recv_buffer_size(bytes(recv, self.recv_buffer_size)?)
+            .map_err(key(recv))?;
+        let backlog = "transport.accept_backlog";
+        c.set_nodelay(self.nodelay)
+            .set_close_timeout(self.close_timeout)
+            .set_accept_backlog(u32_of(backlog, self.accept_backlog)?)
+            .map_err(key(backlog))?
+            .set_handshake_timeout(self.handshake_timeout)
+            .map_err(key("transport.handshake_timeout"))?
+            .set_connect_timeout(self.connect_timeout)
+            .map_err(key("transport.connect_timeout"))?
+            .set_control_stall_timeout(self.control_stall_timeout)
+            .map_err(key("transport.control_stall_timeout"))?
+            .set_max_inbound_connections(self.max_inbound_connections)
+            .map_err(key("transport.max_inbound_connections"))?
+            .set_max_inbound_connections_per_ip(self.max_inbound_connections_per_ip)
+            .map_err(key("transport.max_inbound_connections_per_ip"))?
+            .set_max_unproven_per_ip(self.max_unproven_per_ip)
+            .map_err(key("transport.max_unproven_per_ip"))?
+            .set_idle_eviction_after(self.idle_eviction_after)
+            .set_insecure_no_authentication(self.insecure_no_authentication);
+        if !self.cookie_file.is_empty() {
+            c.set_cookie_file(&self.cookie_file);
         }
         Ok(())
     }
@@ -491,42 +512,8 @@ impl Settings {
             cluster,
             ..SystemConfig::default()
         };
-        let u32_of = |b: ByteSize| u32::try_from(b.0).expect("validated against u32::MAX");
-        // `TransportSection::validate` holds each value to at least the
-        // setter's rule (not zero; a frame size within u32).
-        let valid = "validated by TransportSection::validate";
-        let tc = &mut c.transport;
-        tc.set_max_frame_size(t.max_frame_size.get())
-            .expect(valid)
-            .set_queue_capacity(t.queue_capacity.get())
-            .expect(valid)
-            .set_write_buffer_size(t.write_buffer_size.get())
-            .expect(valid)
-            .set_read_buffer_size(t.read_buffer_size.get())
-            .expect(valid)
-            .set_producer_yield_bytes(t.producer_yield_bytes.map(ByteSize::get))
-            .set_send_buffer_size(t.send_buffer_size.map(u32_of))
-            .set_recv_buffer_size(t.recv_buffer_size.map(u32_of))
-            .set_nodelay(t.nodelay)
-            .set_handshake_timeout(t.handshake_timeout)
-            .expect(valid)
-            .set_connect_timeout(t.connect_timeout)
-            .expect(valid)
-            .set_close_timeout(t.close_timeout)
-            .set_accept_backlog(u32::try_from(t.accept_backlog).expect(valid))
-            .set_max_inbound_connections(t.max_inbound_connections)
-            .expect(valid)
-            .set_max_inbound_connections_per_ip(t.max_inbound_connections_per_ip)
-            .expect(valid)
-            .set_max_unproven_per_ip(t.max_unproven_per_ip)
-            .expect(valid)
-            .set_idle_eviction_after(t.idle_eviction_after)
-            .set_control_stall_timeout(t.control_stall_timeout)
-            .expect(valid)
-            .set_insecure_no_authentication(t.insecure_no_authentication);
-        if !t.cookie_file.is_empty() {
-            tc.set_cookie_file(t.cookie_file);
-        }
+        t.apply(&mut c.transport)
+            .expect("validated: the same setters' rules");
         #[cfg(feature = "tls")]
         if !tls.cert_chain.is_empty() {
             let mut config = transport::TlsConfig::from_pem_files(

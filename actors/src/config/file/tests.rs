@@ -277,6 +277,7 @@ fn a_file_changes_exactly_its_keys() {
         .unwrap()
         .set_producer_yield_bytes(None)
         .set_send_buffer_size(Some(256 << 10))
+        .unwrap()
         .set_nodelay(false)
         .set_idle_eviction_after(None)
         .set_control_stall_timeout(Duration::from_secs(90))
@@ -526,6 +527,21 @@ fn bad_values_name_the_key() {
         (
             "[transport]\nmax_frame_size = \"4GiB\"",
             "transport.max_frame_size",
+            "at most 4294967295",
+        ),
+        (
+            "[transport]\nsend_buffer_size = 0",
+            "transport.send_buffer_size",
+            "send_buffer_size must be greater than zero",
+        ),
+        (
+            "[transport]\naccept_backlog = 0",
+            "transport.accept_backlog",
+            "accept_backlog must be greater than zero",
+        ),
+        (
+            "[transport]\nrecv_buffer_size = \"5GiB\"",
+            "transport.recv_buffer_size",
             "at most 4294967295",
         ),
         (
