@@ -304,7 +304,11 @@ async fn entities_start_on_their_owner_and_messages_keep_their_order() {
         send_all(&nodes[2], &ids, 30)
     );
     all_in_order(&b, &ids, &senders, 30).await;
-    // Each entity started once, and the entities spread over all three.
+    // Each entity started once, and the entities spread over the nodes:
+    // over at least two, since the 60 ids fall in 18 shards placed by
+    // rendezvous hashing over random uids, and all 18 miss one of three
+    // nodes about once in 500 runs (simulated), but miss two of them
+    // about once in 10^8.
     {
         let bk = book(&b);
         assert!(
@@ -313,7 +317,7 @@ async fn entities_start_on_their_owner_and_messages_keep_their_order() {
             bk.started
         );
         let used: BTreeSet<&String> = bk.started.values().flatten().collect();
-        assert_eq!(used.len(), 3, "{used:?}");
+        assert!(used.len() >= 2, "{used:?}");
     }
     // Asks work from any node, and agree on where an entity is.
     for id in &ids[..5] {
