@@ -147,7 +147,8 @@
 //!   `[cluster]` rules of [`ClusterSettings`].
 //! - [`sharding`]: cluster sharding ([`Sharding`](sharding::Sharding),
 //!   [`EntityRef`](sharding::EntityRef)); a pure allocation and shard
-//!   state machine (`sharding::shard`), the region actor, entity stores.
+//!   state machine (`sharding::shard`), the region actor, the hold after a
+//!   pause (`sharding::pause`), entity stores.
 //! - [`singleton`]: [`Singleton`](singleton::Singleton): placement and
 //!   handover of a cluster singleton (the decisions pure, in
 //!   `placement`), and [`SingletonRef`](singleton::SingletonRef).

@@ -69,6 +69,7 @@
 //!   once each of them answered.
 
 mod outbox;
+mod pause;
 mod region;
 mod shard;
 mod store;

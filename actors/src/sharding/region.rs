@@ -22,6 +22,7 @@ use tokio::{
 use super::{
     Counters, EntityId, ShardEvent, ShardInfo, ShardPhase, ShardingSettings, ShardingState,
     outbox::{Budget, Kind},
+    pause::{PauseGuard, Turn},
     shard::{Action, Envelope, Liveness, Phase, RegionId, Shards, State, Tracker, Wire, shard_of},
 };
 use crate::dead_letter::DeadLetterReason;
@@ -161,6 +162,12 @@ pub(crate) struct Region<E: Actor> {
     system: Option<ActorSystem>,
     meters: Option<ShardingMeters>,
     fenced: Arc<AtomicBool>,
+    /// Holds deliveries after this process stood still (see `pause.rs`).
+    pause: PauseGuard,
+    /// What a hold keeps, in arrival order, and the bytes of its messages
+    /// for entities (bounded by [`ShardingSettings::buffer_bytes`]).
+    kept: Vec<RegionMsg<E::Msg>>,
+    kept_bytes: usize,
 }
 
 impl<E: Actor> Region<E>
@@ -168,6 +175,9 @@ where
     E::Msg: RemoteMessage,
 {
     pub(crate) fn new(type_name: &str, p: RegionParts<E>) -> Self {
+        // A region turns at least every tick: a tick longer than
+        // stable-after must not make every idle gap look like a pause.
+        let pause = p.cluster.stable_after().max(p.settings.tick * 3);
         Self {
             type_name: type_name.to_owned(),
             group: format!("sharding-{type_name}"),
@@ -198,6 +208,9 @@ where
             system: None,
             meters: None,
             fenced: p.fenced,
+            pause: PauseGuard::new(Instant::now(), pause, pause),
+            kept: Vec::new(),
+            kept_bytes: 0,
         }
     }
 
@@ -803,6 +816,68 @@ where
     }
 
     async fn handle(&mut self, msg: Self::Msg, ctx: &mut Ctx<Self>) -> ActorResult {
+        let (turn, gap) = self.pause.turn(Instant::now());
+        if let Some(gap) = gap {
+            tracing::warn!(type_name = %self.type_name, ?gap, "sharding: this node did not run for longer than stable-after; its deliveries wait as long again to hear whether it is still a member");
+        }
+        match turn {
+            Turn::Handle => self.on_msg(msg, ctx).await,
+            Turn::Keep => {
+                self.keep(msg);
+                Ok(())
+            }
+            Turn::Release => {
+                self.kept_bytes = 0;
+                for kept in std::mem::take(&mut self.kept) {
+                    self.on_msg(kept, ctx).await?;
+                }
+                self.on_msg(msg, ctx).await
+            }
+        }
+    }
+
+    async fn terminated(&mut self, t: Terminated, ctx: &mut Ctx<Self>) -> ActorResult {
+        self.on_terminated(ctx, &t);
+        Ok(())
+    }
+}
+
+impl<E: Actor> Region<E>
+where
+    E::Msg: RemoteMessage,
+{
+    /// A message while a hold is on (see `pause.rs`): ticks wait for the
+    /// hold's end, state is answered, the rest kept in order; messages
+    /// for entities past the byte bound are dropped and counted.
+    fn keep(&mut self, msg: RegionMsg<E::Msg>) {
+        let user = match &msg {
+            RegionMsg::Local(Local::Tick) => return,
+            RegionMsg::Local(Local::State(_)) => {
+                if let RegionMsg::Local(Local::State(tx)) = msg {
+                    let _ = tx.send(self.state());
+                }
+                return;
+            }
+            RegionMsg::Local(Local::Send { entity, msg }) => Some((entity.clone(), msg)),
+            RegionMsg::Shard(Wire::Deliver { env, .. }) => Some((env.entity.clone(), &env.msg)),
+            _ => None,
+        };
+        if let Some((entity, m)) = user {
+            let shard = shard_of(&entity, self.settings.number_of_shards);
+            let bytes = self.size(shard, m);
+            if self.kept_bytes + bytes > self.settings.buffer_bytes {
+                let why = DeadLetterReason::BufferFull(
+                    "a sharding region holding deliveries after a pause".into(),
+                );
+                self.drop_msg(&entity, &why);
+                return;
+            }
+            self.kept_bytes += bytes;
+        }
+        self.kept.push(msg);
+    }
+
+    async fn on_msg(&mut self, msg: RegionMsg<E::Msg>, ctx: &mut Ctx<Self>) -> ActorResult {
         let now = Instant::now();
         let n = self.settings.number_of_shards;
         match msg {
@@ -902,11 +977,6 @@ where
                 self.check_retire(ctx);
             }
         }
-        Ok(())
-    }
-
-    async fn terminated(&mut self, t: Terminated, ctx: &mut Ctx<Self>) -> ActorResult {
-        self.on_terminated(ctx, &t);
         Ok(())
     }
 }
