@@ -269,7 +269,7 @@ impl OwnEntries {
             }
             _ => return Ok(None),
         }
-        let item = self.next_item(node, uid, group, &refs);
+        let item = Self::item_at(self.version + 1, node, uid, group, &refs);
         let size = item.encode().len();
         if size > limit {
             return Err(ClusterError::GroupTooLarge {
@@ -297,10 +297,6 @@ impl OwnEntries {
             items.push(item);
         }
         items
-    }
-
-    fn next_item(&self, node: &str, uid: u64, group: &str, refs: &[String]) -> Item {
-        Self::item_at(self.version + 1, node, uid, group, refs)
     }
 
     fn item_at(version: u64, node: &str, uid: u64, group: &str, refs: &[String]) -> Item {
