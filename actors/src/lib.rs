@@ -144,14 +144,26 @@
 //! - [`cluster`]: [`Cluster`](cluster::Cluster) membership and groups,
 //!   and routers that follow a group; `cluster::config`:
 //!   [`ClusterConfig`](cluster::ClusterConfig), whose setters run the
-//!   `[cluster]` rules of [`ClusterSettings`].
+//!   `[cluster]` rules of [`ClusterSettings`]. Pure: `cluster::wire`,
+//!   `cluster::groups`, `cluster::suspicion`, `cluster::downing`,
+//!   `cluster::view` (foca's table to subscribers' changes),
+//!   `cluster::contact` (announce targets, the alone warning); the
+//!   public types in `cluster::member`, `cluster::stats`,
+//!   `cluster::error`; the handle in `cluster::handle` (its group calls
+//!   in `cluster::routing`), the membership task in `cluster::task` (its
+//!   downing wiring in `cluster::resolution`), what they share in
+//!   `cluster::shared`.
 //! - [`sharding`]: cluster sharding ([`Sharding`](sharding::Sharding),
 //!   [`EntityRef`](sharding::EntityRef)); a pure allocation and shard
 //!   state machine (`sharding::shard`), the region actor, the hold after a
 //!   pause (`sharding::pause`), entity stores.
 //! - [`singleton`]: [`Singleton`](singleton::Singleton): placement and
 //!   handover of a cluster singleton (the decisions pure, in
-//!   `placement`), and [`SingletonRef`](singleton::SingletonRef).
+//!   `singleton::placement`; carried out by the manager task in
+//!   `singleton::manager`), its settings (`singleton::settings`), leases
+//!   (`singleton::lease`), and [`SingletonRef`](singleton::SingletonRef)
+//!   (`singleton::proxy`) with its bounded buffer (`singleton::buffer`,
+//!   pure).
 //!
 //! # Crate feature flags
 //! - `derive` (default): `#[derive(RemoteMessage)]`, from the

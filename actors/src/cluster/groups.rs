@@ -2,15 +2,18 @@
 //! member are in which named group. Each member disseminates its own
 //! entries as foca custom broadcasts (one per group, versioned), again
 //! whenever a member comes up, so late joiners learn them; entries of a
-//! member that goes down, leaves or is removed are dropped. Pure: no IO.
+//! member that goes down, leaves or is removed are dropped. This node's
+//! own entries, and the items that disseminate them, are [`OwnEntries`].
+//! Pure: no IO.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, PoisonError},
 };
 
 use serde::{Deserialize, Serialize};
 
+use super::ClusterError;
 use crate::bincode_format;
 
 /// Most entries (refs, over all members and groups) a node keeps; items
@@ -232,6 +235,81 @@ impl<T> foca::BroadcastHandler<T> for Handler {
     }
 }
 
+/// This node's own entries, by group, and the version of its latest
+/// item: each change is one item with the next version, so the newest
+/// replaces the older ones still being disseminated.
+#[derive(Debug, Default)]
+pub(crate) struct OwnEntries {
+    groups: BTreeMap<String, Vec<String>>,
+    version: u64,
+}
+
+impl OwnEntries {
+    /// Adds (`join`) or removes `entry` in `group` of node `node` in
+    /// incarnation `uid`: the item to disseminate, or `None` when that
+    /// changes nothing (an entry already in, or not in).
+    ///
+    /// # Errors
+    /// [`ClusterError::GroupTooLarge`] when the group's item would take
+    /// more than `limit` bytes; the entries stay as they were.
+    pub(crate) fn change(
+        &mut self,
+        (node, uid): (&str, u64),
+        group: &str,
+        entry: String,
+        join: bool,
+        limit: usize,
+    ) -> Result<Option<Item>, ClusterError> {
+        let mut refs = self.groups.get(group).cloned().unwrap_or_default();
+        let had = refs.iter().position(|e| *e == entry);
+        match (join, had) {
+            (true, None) => refs.push(entry),
+            (false, Some(i)) => {
+                refs.remove(i);
+            }
+            _ => return Ok(None),
+        }
+        let item = Self::item_at(self.version + 1, node, uid, group, &refs);
+        let size = item.encode().len();
+        if size > limit {
+            return Err(ClusterError::GroupTooLarge {
+                group: group.to_owned(),
+                size,
+                limit,
+            });
+        }
+        self.version = item.version;
+        if refs.is_empty() {
+            self.groups.remove(group);
+        } else {
+            self.groups.insert(group.to_owned(), refs);
+        }
+        Ok(Some(item))
+    }
+
+    /// Every group's item again, each with a new version (a member came
+    /// up: it learns them; gossip that was lost is made good).
+    pub(crate) fn items(&mut self, node: &str, uid: u64) -> Vec<Item> {
+        let mut items = Vec::with_capacity(self.groups.len());
+        for (group, refs) in &self.groups {
+            let item = Self::item_at(self.version + 1, node, uid, group, refs);
+            self.version = item.version;
+            items.push(item);
+        }
+        items
+    }
+
+    fn item_at(version: u64, node: &str, uid: u64, group: &str, refs: &[String]) -> Item {
+        Item {
+            node: node.to_owned(),
+            uid,
+            group: group.to_owned(),
+            version,
+            refs: refs.to_vec(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +415,59 @@ mod tests {
             BroadcastHandler::<()>::receive_item(&mut h, &good, None)
                 .unwrap()
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn own_entries_change_one_item_at_a_time_with_growing_versions() {
+        let me = ("a@h:1", 7);
+        let mut own = OwnEntries::default();
+        let first = own.change(me, "g", "x".into(), true, 1000).expect("fits");
+        let first = first.expect("a change");
+        assert_eq!(
+            (first.version, first.refs.clone()),
+            (1, vec!["x".to_owned()])
+        );
+        assert_eq!((first.node.as_str(), first.uid), me);
+        // Joining again, or leaving what is not in, changes nothing.
+        assert_eq!(
+            own.change(me, "g", "x".into(), true, 1000).expect("fits"),
+            None
+        );
+        assert_eq!(
+            own.change(me, "g", "y".into(), false, 1000).expect("fits"),
+            None
+        );
+        let second = own.change(me, "h", "y".into(), true, 1000).expect("fits");
+        assert_eq!(second.map(|i| i.version), Some(2));
+        // The last entry leaving: an empty item, and the group is gone.
+        let gone = own.change(me, "g", "x".into(), false, 1000).expect("fits");
+        assert_eq!(gone.map(|i| (i.version, i.refs.len())), Some((3, 0)));
+        let again: Vec<(String, u64)> = own
+            .items(me.0, me.1)
+            .into_iter()
+            .map(|i| (i.group, i.version))
+            .collect();
+        assert_eq!(again, [("h".to_owned(), 4)]);
+    }
+
+    #[test]
+    fn own_entries_past_the_limit_are_refused_and_left_as_they_were() {
+        let me = ("a@h:1", 7);
+        let mut own = OwnEntries::default();
+        own.change(me, "g", "x".into(), true, 1000).expect("fits");
+        let big = "y".repeat(100);
+        let err = own.change(me, "g", big, true, 64).expect_err("too large");
+        assert!(
+            matches!(err, ClusterError::GroupTooLarge { ref group, size, limit: 64 } if group == "g" && size > 64),
+            "{err:?}"
+        );
+        let items = own.items(me.0, me.1);
+        assert_eq!(items.len(), 1);
+        // The refused change took no version.
+        assert_eq!(
+            (items[0].version, items[0].refs.clone()),
+            (2, vec!["x".to_owned()])
         );
     }
 }
