@@ -93,22 +93,21 @@
 //! routees, so they are handled in parallel and in no global order.
 //! Consistent hashing keeps each key's messages on one routee, in order,
 //! until the routee set changes.
-//!
-//! # Layout
-//! The handle and its errors are here; the rest is split by job:
-//! - `logic`: [`RoutingLogic`] and the choices it makes, pure (the hash
-//!   ring, the random pick, the smallest mailbox);
-//! - `messages`: [`RouterMsg`], what the router actor takes;
-//! - `table`: the routees and their ring, as the router actor writes them
-//!   and every handle reads them;
-//! - `route`: routing on the caller's thread (`tell`, `send`), trying
-//!   routees in the logic's order;
-//! - `pool`: how a pool makes its routees and replaces failed ones, within
-//!   its [`RestartLimit`];
-//! - `manager`: the router actor: routees added, removed, watched and
-//!   replaced, and messages routed for other nodes;
-//! - `builder`: [`RouterBuilder`], which starts the router actor over a
-//!   group or a pool.
+
+// The handle and its errors are in this file; the rest is split by job:
+// - `logic`: `RoutingLogic` and the choices it makes, pure (the hash
+//   ring, the random pick, the smallest mailbox);
+// - `messages`: `RouterMsg`, what the router actor takes;
+// - `table`: the routees and their ring, as the router actor writes them
+//   and every handle reads them;
+// - `route`: routing on the caller's thread (`tell`, `send`), trying
+//   routees in the logic's order;
+// - `pool`: how a pool makes its routees and replaces failed ones, within
+//   its `RestartLimit`;
+// - `manager`: the router actor: routees added, removed, watched and
+//   replaced, and messages routed for other nodes;
+// - `builder`: `RouterBuilder`, which starts the router actor over a
+//   group or a pool.
 
 use std::{fmt, sync::Arc, time::Duration};
 
