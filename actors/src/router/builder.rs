@@ -48,6 +48,9 @@ impl<M> fmt::Debug for RouterBuilder<M> {
 impl<M: Send + 'static> RouterBuilder<M> {
     /// Sets how many pool routee failures are absorbed (default
     /// [`DEFAULT_MAX_RESTARTS`] within [`DEFAULT_RESTART_WINDOW`]).
+    ///
+    /// [`DEFAULT_MAX_RESTARTS`]: crate::DEFAULT_MAX_RESTARTS
+    /// [`DEFAULT_RESTART_WINDOW`]: crate::DEFAULT_RESTART_WINDOW
     #[must_use]
     pub fn restart_limit(mut self, max_restarts: u32, within: Duration) -> Self {
         self.limit = RestartLimit {

@@ -65,6 +65,8 @@ impl<M> RoutingLogic<M> {
     /// it); an idle local routee is taken at once. A remote routee's queue
     /// is unknown here, so remote routees rank after every local one, and
     /// take turns among themselves. Ties go to the routees in turn.
+    ///
+    /// [`ActorRef::mailbox_len`]: crate::ActorRef::mailbox_len
     pub fn smallest_mailbox() -> Self {
         Self {
             kind: Logic::SmallestMailbox,

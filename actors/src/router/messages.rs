@@ -18,12 +18,17 @@ use crate::{actor_ref::ActorRef, path::ActorPath, serialization::RemoteMessage};
 /// messages it gets from there. Only `Route` crosses nodes: `Add` and
 /// `Remove` are local (a remote send of one fails to encode), so peers
 /// cannot change, or stop, the routees.
+///
+/// [`RouterBuilder::group_named`]: crate::RouterBuilder::group_named
+/// [`RouterBuilder::pool_named`]: crate::RouterBuilder::pool_named
 #[derive(Serialize, Deserialize)]
 #[serde(bound(serialize = "M: Serialize", deserialize = "M: DeserializeOwned"))]
 #[non_exhaustive]
 pub enum RouterMsg<M> {
     /// Route this message (one more hop than [`Router::tell`]; see
     /// [where routing runs](crate::router#where-routing-runs-in-the-caller-with-no-extra-hop)).
+    ///
+    /// [`Router::tell`]: crate::Router::tell
     Route(M),
     /// Add a routee (a group member: watched, never replaced or stopped by
     /// the router). Adding one that is already a routee changes nothing.

@@ -157,6 +157,8 @@ pub enum RouterError {
 /// `max_restarts` replacements within any `within` window. One more and
 /// the router fails ([`StopReason::Failed`]) and stops its routees, as
 /// Akka's supervisor escalates.
+///
+/// [`StopReason::Failed`]: crate::StopReason::Failed
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RestartLimit {
     /// Replacements allowed in the window.
