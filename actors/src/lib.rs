@@ -130,12 +130,19 @@
 //! - `node`: this node's registry and remoting, what decoded refs resolve
 //!   against.
 //! - `cell`: a local actor's runtime side and an ask's reply slot.
-//! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`].
+//! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`];
+//!   in units: `remote`, `reply` (reply refs), `send`, `ask`, `codec` (a
+//!   ref inside a message).
 //! - `system`: [`ActorSystem`]: building, resolve, shutdown.
-//! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task.
+//! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task, in
+//!   units: `outcome` (how an instance's run ends), `children` (a child's
+//!   supervision, a parent's reaction), `decode` (remote batches), `turn`
+//!   (the run loop), `supervise` (instances and restarts), `spawn`.
 //! - [`router`]: [`Router`] (groups and pools of routees behind one
 //!   handle) and its [`RoutingLogic`]s; a library layer over the public
-//!   actor API.
+//!   actor API, in units: `logic` (the choices, pure), `messages`,
+//!   `table`, `route` (routing on the caller's thread), `pool`, `manager`
+//!   (the router actor), `builder`.
 //! - `adapter`: message adapters ([`ActorSystem::adapter`],
 //!   [`Ctx::adapter`]): a ref of another message type in front of an
 //!   actor.
