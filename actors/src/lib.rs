@@ -126,7 +126,9 @@
 //!   `events` ([`RemoteEvent`]) (pure); `link`, `large`, `inbound` (the
 //!   dispatcher a connection's reader delivers into, split by job:
 //!   `bad_input` (pure), `conn`, `share`, `ids`, `runs`, `park`, `large`,
-//!   `system`), `net`, `context`, `requests`, `association`, `outbound`.
+//!   `system`), `net`, `context`, `install` (which connection wins,
+//!   which incarnation is quarantined; pure), `dial` (where and whether
+//!   to dial), `requests`, `association`, `connect`, `outbound`.
 //! - `node`: this node's registry and remoting, what decoded refs resolve
 //!   against.
 //! - `cell`: a local actor's runtime side and an ask's reply slot.

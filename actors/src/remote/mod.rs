@@ -34,11 +34,14 @@
 mod access;
 mod association;
 mod compression;
+mod connect;
 mod context;
+mod dial;
 mod envelope;
 mod events;
 mod flow;
 mod inbound;
+mod install;
 mod keeper;
 mod large;
 mod link;

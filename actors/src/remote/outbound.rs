@@ -1,5 +1,6 @@
 //! Sending on an association: user messages (`tell`, `send`), and system
-//! messages (plain, or reliable: watch, terminated, stop).
+//! messages (plain: identify, no-reply; or reliable: watch, unwatch,
+//! terminated, stop, numbered and kept until acknowledged).
 //!
 //! # Hot path
 //! When the link is up and already knows the recipient's id, `tell`
@@ -25,10 +26,11 @@ use std::{
     cell::RefCell,
     collections::VecDeque,
     sync::{Arc, MutexGuard},
+    time::Duration,
 };
 
 use bytes::{Bytes, BytesMut};
-use transport::{FrameKind, Pushed, TrySendFrameError};
+use transport::{FrameKind, PeerText, Pushed, TrySendFrameError};
 
 use super::{
     association::Association,
@@ -38,8 +40,17 @@ use super::{
         Encode, Link, LinkState, Pending, Recipient, StageOwner, TellError, Turn, encode_direct,
         encode_run_record, lock, run_encoder, write_envelope, write_stop,
     },
+    requests::{IdentifyFailed, Requests},
+    system_msg::{SysWire, system_frame},
 };
-use crate::{dead_letter::DeadLetterReason, error::SerializationError};
+use crate::{
+    dead_letter::DeadLetterReason,
+    error::{ResolveError, SerializationError},
+    lifecycle::{StopReason, Terminated},
+    path::ActorPath,
+    reply::NoReply,
+    watch::{RemoteWatcher, WatchSink},
+};
 
 thread_local! {
     /// Where `tell` serializes a message that does not go straight into
@@ -497,5 +508,201 @@ impl Association {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// System messages: plain (`send_system`: identify, no-reply) or
+/// reliable (`send_reliable`: watch, unwatch, stop, terminated).
+impl Association {
+    /// Asks the node whether an actor lives at `path` (Akka's `Identify`).
+    pub(super) async fn identify(
+        self: &Arc<Self>,
+        path: &ActorPath,
+        timeout: Duration,
+    ) -> Result<Option<(u32, String)>, ResolveError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (id, rx) = self.requests.new_identify();
+            self.send_system(&SysWire::Identify {
+                id,
+                path: path.elements().to_owned(),
+            });
+            let res = tokio::time::timeout_at(deadline, rx).await;
+            self.requests.forget_identify(id);
+            return match res {
+                Ok(Ok(Ok(m))) => Ok(m),
+                // Asked again on the link that replaces it.
+                Ok(Ok(Err(IdentifyFailed::Replaced))) => continue,
+                Ok(Ok(Err(IdentifyFailed::Unreachable(reason)))) => {
+                    Err(ResolveError::Unreachable {
+                        addr: self.node.to_string(),
+                        reason,
+                    })
+                }
+                Ok(Err(_)) => Err(ResolveError::Unreachable {
+                    addr: self.node.to_string(),
+                    reason: "link closed".into(),
+                }),
+                Err(_) => Err(ResolveError::Timeout {
+                    addr: self.node.to_string(),
+                    timeout,
+                }),
+            };
+        }
+    }
+
+    /// Queues a system message, connecting if needed.
+    pub(super) fn send_system(self: &Arc<Self>, msg: &SysWire) {
+        // After what this thread staged; from inside an encoder, by a task.
+        let Ok(turn) = Turn::begin() else {
+            return self.defer(msg, Self::send_system);
+        };
+        let body = msg.encode();
+        let mut st = self.state();
+        match &mut *st {
+            LinkState::Up(link) => match link.sender.try_send(&turn, system_frame(body)) {
+                Ok(()) => {}
+                // Waits for room in the bounded outbox, not a task each.
+                Err(TrySendFrameError::Full(f)) => {
+                    link.sender.park(&turn, &self.outbox, f);
+                }
+                Err(e) => {
+                    let body = e.into_inner().map(|f| f.body).unwrap_or_default();
+                    *st = LinkState::Connecting {
+                        pending: VecDeque::from([Pending::System(body)]),
+                    };
+                    drop(st);
+                    self.spawn_connect();
+                }
+            },
+            LinkState::Connecting { pending } => pending.push_back(Pending::System(body)),
+            LinkState::Idle => {
+                *st = LinkState::Connecting {
+                    pending: VecDeque::from([Pending::System(body)]),
+                };
+                drop(st);
+                self.spawn_connect();
+            }
+        }
+    }
+
+    /// A system message sent from inside an encoder, which may hold this
+    /// association's locks: sent by a task instead, once they are free.
+    #[cold]
+    fn defer(self: &Arc<Self>, msg: &SysWire, send: fn(&Arc<Self>, &SysWire)) {
+        let Ok(msg) = SysWire::decode(&msg.encode()) else {
+            return;
+        };
+        let assoc = self.clone();
+        tokio::spawn(async move { send(&assoc, &msg) });
+    }
+
+    /// Tells the asker whose reply slot is `r` that no reply will come
+    /// (`reply`); nothing if its incarnation is quarantined (its asks
+    /// failed already).
+    pub(crate) fn send_no_reply(self: &Arc<Self>, r: &Recipient, why: NoReply) {
+        if self.is_quarantined(r.uid) {
+            return;
+        }
+        self.send_system(&SysWire::NoReply {
+            reply: r.path.elements().to_owned(),
+            why,
+        });
+    }
+
+    pub(crate) fn send_stop(self: &Arc<Self>, r: &Recipient) {
+        if self.is_quarantined(r.uid) {
+            return;
+        }
+        self.send_reliable(&SysWire::Stop {
+            path: r.path.elements().to_owned(),
+        });
+    }
+
+    pub(crate) fn watch(self: &Arc<Self>, r: &Recipient, sink: WatchSink) {
+        if self.is_quarantined(r.uid) {
+            return sink.deliver(Terminated {
+                path: r.path.clone(),
+                reason: StopReason::NodeUnreachable(format!(
+                    "incarnation {:#x} of {} is quarantined",
+                    r.uid, self.node
+                )),
+            });
+        }
+        let watch_id = self.requests.add_watch(r.path.clone(), sink);
+        self.arm_detector();
+        self.send_reliable(&SysWire::Watch {
+            path: r.path.elements().to_owned(),
+            watch_id,
+        });
+    }
+
+    /// Undoes `watch`: `sink` hears nothing more of `r`, and the peer is
+    /// told (reliably) to forget the watches, so it holds nothing for them.
+    pub(crate) fn unwatch(self: &Arc<Self>, r: &Recipient, sink: &WatchSink) {
+        for watch_id in self.requests.remove_watches(&r.path, sink) {
+            self.send_reliable(&SysWire::Unwatch {
+                path: r.path.elements().to_owned(),
+                watch_id,
+            });
+        }
+    }
+
+    /// Queues a system message for exactly-once delivery: numbered, kept
+    /// until acknowledged, resent after a reconnect or when unacknowledged
+    /// for a heartbeat interval. A full buffer quarantines the peer.
+    pub(super) fn send_reliable(self: &Arc<Self>, msg: &SysWire) {
+        // After what this thread staged; from inside an encoder, by a task.
+        let Ok(turn) = Turn::begin() else {
+            return self.defer(msg, Self::send_reliable);
+        };
+        let mut out = self.requests.out();
+        let frame = match Requests::push_reliable(&mut out, msg.encode()) {
+            Ok(frame) => frame,
+            Err(overflow) => {
+                drop(out);
+                let uid = self.peer_uid();
+                tracing::error!(node = %PeerText(&self.node), uid, capacity = overflow.capacity, "system message buffer overflowed: the peer acknowledged none of the last {} system messages; quarantining it", overflow.capacity);
+                self.quarantine(
+                    uid,
+                    &format!(
+                        "system message buffer overflowed ({} unacknowledged)",
+                        overflow.capacity
+                    ),
+                );
+                return;
+            }
+        };
+        let up = match &*self.state() {
+            LinkState::Up(link) => {
+                // Full: the resend timer sends it later, in order.
+                let _ = link.sender.try_send(&turn, frame);
+                true
+            }
+            _ => false,
+        };
+        drop(out);
+        if !up {
+            self.ensure_connecting();
+        }
+    }
+}
+
+impl RemoteWatcher for Association {
+    /// A watch placed by an incarnation that is gone (it shut down,
+    /// restarted or overflowed: quarantined) has nobody to tell: sending
+    /// would only dial a node that said goodbye (and, the message never
+    /// acknowledged, keep redialing it with backoff), or hand a new
+    /// incarnation a watch id it never issued. Akka drops such watchers
+    /// when their address terminates; this drops them when they fire.
+    fn send_terminated(self: Arc<Self>, watch_id: u64, uid: u64, t: &Terminated) {
+        if self.is_quarantined(uid) {
+            tracing::debug!(node = %PeerText(&self.node), uid, watch_id, path = %t.path, "Terminated for a watcher of a gone incarnation dropped");
+            return;
+        }
+        self.send_reliable(&SysWire::Terminated {
+            watch_id,
+            reason: t.reason.clone(),
+        });
     }
 }
