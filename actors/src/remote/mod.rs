@@ -12,6 +12,11 @@
 //!   which have gone unused for how long; pure.
 //! - `access`: which peer requests are honoured (untrusted mode, reply
 //!   slots never looked up); pure.
+//! - `install`: the install and incarnation rules (which connection
+//!   becomes the link, which incarnation a restart displaces, when one
+//!   is quarantined); pure.
+//! - `dial`: dialing a node (its target, the allow-list, what a refusal
+//!   means, the identity the peer must prove; one attempt in flight).
 //! - `link`: what a link is made of (recipient, link, link state, what
 //!   waits while connecting, the encoder guard).
 //! - `large`: the large-message lane and reassembly.
@@ -24,9 +29,11 @@
 //! - `context`: what every association of a node shares.
 //! - `requests`: an association's system-message bookkeeping (watches,
 //!   identifies, the reliable streams).
-//! - `association`: one remote node's link state and transitions, and the
-//!   system messages it puts on the link.
-//! - `outbound`: sending user messages on an association.
+//! - `association`: one remote node's link state and what changes it
+//!   (close, quarantine, unreachable), carrying out `install`'s and
+//!   `liveness`'s decisions.
+//! - `connect`: connect attempts and installing what connects.
+//! - `outbound`: sending user and system messages on an association.
 //! - `wire`: the envelope writer for test harnesses (hidden; `envelope`'s
 //!   own writers).
 //! - this file: [`Remoting`], the set of associations of one node.
