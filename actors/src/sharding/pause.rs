@@ -20,8 +20,9 @@
 //!   so within a few probe periods, far less than `stable_after`.
 //! - While the hold lasts, the region keeps what it is sent (messages for
 //!   entities and the shard protocol alike, in arrival order) instead of
-//!   handling it, up to a byte bound for messages to entities (past it
-//!   they are dropped and counted, as a moving shard's buffer does).
+//!   handling it ([`Kept`]): messages to entities up to a byte bound,
+//!   protocol messages up to a count; past either they are dropped and
+//!   counted, as a moving shard's buffer does.
 //! - When the hold ends, what was kept is handled in order: by a node
 //!   that learned meanwhile that it is down (its fence is up) as dead
 //!   letters, by a member as if it had just arrived.
@@ -38,6 +39,8 @@
 //! again. A lease checked per message would.
 
 use std::time::{Duration, Instant};
+
+use super::outbox::{Budget, Kind};
 
 /// What a region does with the message of this turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +100,78 @@ impl PauseGuard {
     }
 }
 
+/// What a hold keeps, in arrival order, and its bounds: messages for
+/// entities by bytes (an outbox's [`Budget`]: past it they are refused,
+/// and the region drops and counts them), the shard protocol's by count
+/// (a peer's requests and markers cannot pile up without limit either;
+/// one refused is dropped and counted, and its sender asks again after
+/// `handoff_timeout`).
+#[derive(Debug)]
+pub(crate) struct Kept<T> {
+    items: Vec<T>,
+    bytes: Budget,
+    protocol: usize,
+    max_protocol: usize,
+}
+
+impl<T> Kept<T> {
+    pub(crate) fn new(bytes: usize, max_protocol: usize) -> Self {
+        Self {
+            items: Vec::new(),
+            bytes: Budget::new(bytes),
+            protocol: 0,
+            max_protocol,
+        }
+    }
+
+    /// A region's: `bytes` for messages to entities, and a few protocol
+    /// messages per shard from each of a handful of regions while views
+    /// change (a request, its answer, a release marker), with room to
+    /// spare.
+    pub(crate) fn for_region(bytes: usize, shards: u32) -> Self {
+        Self::new(bytes, 64 + 8 * shards as usize)
+    }
+
+    /// Keeps `item` of `kind`, `bytes` in size; gives it back if a bound
+    /// refuses it.
+    pub(crate) fn keep(&mut self, item: T, kind: Kind, bytes: usize) -> Result<(), T> {
+        if kind == Kind::Protocol {
+            if self.protocol >= self.max_protocol {
+                return Err(item);
+            }
+            self.protocol += 1;
+        } else if !self.bytes.take(kind, bytes) {
+            return Err(item);
+        }
+        self.items.push(item);
+        Ok(())
+    }
+
+    /// Everything kept, in order; the bounds start again.
+    pub(crate) fn take(&mut self) -> Vec<T> {
+        self.bytes.release(self.bytes.used());
+        self.protocol = 0;
+        std::mem::take(&mut self.items)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_refuses_past_its_bounds_and_starts_again_once_taken() {
+        let mut k = Kept::new(100, 2);
+        assert_eq!(k.keep("a", Kind::User, 60), Ok(()));
+        assert_eq!(k.keep("b", Kind::User, 41), Err("b"), "past the bytes");
+        assert_eq!(k.keep("p", Kind::Protocol, 1_000), Ok(()), "not by bytes");
+        assert_eq!(k.keep("q", Kind::Protocol, 1), Ok(()));
+        assert_eq!(k.keep("r", Kind::Protocol, 1), Err("r"), "past the count");
+        assert_eq!(k.keep("c", Kind::User, 40), Ok(()), "exactly at the bound");
+        assert_eq!(k.take(), vec!["a", "p", "q", "c"], "in arrival order");
+        assert_eq!(k.keep("d", Kind::User, 100), Ok(()));
+        assert_eq!(k.keep("s", Kind::Protocol, 1), Ok(()));
+    }
 
     const PAUSE: Duration = Duration::from_secs(3);
     const SETTLE: Duration = Duration::from_millis(400);

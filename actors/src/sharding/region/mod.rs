@@ -24,7 +24,7 @@ use tokio::{
 use super::{
     Counters, EntityId, ShardEvent, ShardInfo, ShardPhase, ShardingSettings, ShardingState,
     outbox::{Budget, Kind},
-    pause::PauseGuard,
+    pause::{Kept, PauseGuard},
     shard::{Action, Envelope, Liveness, Phase, RegionId, Shards, State, Tracker, Wire},
 };
 use crate::dead_letter::DeadLetterReason;
@@ -166,10 +166,10 @@ pub(crate) struct Region<E: Actor> {
     fenced: Arc<AtomicBool>,
     /// Holds deliveries after this process stood still (see `pause.rs`).
     pause: PauseGuard,
-    /// What a hold keeps, in arrival order, and the bytes of its messages
-    /// for entities (bounded by [`ShardingSettings::buffer_bytes`]).
-    kept: Vec<RegionMsg<E::Msg>>,
-    kept_bytes: usize,
+    /// What a hold keeps, in arrival order: messages for entities bounded
+    /// by [`ShardingSettings::buffer_bytes`], the protocol's by
+    /// [`Kept::for_region`].
+    kept: Kept<RegionMsg<E::Msg>>,
 }
 
 impl<E: Actor> Region<E>
@@ -180,6 +180,7 @@ where
         // A region turns at least every tick: a tick longer than
         // stable-after must not make every idle gap look like a pause.
         let pause = p.cluster.stable_after().max(p.settings.tick * 3);
+        let kept = Kept::for_region(p.settings.buffer_bytes, p.settings.number_of_shards);
         Self {
             type_name: type_name.to_owned(),
             group: format!("sharding-{type_name}"),
@@ -211,8 +212,7 @@ where
             meters: None,
             fenced: p.fenced,
             pause: PauseGuard::new(Instant::now(), pause, pause),
-            kept: Vec::new(),
-            kept_bytes: 0,
+            kept,
         }
     }
 

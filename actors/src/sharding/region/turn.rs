@@ -12,6 +12,7 @@ use crate::{
     lifecycle::Terminated,
     serialization::RemoteMessage,
     sharding::{
+        outbox::Kind,
         pause::Turn,
         shard::{Envelope, Wire, shard_of},
     },
@@ -71,8 +72,7 @@ where
                 Ok(())
             }
             Turn::Release => {
-                self.kept_bytes = 0;
-                for kept in std::mem::take(&mut self.kept) {
+                for kept in self.kept.take() {
                     self.on_msg(kept, ctx).await?;
                 }
                 self.on_msg(msg, ctx).await
@@ -91,10 +91,10 @@ where
     E::Msg: RemoteMessage,
 {
     /// A message while a hold is on (see `pause.rs`): ticks wait for the
-    /// hold's end, state is answered, the rest kept in order; messages
-    /// for entities past the byte bound are dropped and counted.
+    /// hold's end, state is answered, the rest kept in order; what the
+    /// hold's bounds refuse is dropped and counted.
     fn keep(&mut self, msg: RegionMsg<E::Msg>) {
-        let user = match &msg {
+        let (kind, bytes) = match &msg {
             RegionMsg::Local(Local::Tick) => return,
             RegionMsg::Local(Local::State(_)) => {
                 if let RegionMsg::Local(Local::State(tx)) = msg {
@@ -102,23 +102,27 @@ where
                 }
                 return;
             }
-            RegionMsg::Local(Local::Send { entity, msg }) => Some((entity.clone(), msg)),
-            RegionMsg::Shard(Wire::Deliver { env, .. }) => Some((env.entity.clone(), &env.msg)),
-            _ => None,
-        };
-        if let Some((entity, m)) = user {
-            let shard = shard_of(&entity, self.settings.number_of_shards);
-            let bytes = self.size(shard, m);
-            if self.kept_bytes + bytes > self.settings.buffer_bytes {
-                let why = DeadLetterReason::BufferFull(
-                    "a sharding region holding deliveries after a pause".into(),
-                );
-                self.drop_msg(&entity, &why);
-                return;
+            RegionMsg::Local(Local::Send { entity, msg }) => {
+                let shard = shard_of(entity, self.settings.number_of_shards);
+                (Kind::User, self.size(shard, msg))
             }
-            self.kept_bytes += bytes;
+            RegionMsg::Shard(Wire::Deliver { shard, env }) => {
+                let shard = shard % self.settings.number_of_shards.max(1);
+                (Kind::User, self.size(shard, &env.msg))
+            }
+            _ => (Kind::Protocol, 0),
+        };
+        if let Err(refused) = self.kept.keep(msg, kind, bytes) {
+            let entity = match &refused {
+                RegionMsg::Local(Local::Send { entity, .. }) => entity.as_str(),
+                RegionMsg::Shard(Wire::Deliver { env, .. }) => env.entity.as_str(),
+                _ => "(the shard protocol)",
+            };
+            let why = DeadLetterReason::BufferFull(
+                "a sharding region holding deliveries after a pause".into(),
+            );
+            self.drop_msg(entity, &why);
         }
-        self.kept.push(msg);
     }
 
     async fn on_msg(&mut self, msg: RegionMsg<E::Msg>, ctx: &mut Ctx<Self>) -> ActorResult {
