@@ -726,3 +726,32 @@ pub async fn next_event(
     })
     .await
 }
+
+/// A [`transport::Admission`] that takes every pending handshake and
+/// counts the bytes its charges hold: what the tests read to see what an
+/// endpoint charged, and that it gave it all back.
+#[derive(Debug, Default)]
+pub struct CountingAdmission(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+struct GiveBack(std::sync::Arc<std::sync::atomic::AtomicUsize>, usize);
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        self.0
+            .fetch_sub(self.1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl transport::Admission for CountingAdmission {
+    fn charge_pending(
+        &self,
+        _: std::net::IpAddr,
+        bytes: usize,
+    ) -> Option<transport::PendingCharge> {
+        self.0.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+        Some(transport::PendingCharge::new(GiveBack(
+            self.0.clone(),
+            bytes,
+        )))
+    }
+}

@@ -719,16 +719,6 @@ mod tests {
             wire::seal(&KEY, KIND_LEAVE, &wire::encode_leave(id), &mut p);
             p
         };
-        let alive = |task: &mut Task, id: &Id| {
-            task.foca
-                .apply_many(
-                    std::iter::once(foca::Member::alive(id.clone())),
-                    true,
-                    &mut task.rt,
-                )
-                .expect("applies");
-            task.drain();
-        };
         let refused = |task: &Task| task.shared.stats.malformed.load(Ordering::Relaxed);
         alive(&mut task, &b1);
         assert_eq!(state_of(&task, &b1.node), Some((7, MemberState::Up)));

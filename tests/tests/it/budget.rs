@@ -800,38 +800,13 @@ async fn a_tiny_budget_refuses_pending_handshakes_and_a_good_peer_still_connects
     b.shutdown().await;
 }
 
-/// An account of the application's own, set on the node's
-/// `TransportConfig`.
-#[derive(Debug, Default)]
-struct Theirs(Arc<std::sync::atomic::AtomicUsize>);
-
-struct Back(Arc<std::sync::atomic::AtomicUsize>, usize);
-
-impl Drop for Back {
-    fn drop(&mut self) {
-        self.0
-            .fetch_sub(self.1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-impl transport::Admission for Theirs {
-    fn charge_pending(
-        &self,
-        _: std::net::IpAddr,
-        bytes: usize,
-    ) -> Option<transport::PendingCharge> {
-        self.0.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
-        Some(transport::PendingCharge::new(Back(self.0.clone(), bytes)))
-    }
-}
-
 /// An admission the application set on its transport configuration is
 /// kept beside the node's budget, not replaced by it: pending handshakes
 /// are charged to both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applications_own_admission_is_charged_beside_the_budget() {
     const N: usize = 10;
-    let theirs = Theirs::default();
+    let theirs = integration_tests::CountingAdmission::default();
     let held = theirs.0.clone();
     let mut config = SystemConfig::default();
     config.transport_mut().set_admission(Some(Arc::new(theirs)));

@@ -818,33 +818,6 @@ async fn first_contact_over_node_certificates_brings_one_link_up_on_each_node() 
     }
 }
 
-/// An account that counts what pending handshakes are charged.
-#[derive(Debug, Default)]
-struct Held(Arc<std::sync::atomic::AtomicUsize>);
-
-struct GiveBack(Arc<std::sync::atomic::AtomicUsize>, usize);
-
-impl Drop for GiveBack {
-    fn drop(&mut self) {
-        self.0
-            .fetch_sub(self.1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-impl transport::Admission for Held {
-    fn charge_pending(
-        &self,
-        _: std::net::IpAddr,
-        bytes: usize,
-    ) -> Option<transport::PendingCharge> {
-        self.0.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
-        Some(transport::PendingCharge::new(GiveBack(
-            self.0.clone(),
-            bytes,
-        )))
-    }
-}
-
 /// A TLS endpoint charges its admission what a pending TLS handshake
 /// holds (rustls's state is ten times the plaintext handshake's), and
 /// gives it back when the connection goes.
@@ -853,7 +826,7 @@ async fn a_pending_tls_handshake_is_charged_what_rustls_holds() {
     const N: usize = 5;
     let pki = Pki::new("charge-ca");
     pki.issue("node", &Spec::node("node"));
-    let held = Held::default();
+    let held = integration_tests::CountingAdmission::default();
     let count = held.0.clone();
     let mut config = config();
     config.set_admission(Some(Arc::new(held)));
