@@ -44,6 +44,15 @@
 //! - `#[remote(manifest = "name")]`: the manifest, instead of the default.
 //! - `#[remote(crate = "path")]`: where the `actors` crate is, when it is
 //!   renamed in `Cargo.toml` (default `::actors`).
+//! - `#[remote(direct)]`: encode without serde's visitors. The derive also
+//!   implements `actors::direct::DirectEncode`, writing each variant's
+//!   index and each field in declaration order, the bytes serde would
+//!   write in bincode's format; `encode` uses it (decoding still goes
+//!   through serde). Every field's type implements `DirectEncode`, or the
+//!   field is marked `#[remote(serde)]` to be written through serde. Serde
+//!   attributes on fields and variants, and container attributes that
+//!   change what serde writes, are refused with `direct`: the direct
+//!   encoder could not follow them. See `actors::direct`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms)]
 
@@ -66,12 +75,14 @@ pub fn derive_remote_message(input: TokenStream) -> TokenStream {
 struct Options {
     manifest: Option<LitStr>,
     krate: Option<Path>,
+    direct: bool,
 }
 
 fn options(input: &DeriveInput) -> syn::Result<Options> {
     let mut opts = Options {
         manifest: None,
         krate: None,
+        direct: false,
     };
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("remote")) {
         attr.parse_nested_meta(|meta| {
@@ -88,8 +99,12 @@ fn options(input: &DeriveInput) -> syn::Result<Options> {
                 let lit: LitStr = meta.value()?.parse()?;
                 opts.krate = Some(lit.parse()?);
                 Ok(())
+            } else if meta.path.is_ident("direct") {
+                opts.direct = true;
+                Ok(())
             } else {
-                Err(meta.error("unknown `remote` attribute: expected `manifest` or `crate`"))
+                Err(meta
+                    .error("unknown `remote` attribute: expected `manifest`, `crate` or `direct`"))
             }
         })?;
     }
@@ -138,6 +153,186 @@ fn local_only_last(e: &syn::DataEnum) -> syn::Result<()> {
     Ok(())
 }
 
+/// Container attributes of serde's that change what it writes: a direct
+/// encoder that ignored them would send what the peer cannot decode.
+const CHANGES_THE_BYTES: &[&str] = &[
+    "transparent",
+    "into",
+    "tag",
+    "untagged",
+    "content",
+    "remote",
+];
+
+/// The first `#[serde(..)]` attribute in `attrs`, if any.
+fn serde_attr(attrs: &[syn::Attribute]) -> Option<&syn::Attribute> {
+    attrs.iter().find(|a| a.path().is_ident("serde"))
+}
+
+/// Whether a field is marked `#[remote(serde)]`; refuses other `remote`
+/// attributes on a field, and any with `serde` when the type is not
+/// `direct`.
+fn through_serde(field: &syn::Field, direct: bool) -> syn::Result<bool> {
+    let mut serde = false;
+    for attr in field.attrs.iter().filter(|a| a.path().is_ident("remote")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("serde") {
+                serde = true;
+                Ok(())
+            } else {
+                Err(meta.error("unknown `remote` attribute on a field: expected `serde`"))
+            }
+        })?;
+        if !direct {
+            return Err(syn::Error::new_spanned(
+                attr,
+                "`#[remote(serde)]` on a field only means something with `#[remote(direct)]` \
+                 on the type (every field goes through serde without it)",
+            ));
+        }
+    }
+    Ok(serde)
+}
+
+/// Refuses `remote` attributes on variants: none exist.
+fn no_variant_attrs(v: &syn::Variant) -> syn::Result<()> {
+    match v.attrs.iter().find(|a| a.path().is_ident("remote")) {
+        Some(a) => Err(syn::Error::new_spanned(
+            a,
+            "`#[remote(..)]` goes on the type or on a field, not on a variant",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What `#[remote(direct)]` cannot follow.
+fn direct_refusals(input: &DeriveInput) -> syn::Result<()> {
+    const WHY: &str = "`#[remote(direct)]` writes bincode's format itself and cannot follow \
+                       serde attributes on fields and variants: remove the attribute, or \
+                       `direct` (the peer would decode something else than was sent)";
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        let list = attr.meta.require_list()?;
+        for t in list.tokens.clone() {
+            if let proc_macro2::TokenTree::Ident(i) = &t
+                && CHANGES_THE_BYTES.iter().any(|c| i == c)
+            {
+                return Err(syn::Error::new_spanned(
+                    attr,
+                    format!(
+                        "`#[remote(direct)]` cannot follow `#[serde({i} ..)]`, which changes \
+                         what serde writes: remove one of them"
+                    ),
+                ));
+            }
+        }
+    }
+    let fields: Vec<&syn::Field> = match &input.data {
+        Data::Struct(s) => s.fields.iter().collect(),
+        Data::Enum(e) => {
+            for v in &e.variants {
+                if let Some(a) = serde_attr(&v.attrs) {
+                    return Err(syn::Error::new_spanned(a, WHY));
+                }
+            }
+            e.variants.iter().flat_map(|v| v.fields.iter()).collect()
+        }
+        Data::Union(_) => Vec::new(),
+    };
+    for f in fields {
+        if let Some(a) = serde_attr(&f.attrs) {
+            return Err(syn::Error::new_spanned(a, WHY));
+        }
+    }
+    Ok(())
+}
+
+/// The statements that write `fields`, bound by `pattern` names `f0..`.
+fn write_fields(
+    fields: &syn::Fields,
+    krate: &Path,
+    direct: bool,
+) -> syn::Result<(TokenStream2, TokenStream2)> {
+    let mut names = Vec::new();
+    let mut writes = Vec::new();
+    for (i, f) in fields.iter().enumerate() {
+        let name = syn::Ident::new(&format!("__f{i}"), proc_macro2::Span::call_site());
+        writes.push(if through_serde(f, direct)? {
+            quote!(__w.serde(#name)?;)
+        } else {
+            quote!(#krate::direct::DirectEncode::encode_direct(#name, __w)?;)
+        });
+        names.push(name);
+    }
+    let pattern = match fields {
+        syn::Fields::Named(n) => {
+            let idents = n.named.iter().map(|f| f.ident.as_ref().expect("named"));
+            quote!({ #(#idents: #names),* })
+        }
+        syn::Fields::Unnamed(_) => quote!(( #(#names),* )),
+        syn::Fields::Unit => quote!(),
+    };
+    Ok((pattern, quote!(#(#writes)*)))
+}
+
+/// `DirectEncode` for the type, and the `encode` that uses it.
+fn direct_impl(
+    input: &DeriveInput,
+    krate: &Path,
+    params: &[syn::Ident],
+) -> syn::Result<TokenStream2> {
+    let body = match &input.data {
+        Data::Struct(s) => {
+            let (pattern, writes) = write_fields(&s.fields, krate, true)?;
+            quote! {
+                let Self #pattern = self;
+                #writes
+            }
+        }
+        Data::Enum(e) => {
+            let mut arms = Vec::new();
+            for (i, v) in e.variants.iter().enumerate() {
+                let index = u32::try_from(i).map_err(|_| {
+                    syn::Error::new_spanned(&v.ident, "more variants than serde numbers")
+                })?;
+                let ident = &v.ident;
+                let (pattern, writes) = write_fields(&v.fields, krate, true)?;
+                arms.push(quote! {
+                    Self::#ident #pattern => {
+                        __w.variant(#index)?;
+                        #writes
+                    }
+                });
+            }
+            quote!(match self { #(#arms)* })
+        }
+        Data::Union(_) => unreachable!("refused before"),
+    };
+    let mut generics = input.generics.clone();
+    {
+        let where_clause = generics.make_where_clause();
+        for p in params {
+            where_clause
+                .predicates
+                .push(syn::parse_quote!(#p: #krate::direct::DirectEncode));
+        }
+    }
+    let ident = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    Ok(quote! {
+        #[automatically_derived]
+        impl #impl_generics #krate::direct::DirectEncode for #ident #ty_generics #where_clause {
+            #[inline]
+            fn encode_direct(
+                &self,
+                __w: &mut #krate::direct::Writer<'_>,
+            ) -> ::core::result::Result<(), #krate::SerializationError> {
+                #body
+                ::core::result::Result::Ok(())
+            }
+        }
+    })
+}
+
 fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
     if let Data::Union(u) = &input.data {
         return Err(syn::Error::new(
@@ -147,9 +342,23 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
     }
     if let Data::Enum(e) = &input.data {
         local_only_last(e)?;
+        e.variants.iter().try_for_each(no_variant_attrs)?;
     }
     let opts = options(&input)?;
-    let krate = opts.krate.unwrap_or_else(|| syn::parse_quote!(::actors));
+    let krate: Path = opts.krate.unwrap_or_else(|| syn::parse_quote!(::actors));
+    if opts.direct {
+        direct_refusals(&input)?;
+    } else {
+        // `#[remote(serde)]` on a field without `direct` is a mistake.
+        let fields: Vec<&syn::Field> = match &input.data {
+            Data::Struct(s) => s.fields.iter().collect(),
+            Data::Enum(e) => e.variants.iter().flat_map(|v| v.fields.iter()).collect(),
+            Data::Union(_) => Vec::new(),
+        };
+        for f in fields {
+            through_serde(f, false)?;
+        }
+    }
     let mut params = Vec::new();
     for p in &input.generics.params {
         match p {
@@ -191,6 +400,9 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
         parts.push(quote!(">"));
         quote!(#krate::__private::ManifestBuf::concat(&[#(#parts),*]).as_str())
     };
+    // `DirectEncode` asks its own bounds of the parameters, not
+    // `RemoteMessage`'s: a direct type nested in another needs only that.
+    let plain_generics = input.generics.clone();
     {
         let where_clause = input.generics.make_where_clause();
         for p in &params {
@@ -198,17 +410,45 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
                 .predicates
                 .push(syn::parse_quote!(#p: #krate::RemoteMessage));
         }
+        if opts.direct {
+            for p in &params {
+                where_clause
+                    .predicates
+                    .push(syn::parse_quote!(#p: #krate::direct::DirectEncode));
+            }
+        }
     }
     // Two types of one name in one package get one default manifest: the
     // runtime refuses the second one it sees (`DERIVED_MANIFEST`).
     let derived = opts.manifest.is_none();
+    let (direct, encode) = if opts.direct {
+        let mut plain = input.clone();
+        plain.generics = plain_generics;
+        (
+            direct_impl(&plain, &krate, &params)?,
+            quote! {
+                #[inline]
+                fn encode(
+                    &self,
+                    out: &mut #krate::__private::BytesMut,
+                    limit: usize,
+                ) -> ::core::result::Result<(), #krate::SerializationError> {
+                    #krate::direct::encode(self, out, limit)
+                }
+            },
+        )
+    } else {
+        (quote!(), quote!())
+    };
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     Ok(quote! {
         #[automatically_derived]
         impl #impl_generics #krate::RemoteMessage for #ident #ty_generics #where_clause {
             const MANIFEST: &'static str = #manifest;
             const DERIVED_MANIFEST: bool = #derived;
+            #encode
         }
+        #direct
     })
 }
 
@@ -261,7 +501,87 @@ mod tests {
             #[remote(name = "x")]
             struct E;
         ));
-        assert!(err.contains("expected `manifest` or `crate`"), "{err}");
+        assert!(
+            err.contains("expected `manifest`, `crate` or `direct`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn direct_refuses_what_it_cannot_follow() {
+        let err = error(syn::parse_quote! {
+            #[remote(direct)]
+            enum M { A(#[serde(with = "x")] u8) }
+        });
+        assert!(err.contains("cannot follow"), "{err}");
+        let err = error(syn::parse_quote! {
+            #[remote(direct)]
+            enum M { #[serde(rename = "b")] A(u8) }
+        });
+        assert!(err.contains("cannot follow"), "{err}");
+        let err = error(syn::parse_quote! {
+            #[remote(direct)]
+            #[serde(tag = "t")]
+            enum M { A { x: u8 } }
+        });
+        assert!(err.contains("`#[serde(tag ..)]`"), "{err}");
+        let err = error(syn::parse_quote! {
+            #[serde(transparent)]
+            #[remote(direct)]
+            struct M(u8);
+        });
+        assert!(err.contains("`#[serde(transparent ..)]`"), "{err}");
+        let err = error(syn::parse_quote! {
+            struct M(#[remote(serde)] u8);
+        });
+        assert!(err.contains("only means something with"), "{err}");
+        let err = error(syn::parse_quote! {
+            #[remote(direct)]
+            struct M(#[remote(sered)] u8);
+        });
+        assert!(err.contains("expected `serde`"), "{err}");
+        let err = error(syn::parse_quote! {
+            enum M { #[remote(direct)] A }
+        });
+        assert!(err.contains("not on a variant"), "{err}");
+        // Container attributes that do not change the bytes are fine.
+        expand(syn::parse_quote! {
+            #[remote(direct)]
+            #[serde(rename_all = "snake_case", deny_unknown_fields)]
+            enum M { A(#[remote(serde)] Vec<String>), B { x: u8 }, C }
+        })
+        .expect("direct");
+    }
+
+    #[test]
+    fn direct_writes_variants_in_order_and_fields_by_kind() {
+        let out = expand(syn::parse_quote! {
+            #[remote(direct)]
+            enum M { A, B(u8, #[remote(serde)] X), C { y: u16 } }
+        })
+        .expect("ok")
+        .to_string();
+        assert!(out.contains("DirectEncode for M"), "{out}");
+        assert!(out.contains("__w . variant (0u32)"), "{out}");
+        assert!(out.contains("__w . variant (2u32)"), "{out}");
+        assert!(out.contains("__w . serde (__f1)"), "{out}");
+        assert!(out.contains("fn encode"), "{out}");
+        let generic = expand(syn::parse_quote! {
+            #[remote(direct)]
+            struct G<T>(T);
+        })
+        .expect("ok")
+        .to_string();
+        assert!(
+            generic.contains("T : :: actors :: direct :: DirectEncode"),
+            "{generic}"
+        );
+        let plain = expand(syn::parse_quote!(
+            struct P(u8);
+        ))
+        .expect("ok")
+        .to_string();
+        assert!(!plain.contains("DirectEncode"), "{plain}");
     }
 
     #[test]

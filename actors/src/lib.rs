@@ -135,6 +135,9 @@
 //! - `actor_ref`: [`ActorRef`] (local, remote, ask slot), [`SendFuture`];
 //!   in units: `remote`, `reply` (reply refs), `send`, `ask`, `codec` (a
 //!   ref inside a message).
+//! - [`direct`]: [`DirectEncode`](direct::DirectEncode), the encoder
+//!   `#[remote(direct)]` derives: bincode's bytes without serde's
+//!   visitors.
 //! - `system`: [`ActorSystem`]: building, resolve, shutdown.
 //! - `actor`: [`Actor`], [`Ctx`], spawning and the actor's task, in
 //!   units: `outcome` (how an instance's run ends), `children` (a child's
@@ -202,6 +205,7 @@ mod config;
 mod dead_letter;
 #[cfg(test)]
 mod differential;
+pub mod direct;
 mod error;
 mod lifecycle;
 mod mailbox;
@@ -316,4 +320,5 @@ mod guides {
 pub mod __private {
     pub use crate::bincode_format::{FormatError, decode_bincode_format, encode_bincode_format};
     pub use crate::serialization::ManifestBuf;
+    pub use bytes::BytesMut;
 }

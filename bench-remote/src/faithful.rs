@@ -69,8 +69,10 @@ impl TryFrom<WireMarker> for Marker {
     }
 }
 
-/// What the receiver takes.
-#[derive(Debug, Serialize, Deserialize)]
+/// What the receiver takes. Encoded without serde's visitors
+/// (`#[remote(direct)]`), in the same bytes.
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "bench.ToReceiver", direct)]
 pub enum ToReceiver {
     /// A payload, ignored (counted). Decoded without copying.
     Payload(SharedBytes),
@@ -79,7 +81,7 @@ pub enum ToReceiver {
     /// (nearly every message) sets the enum's size: 40 bytes instead of 96
     /// to move through decoding, the mailbox and the handler. Serialized
     /// exactly as unboxed.
-    Marker(Box<(WireMarker, ActorRef<ToSender>)>),
+    Marker(#[remote(serde)] Box<(WireMarker, ActorRef<ToSender>)>),
     /// A payload stamped with its send (or scheduled) time, echoed back
     /// (`--echo-all`, `--rate`).
     Timed(u64, SharedBytes),
@@ -88,25 +90,18 @@ pub enum ToReceiver {
     Paced(u64, u64, SharedBytes),
 }
 
-impl RemoteMessage for ToReceiver {
-    const MANIFEST: &'static str = "bench.ToReceiver";
-}
-
-/// What the sender takes.
-#[derive(Debug, Serialize, Deserialize)]
+/// What the sender takes (encoded as [`ToReceiver`] is).
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[remote(manifest = "bench.ToSender", direct)]
 pub enum ToSender {
     /// Start the run (sent locally).
     Go,
     /// An echoed marker.
-    Echo(WireMarker),
+    Echo(#[remote(serde)] WireMarker),
     /// An echoed `Timed` payload's stamp.
     TimedEcho(u64),
     /// An echoed `Paced` payload's scheduled and sent times.
     PacedEcho(u64, u64),
-}
-
-impl RemoteMessage for ToSender {
-    const MANIFEST: &'static str = "bench.ToSender";
 }
 
 /// Counts payloads, echoes markers.
