@@ -1,7 +1,7 @@
 //! Shard allocation and the shard state machine, sans-IO: which shard an
 //! entity lives in, which region owns a shard, and what a region does
 //! with each message, request and view change. Time is passed in; the
-//! region actor (`region.rs`) carries out the [`Action`]s.
+//! region actor (`sharding::region`) carries out the [`Action`]s.
 //!
 //! # Allocation
 //! - shard = FNV-1a (64-bit, fixed) of the entity id, modulo the number
@@ -214,8 +214,9 @@ impl<T> Shards<T> {
         })
     }
 
-    /// Hands every held shard off (this region stops hosting): the same
-    /// as a view without it, which the caller passes.
+    /// How many shards this region holds: active, or handing off (their
+    /// entities may still run). The region reports it as its shard count,
+    /// and a retiring region waits for it to reach zero.
     pub(crate) fn held(&self) -> usize {
         self.states
             .values()
