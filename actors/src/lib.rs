@@ -167,8 +167,12 @@
 //!   `cluster::shared`.
 //! - [`sharding`]: cluster sharding ([`Sharding`](sharding::Sharding),
 //!   [`EntityRef`](sharding::EntityRef)); a pure allocation and shard
-//!   state machine (`sharding::shard`), the region actor, the hold after a
-//!   pause (`sharding::pause`), entity stores.
+//!   state machine (`sharding::shard`, in units: `shard::alloc`, the shard
+//!   of an id and its owner; `shard::view`, the view of the other regions;
+//!   `shard::buffer`, what a moving shard buffers; `shard::state`, a
+//!   shard's state; `shard::route` and `shard::handoff`, the machine's
+//!   routing and its moves), the region actor, the hold after a pause
+//!   (`sharding::pause`), entity stores.
 //! - [`singleton`]: [`Singleton`](singleton::Singleton): placement and
 //!   handover of a cluster singleton (the decisions pure, in
 //!   `singleton::placement`; carried out by the manager task in
