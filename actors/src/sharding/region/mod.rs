@@ -1,5 +1,5 @@
 //! The region actor: one per entity type and node. It carries out what
-//! the shard state machine (`shard.rs`) decides: it starts, feeds,
+//! the shard state machine (`shard`) decides: it starts, feeds,
 //! passivates and stops entities (its children), talks to the other
 //! regions through one ordered outbox per region, and reads membership.
 
