@@ -101,7 +101,9 @@
 //!   of a message.
 //! - `telemetry`: the metrics this crate emits through the `metrics`
 //!   facade (names in the "Metrics" table of `docs/OPERATIONS.md`), and
-//!   their handles.
+//!   their handles, in units: `catalog` (every metric as data, pure),
+//!   `system` (per system and actor type), `peer` (per peer node),
+//!   `cluster` (membership, singletons, sharding).
 //! - `config`: [`SystemConfig`] and its defaults; [`ClusterSettings`],
 //!   the cluster's settings as data.
 //! - `config::file`: [`SystemConfig::load`] and friends: serde section

@@ -18,12 +18,11 @@ use super::{
     envelope,
     events::RemoteEvent,
     flow::LinkCredits,
-    install::{self, Admit, Arrival, Cause, DUPLICATE, Place, REFUSED, Slot},
+    install::{self, Admit, Arrival, Cause, DUPLICATE, LinkEnd, Place, REFUSED, Slot},
     large::{LaneHost, LargeLane},
     link::{
         Link, LinkPush, LinkState, Pending, Recipient, Sampler, lock, write_envelope, write_stop,
     },
-    liveness::LinkEnd,
     system_msg::system_frame,
 };
 use crate::{dead_letter::DeadLetterReason, telemetry::PeerCounters};

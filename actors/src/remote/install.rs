@@ -1,9 +1,10 @@
 //! The install and incarnation rules as a sans-IO unit: what a connection
 //! to a remote node becomes once its handshake is done, which incarnation
-//! of the node it displaces, which of two links both nodes keep, what a
-//! quarantine ends and how, and what a closed link tells. Nothing here
-//! touches a socket, a lock or a clock; the association asks, then
-//! carries out the answer (`connect`, `association`).
+//! of the node it displaces, which of two links both nodes keep (each
+//! seen as a [`LinkEnd`]), what a quarantine ends and how, and what a
+//! closed link tells. Nothing here touches a socket, a lock or a clock;
+//! the association asks, then carries out the answer (`connect`,
+//! `association`).
 //!
 //! # The rules
 //! 1. A connection from a quarantined incarnation is refused: closed with
@@ -22,7 +23,7 @@
 //! 4. The new connection then takes the link's place: if none is up it
 //!    becomes the link (after flushing what was buffered while connecting,
 //!    in order); if one is up, the connection dialed by the node with the
-//!    lower address wins on both sides (`liveness::new_link_wins`) and the
+//!    lower address wins on both sides ([`new_link_wins`]) and the
 //!    other is closed as a [`DUPLICATE`].
 //! 5. A quarantine because the peer announced its shutdown is the ordinary
 //!    end of a node: logged at `info`, and its connections are closed with
@@ -51,8 +52,6 @@ use std::collections::HashSet;
 use std::fmt;
 
 use transport::{CloseReason, PeerVerified, TransportError};
-
-use super::liveness::{LinkEnd, displaced, new_link_wins};
 
 /// The reason a connection that lost a simultaneous connect is closed with
 /// (it travels in the Close frame, so both nodes recognise it).
@@ -145,6 +144,13 @@ impl Incarnations {
     }
 }
 
+/// The incarnation a connection from incarnation `uid` displaces, if any:
+/// the one known before (`previous`, 0 if none) when it differs. The
+/// displaced incarnation restarted and is quarantined.
+fn displaced(previous: u64, uid: u64) -> Option<u64> {
+    (previous != 0 && previous != uid).then_some(previous)
+}
+
 /// Why an incarnation is quarantined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cause<'a> {
@@ -192,6 +198,25 @@ impl fmt::Display for Cause<'_> {
             Self::Other(why) => f.write_str(why),
         }
     }
+}
+
+/// One of two connections to the same node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinkEnd {
+    /// The peer incarnation at the other end.
+    pub(crate) uid: u64,
+    /// This node dialed it.
+    pub(crate) dialed: bool,
+}
+
+/// Whether a new connection replaces the link that is up. A new
+/// incarnation, or the same direction again (a reconnect the old link has
+/// not noticed yet), makes the new connection the live one. Otherwise both
+/// nodes dialed at once, and the connection dialed by the node with the
+/// lower address wins on both sides, so they keep the same one.
+fn new_link_wins(current: LinkEnd, new: LinkEnd, local: &str, remote: &str) -> bool {
+    let winner_dialed = local < remote;
+    current.uid != new.uid || current.dialed == new.dialed || new.dialed == winner_dialed
 }
 
 /// Where the association's link stands when an installed connection
@@ -388,6 +413,34 @@ mod tests {
         assert_eq!(place(mine, end(5, false), hi, lo), Place::Replace);
         // A restart replaces whatever is up.
         assert_eq!(place(mine, end(6, false), lo, hi), Place::Replace);
+    }
+
+    #[test]
+    fn both_nodes_keep_the_lower_nodes_dial() {
+        let (lo, hi) = ("a@h:1", "b@h:2");
+        let dial = |dialed| LinkEnd { uid: 7, dialed };
+        // On the lower node: its own dial wins, the other's loses.
+        assert!(new_link_wins(dial(false), dial(true), lo, hi));
+        assert!(!new_link_wins(dial(true), dial(false), lo, hi));
+        // On the higher node: the lower node's dial (inbound here) wins.
+        assert!(new_link_wins(dial(true), dial(false), hi, lo));
+        assert!(!new_link_wins(dial(false), dial(true), hi, lo));
+        // The same direction again is a reconnect: the new one is live.
+        assert!(new_link_wins(dial(true), dial(true), hi, lo));
+        assert!(new_link_wins(dial(false), dial(false), lo, hi));
+        // A new incarnation always replaces the old.
+        let newer = LinkEnd {
+            uid: 8,
+            dialed: true,
+        };
+        assert!(new_link_wins(dial(false), newer, hi, lo));
+    }
+
+    #[test]
+    fn a_new_incarnation_displaces_the_old() {
+        assert_eq!(displaced(0, 5), None, "first contact");
+        assert_eq!(displaced(5, 5), None, "same incarnation");
+        assert_eq!(displaced(5, 6), Some(5));
     }
 
     #[test]

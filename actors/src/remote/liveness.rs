@@ -1,9 +1,9 @@
 //! Link liveness as a sans-IO state machine: the heartbeat schedule and
-//! failure detector's verdict, when to reconnect, and the decisions taken
-//! when a connection arrives (which incarnation it displaces, which of two
-//! simultaneous connections both nodes keep). Time is passed in; nothing
-//! here reads a clock, sleeps or touches a socket, so the tests drive it
-//! with a fake clock.
+//! failure detector's verdict, the evidence that a node is gone, and when
+//! to reconnect. Time is passed in; nothing here reads a clock, sleeps or
+//! touches a socket, so the tests drive it with a fake clock. What a
+//! connection becomes when it arrives (which incarnation it displaces,
+//! which of two simultaneous connections both nodes keep) is `install`'s.
 //!
 //! ```text
 //!            arm (a watch waits) / link up
@@ -320,32 +320,6 @@ impl Liveness {
     }
 }
 
-/// One of two connections to the same node.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LinkEnd {
-    /// The peer incarnation at the other end.
-    pub(crate) uid: u64,
-    /// This node dialed it.
-    pub(crate) dialed: bool,
-}
-
-/// Whether a new connection replaces the link that is up. A new
-/// incarnation, or the same direction again (a reconnect the old link has
-/// not noticed yet), makes the new connection the live one. Otherwise both
-/// nodes dialed at once, and the connection dialed by the node with the
-/// lower address wins on both sides, so they keep the same one.
-pub(crate) fn new_link_wins(current: LinkEnd, new: LinkEnd, local: &str, remote: &str) -> bool {
-    let winner_dialed = local < remote;
-    current.uid != new.uid || current.dialed == new.dialed || new.dialed == winner_dialed
-}
-
-/// The incarnation a connection from incarnation `uid` displaces, if any:
-/// the one known before (`previous`, 0 if none) when it differs. The
-/// displaced incarnation restarted and is quarantined.
-pub(crate) fn displaced(previous: u64, uid: u64) -> Option<u64> {
-    (previous != 0 && previous != uid).then_some(previous)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,34 +594,6 @@ mod tests {
             .expect("fires");
         assert!(l.on_link_up(t), "was unreachable");
         assert!(!l.on_link_up(t));
-    }
-
-    #[test]
-    fn both_nodes_keep_the_lower_nodes_dial() {
-        let (lo, hi) = ("a@h:1", "b@h:2");
-        let dial = |dialed| LinkEnd { uid: 7, dialed };
-        // On the lower node: its own dial wins, the other's loses.
-        assert!(new_link_wins(dial(false), dial(true), lo, hi));
-        assert!(!new_link_wins(dial(true), dial(false), lo, hi));
-        // On the higher node: the lower node's dial (inbound here) wins.
-        assert!(new_link_wins(dial(true), dial(false), hi, lo));
-        assert!(!new_link_wins(dial(false), dial(true), hi, lo));
-        // The same direction again is a reconnect: the new one is live.
-        assert!(new_link_wins(dial(true), dial(true), hi, lo));
-        assert!(new_link_wins(dial(false), dial(false), lo, hi));
-        // A new incarnation always replaces the old.
-        let newer = LinkEnd {
-            uid: 8,
-            dialed: true,
-        };
-        assert!(new_link_wins(dial(false), newer, hi, lo));
-    }
-
-    #[test]
-    fn a_new_incarnation_displaces_the_old() {
-        assert_eq!(displaced(0, 5), None, "first contact");
-        assert_eq!(displaced(5, 5), None, "same incarnation");
-        assert_eq!(displaced(5, 6), Some(5));
     }
 
     #[test]
