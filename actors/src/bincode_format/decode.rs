@@ -527,6 +527,37 @@ mod tests {
         assert!(e.contains("deserialize_any is not supported"), "{e}");
     }
 
+    #[test]
+    fn input_cut_at_any_offset_is_refused_never_a_panic() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        enum E {
+            Unit,
+            Pair(u16, String),
+        }
+        type Sample = (u8, u64, i32, Option<String>, Vec<E>, char, [u8; 3], f64);
+        let v: Sample = (
+            7,
+            1 << 40,
+            -70_000,
+            Some("héllo".into()),
+            vec![E::Unit, E::Pair(300, "x".into())],
+            '€',
+            [1, 2, 3],
+            0.5,
+        );
+        let mut bytes = bytes::BytesMut::new();
+        super::super::to_buf(&v, &mut bytes, usize::MAX).unwrap();
+        assert_eq!(from_slice::<Sample>(&bytes).unwrap(), (v, bytes.len()));
+        // A value's encoding is self-delimiting: no shorter input holds it.
+        for cut in 0..bytes.len() {
+            let e = from_slice::<Sample>(&bytes[..cut]).unwrap_err();
+            assert!(
+                matches!(e.kind(), Kind::Eof { .. } | Kind::Length { .. }),
+                "cut at {cut}: {e}"
+            );
+        }
+    }
+
     mod serde_json_like {
         /// A type that asks for `deserialize_any`, like `serde_json::Value`.
         #[derive(Debug)]

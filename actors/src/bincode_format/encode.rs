@@ -369,4 +369,47 @@ mod tests {
         );
         assert!(bincode::serde::encode_to_vec(Unsized, STD).is_err());
     }
+
+    fn encoded<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        to_buf(v, &mut out, usize::MAX).unwrap();
+        out.to_vec()
+    }
+
+    #[test]
+    fn varints_take_the_narrowest_width_and_signed_ones_zigzag() {
+        assert_eq!(encoded(&250u64), [250]);
+        assert_eq!(encoded(&251u64), [U16_MARKER, 251, 0]);
+        assert_eq!(encoded(&65_535u32), [U16_MARKER, 255, 255]);
+        assert_eq!(encoded(&65_536u32), [U32_MARKER, 0, 0, 1, 0]);
+        let mut wide = vec![U64_MARKER];
+        wide.extend_from_slice(&(1u64 << 32).to_le_bytes());
+        assert_eq!(encoded(&(1u64 << 32)), wide);
+        let mut widest = vec![U128_MARKER];
+        widest.extend_from_slice(&(1u128 << 64).to_le_bytes());
+        assert_eq!(encoded(&(1u128 << 64)), widest);
+        assert_eq!(encoded(&5u128), [5], "a small u128 is a plain varint");
+        // Zigzag: 0, -1, 1, -2, ... become 0, 1, 2, 3, ...
+        assert_eq!(encoded(&0i32), [0]);
+        assert_eq!(encoded(&-1i64), [1]);
+        assert_eq!(encoded(&1i16), [2]);
+        assert_eq!(encoded(&-2i128), [3]);
+        assert_eq!(encoded(&i64::MIN)[0], U64_MARKER);
+        // `u8`, `i8` and `bool` are one byte as they are.
+        assert_eq!(encoded(&(255u8, -1i8, true)), [255, 255, 1]);
+    }
+
+    #[test]
+    fn the_limit_is_checked_before_each_write() {
+        // 300 takes three bytes: refused under three, written at three.
+        let mut out = BytesMut::new();
+        let e = to_buf(&300u64, &mut out, 2).unwrap_err();
+        assert!(matches!(e.kind(), Kind::TooLarge { size: 3 }), "{e}");
+        assert!(out.is_empty(), "a refused write writes nothing");
+        to_buf(&300u64, &mut out, 3).unwrap();
+        // The limit counts what `out` already held.
+        let e = to_buf(&1u8, &mut out, 3).unwrap_err();
+        assert!(matches!(e.kind(), Kind::TooLarge { size: 4 }), "{e}");
+        assert_eq!(out.len(), 3);
+    }
 }

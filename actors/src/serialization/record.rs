@@ -332,4 +332,97 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn blocks_read_back_as_written_and_cut_ones_are_refused() {
+        let trace = TraceContext::new([1; 16], [2; 8], 1).unwrap();
+        for (serializer, trace, len) in [
+            (SerializerId::BINCODE, None, 0),
+            (SerializerId::MSGPACK, None, 2),
+            (SerializerId::custom(200), None, 2),
+            (
+                SerializerId::BINCODE,
+                Some(trace),
+                1 + TraceContext::WIRE_LEN,
+            ),
+            (
+                SerializerId::MSGPACK,
+                Some(trace),
+                2 + TraceContext::WIRE_LEN,
+            ),
+        ] {
+            let ext = Ext { serializer, trace };
+            let mut b = BytesMut::new();
+            ext.put(&mut b);
+            assert_eq!((ext.len(), b.len()), (len, len), "{serializer}");
+            assert_eq!(ext.is_empty(), len == 0);
+            if ext.is_empty() {
+                continue;
+            }
+            b.extend_from_slice(b"msg");
+            assert_eq!(Ext::parse(&b), Ok((ext, &b"msg"[..])));
+            // Cut anywhere inside the block: refused, never a panic.
+            for cut in 0..len {
+                assert_eq!(
+                    Ext::parse(&b[..cut]),
+                    Err("truncated extension block"),
+                    "{serializer} cut at {cut}"
+                );
+            }
+        }
+        assert_eq!(
+            Ext::parse(&[4, 0]),
+            Err("unknown bits in the extension block")
+        );
+        let mut zero = vec![EXT_TRACE];
+        zero.extend_from_slice(&[0; TraceContext::WIRE_LEN]);
+        assert!(Ext::parse(&zero).unwrap_err().contains("all-zero"));
+    }
+
+    #[test]
+    fn a_block_counts_in_the_limit_and_is_taken_back_with_a_refused_message() {
+        let ext = Ext {
+            serializer: SerializerId::MSGPACK,
+            trace: None,
+        };
+        let mut out = BytesMut::from(&b"before"[..]);
+        // The encoder gets what the block leaves of the limit, and a
+        // refusal names sizes with the block counted.
+        let err = encode_with_ext(&ext, &mut out, 10, |_, limit| {
+            assert_eq!(limit, 8);
+            Err(SerializationError::TooLarge { size: 9, limit })
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            SerializationError::TooLarge {
+                size: 11,
+                limit: 10
+            }
+        );
+        assert_eq!(&out[..], b"before", "the block is taken back");
+        // No block: the encoder gets the whole limit, and its error as is.
+        let plain = Ext {
+            serializer: SerializerId::BINCODE,
+            trace: None,
+        };
+        let err = encode_with_ext(&plain, &mut out, 10, |_, limit| {
+            assert_eq!(limit, 10);
+            Err(SerializationError::TooLarge { size: 11, limit })
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            SerializationError::TooLarge {
+                size: 11,
+                limit: 10
+            }
+        );
+        encode_with_ext(&ext, &mut out, 10, |b, _| {
+            b.extend_from_slice(b"m");
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(&out[..], b"before\x01\x01m");
+    }
 }
