@@ -93,12 +93,14 @@
 //! - `reply`: what fails an ask at once when its reply ref is dropped
 //!   unanswered (the handler failed, the actor stopped).
 //! - `bincode_format`: bincode 2's message format, our serializer and
-//!   deserializer (bounded). `msgpack`: MessagePack's format, bounded
-//!   (the serializer for messages that evolve). `trace`:
-//!   [`TraceContext`], W3C trace context propagation. `serialization`:
-//!   [`Serializer`], [`Bincode`], [`RemoteMessage`], [`SerializerId`],
-//!   [`MsgPack`], [`SharedBytes`], the decode scope, the extension block
-//!   of a message.
+//!   deserializer (bounded), in units: `decode`, `encode`. `msgpack`:
+//!   MessagePack's format, bounded (the serializer for messages that
+//!   evolve). `trace`: [`TraceContext`], W3C trace context propagation.
+//!   `serialization`: [`Serializer`], [`Bincode`], [`MsgPack`],
+//!   [`RemoteMessage`], [`SerializerId`]; in units: `manifest`
+//!   ([`manifest_id`], the built-in impls, the registry of manifests
+//!   seen), `scope` (the decode scope, [`SharedBytes`]), `record` (the
+//!   extension block of a message, decoding a record by its serializer).
 //! - `telemetry`: the metrics this crate emits through the `metrics`
 //!   facade (names in the "Metrics" table of `docs/OPERATIONS.md`), and
 //!   their handles, in units: `catalog` (every metric as data, pure),
