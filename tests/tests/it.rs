@@ -15,6 +15,7 @@ mod it {
     mod cluster;
     mod control;
     mod cookie;
+    mod direct;
     mod ergonomics;
     mod evolve;
     mod fail_fast;
