@@ -103,8 +103,9 @@
 //!   unbuffered API for the TLS handshake, then its kernel API hands the
 //!   keys to our record layer, whose halves read into our own buffer,
 //!   decrypt in place and lend the plaintext so the reader parses frames
-//!   where they were decrypted. → `auth`, `reader`, `security`,
-//!   `tls_record`.
+//!   where they were decrypted. In units: `handover` (the TLS handshake,
+//!   the hand-over, the channel binding), `read_half`, `write_half`.
+//!   → `auth`, `reader`, `security`, `tls_record`.
 //!
 //! Connections and endpoints:
 //! - `conn`: [`Established`] → [`Connection`]: wires the shared state, the

@@ -31,7 +31,7 @@ use super::{
     liveness::Liveness,
     reliable::SysIn,
     requests::{AskWatch, Downs, IdentifyFailed, Requests},
-    system_msg::reliable_frame,
+    system_msg::{SysWire, reliable_frame},
 };
 use crate::{
     dead_letter::DeadLetterReason,
@@ -497,10 +497,45 @@ impl Association {
     }
 
     /// Takes every connection for a shutdown; the link is down from now on.
+    /// The shutdown is marked (`shut_down`) before this runs, so a
+    /// connection that arrives later is not kept but told (see `keep`).
     pub(super) fn take_connections(&self) -> Vec<Connection> {
         let conns = lock(&self.conns).drain().map(|(_, c)| c).collect();
         *lock(&self.state) = LinkState::Idle;
         conns
+    }
+
+    /// Keeps `conn` as connection `generation`, unless the system has shut
+    /// down: then it is handed back, for [`farewell`](Self::farewell).
+    ///
+    /// A connection starts (its reader answers the peer) before it is kept
+    /// here, and a proven one is kept by a task: a shutdown can take the
+    /// connections in between. Checked under `conns`, which the shutdown
+    /// drains after marking itself, so every connection is either taken
+    /// by the shutdown or handed back here; none stays open with its peer
+    /// untold, waiting for a failure detector that may take minutes.
+    pub(super) fn keep(&self, generation: u32, conn: Connection) -> Result<(), Connection> {
+        let mut conns = lock(&self.conns);
+        if self.shut_down() {
+            return Err(conn);
+        }
+        conns.insert(generation, conn);
+        Ok(())
+    }
+
+    /// What the shutdown does with each connection, for one that arrived
+    /// after it: tells the peer this incarnation is gone, then closes the
+    /// connection gracefully (what it dropped is counted).
+    pub(super) fn farewell(&self, conn: Connection) {
+        let _ = conn.try_send(SysWire::Shutdown.frame());
+        let registry = self.registry();
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            conn.close(SHUT_DOWN).await;
+            if let Some(registry) = registry {
+                count_dropped(&registry, &node, &conn, SHUT_DOWN);
+            }
+        });
     }
 
     pub(super) fn stats(&self) -> ConnStats {
@@ -651,6 +686,9 @@ impl Peer for Association {
         self.link_closed(generation, reason);
     }
 }
+
+/// Why a shutdown closes its connections (and counts what they dropped).
+pub(super) const SHUT_DOWN: &str = "actor system shut down";
 
 /// Counts the user messages `conn` (ended) dropped as dead letters of
 /// `node`, for `why`: a link's losses are never silent.

@@ -121,9 +121,11 @@ impl Association {
     }
 
     /// An inbound connection from this node. A receive-only one is kept
-    /// at once, so that a shutdown right after it arrived still closes it
-    /// (and tells its peer); a proven one is installed by a task, since
-    /// installing may wait to flush what was buffered for the node.
+    /// at once; a proven one is installed by a task, since installing may
+    /// wait to flush what was buffered for the node. Either way it has
+    /// started (its peer may have had answers on it) before it is kept: if
+    /// a shutdown took the connections meanwhile, `keep` hands it back and
+    /// it is told and closed as they were.
     pub(super) fn install_inbound(
         self: &Arc<Self>,
         conn: Connection,
@@ -191,7 +193,9 @@ impl Association {
     fn receive_only(self: &Arc<Self>, conn: Connection, generation: u32, probe: bool) {
         let uid = conn.peer().uid;
         tracing::debug!(node = %PeerText(&self.node), uid, generation, "inbound connection carries inbound traffic only");
-        lock(&self.conns).insert(generation, conn);
+        if let Err(conn) = self.keep(generation, conn) {
+            return self.farewell(conn);
+        }
         if probe {
             self.ensure_connecting();
         }
@@ -219,7 +223,9 @@ impl Association {
                 0
             },
         };
-        lock(&self.conns).insert(generation, conn);
+        if let Err(conn) = self.keep(generation, conn) {
+            return self.farewell(conn);
+        }
         self.emit(RemoteEvent::Connected {
             node: self.node.to_string(),
             uid,

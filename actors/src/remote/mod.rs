@@ -541,6 +541,9 @@ impl Remoting {
     /// Tells every peer this node is going, closes every link gracefully
     /// (what is queued is flushed), and stops listening.
     pub(crate) async fn shutdown(&self) {
+        // First: from now on `Association::keep` hands back a connection
+        // that arrives, for a farewell, so none is kept after the take
+        // below without its peer being told.
         self.shared.cancel.cancel();
         let assocs: Vec<_> = lock(&self.associations).values().cloned().collect();
         let mut closing = tokio::task::JoinSet::new();
@@ -558,9 +561,9 @@ impl Remoting {
                 let registry = registry.clone();
                 let node = a.node.clone();
                 closing.spawn(async move {
-                    c.close("actor system shut down").await;
+                    c.close(association::SHUT_DOWN).await;
                     // What a close that timed out dropped: never silent.
-                    association::count_dropped(&registry, &node, &c, "actor system shut down");
+                    association::count_dropped(&registry, &node, &c, association::SHUT_DOWN);
                 });
             }
         }
@@ -631,7 +634,68 @@ pub fn fuzz_decode_envelope(bytes: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::advertised_host_port as hp;
+    use std::time::Duration;
+
+    use transport::{Endpoint, FrameKind, TransportConfig};
+
+    use super::{SysWire, advertised_host_port as hp};
+    use crate::{ActorSystem, SystemConfig};
+
+    /// A bound on each wait for the peer's side of a connection.
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A connection that arrives while the system shuts down, but is kept
+    /// only after the shutdown took the connections (its reader had
+    /// already answered the peer, so the peer had moved on), is told of
+    /// the shutdown and closed all the same: its peer must not be left to
+    /// its failure detector. Receive-only (kept at once) and proven (kept
+    /// by a task) alike.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_kept_after_the_shutdown_is_told_and_closed() {
+        let mut insecure = TransportConfig::default();
+        insecure.set_insecure_no_authentication(true);
+        for proven in [false, true] {
+            let mut config = SystemConfig::default();
+            *config.transport_mut() = insecure.clone();
+            let b = ActorSystem::with_config("b", Some(([127, 0, 0, 1], 0).into()), config)
+                .await
+                .expect("binds");
+            let remoting = b.remoting().expect("remote").clone();
+            // A connection to b as its accept loop gets one, from a peer
+            // that reads what b sends.
+            let peer = Endpoint::bind(([127, 0, 0, 1], 0).into(), insecure.clone())
+                .await
+                .expect("binds");
+            let here = Endpoint::bind(([127, 0, 0, 1], 0).into(), insecure.clone())
+                .await
+                .expect("binds");
+            let (dialed, accepted) = tokio::join!(peer.connect(here.local_addr()), here.accept());
+            let est = accepted.expect("open").expect("accepted");
+            let (_theirs, mut inbound) = dialed.expect("dialed").start_channel(8);
+            let assoc = remoting
+                .association(&est.peer().addr)
+                .expect("room for one");
+            let generation = assoc.next_generation();
+            let dispatch = assoc.dispatch(&remoting.shared, est.peer(), generation, proven);
+            let conn = est.start(dispatch);
+            // The shutdown runs in between.
+            b.shutdown().await;
+            assoc.install_inbound(conn, generation, proven);
+            let notice = tokio::time::timeout(LIMIT, inbound.recv())
+                .await
+                .unwrap_or_else(|_| panic!("told in time (proven: {proven})"))
+                .expect("a frame before the end");
+            assert_eq!(notice.kind, FrameKind::System);
+            assert!(matches!(
+                SysWire::decode(&notice.body),
+                Ok(SysWire::Shutdown)
+            ));
+            let end = tokio::time::timeout(LIMIT, inbound.recv())
+                .await
+                .expect("closed in time");
+            assert!(end.is_none(), "{end:?}");
+        }
+    }
 
     #[test]
     fn advertised_addresses_take_the_bound_port_when_they_name_none() {
