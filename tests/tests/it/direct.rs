@@ -126,7 +126,9 @@ async fn direct_messages_cross_nodes_whole_and_in_order() {
         .await
         .expect("sent");
     for i in 0..1000 {
-        let pong = within("a counted pong", got.recv()).await.expect("inbox lives");
+        let pong = within("a counted pong", got.recv())
+            .await
+            .expect("inbox lives");
         assert_eq!(pong, Pong::Counted(i));
     }
     assert_eq!(a.dead_letters(), 0);
