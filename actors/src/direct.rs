@@ -41,7 +41,10 @@
 use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 
-use crate::{ActorRef, Bincode, SerializationError, Serializer, SharedBytes};
+use crate::{
+    ActorRef, Bincode, SerializationError, Serializer, SharedBytes,
+    bincode_format::{ONE_BYTE_VARINT, wide_varint},
+};
 
 /// Writes a value in bincode's format (standard configuration: varint
 /// integers, little endian), as [`Bincode`](crate::Bincode) does, without
@@ -75,12 +78,6 @@ impl std::fmt::Debug for Writer<'_> {
             .finish()
     }
 }
-
-/// bincode's varint markers: a value below the first is one byte; above,
-/// the marker then 2, 4 or 8 little-endian bytes.
-const U16_MARKER: u8 = 251;
-const U32_MARKER: u8 = 252;
-const U64_MARKER: u8 = 253;
 
 impl Writer<'_> {
     /// Appends `bytes` as they are.
@@ -116,7 +113,7 @@ impl Writer<'_> {
     /// `TooLarge` past the limit.
     #[inline(always)]
     pub fn varint(&mut self, v: u64) -> Result<(), SerializationError> {
-        if v < u64::from(U16_MARKER) {
+        if v < ONE_BYTE_VARINT {
             self.byte(v as u8)
         } else {
             self.varint_wide(v)
@@ -126,19 +123,7 @@ impl Writer<'_> {
     #[inline(never)]
     fn varint_wide(&mut self, v: u64) -> Result<(), SerializationError> {
         let mut buf = [0u8; 9];
-        let n = if let Ok(v) = u16::try_from(v) {
-            buf[0] = U16_MARKER;
-            buf[1..3].copy_from_slice(&v.to_le_bytes());
-            3
-        } else if let Ok(v) = u32::try_from(v) {
-            buf[0] = U32_MARKER;
-            buf[1..5].copy_from_slice(&v.to_le_bytes());
-            5
-        } else {
-            buf[0] = U64_MARKER;
-            buf[1..9].copy_from_slice(&v.to_le_bytes());
-            9
-        };
+        let n = wide_varint(v, &mut buf);
         self.put(&buf[..n])
     }
 

@@ -23,6 +23,29 @@ pub(crate) fn to_buf<T: ser::Serialize + ?Sized>(
     value.serialize(&mut Writer { out, limit })
 }
 
+/// Values below this are a varint of one byte, themselves.
+pub(crate) const ONE_BYTE_VARINT: u64 = U16_MARKER as u64;
+
+/// Writes `v` (at least [`ONE_BYTE_VARINT`]) as a marker and its
+/// little-endian width into `buf`; returns how many bytes it took. Shared
+/// with `direct`, which writes the same format without serde.
+#[inline]
+pub(crate) fn wide_varint(v: u64, buf: &mut [u8; 9]) -> usize {
+    if let Ok(v) = u16::try_from(v) {
+        buf[0] = U16_MARKER;
+        buf[1..3].copy_from_slice(&v.to_le_bytes());
+        3
+    } else if let Ok(v) = u32::try_from(v) {
+        buf[0] = U32_MARKER;
+        buf[1..5].copy_from_slice(&v.to_le_bytes());
+        5
+    } else {
+        buf[0] = U64_MARKER;
+        buf[1..9].copy_from_slice(&v.to_le_bytes());
+        9
+    }
+}
+
 /// The serializer: the output and the size it may not exceed.
 struct Writer<'a> {
     out: &'a mut BytesMut,
@@ -53,19 +76,7 @@ impl Writer<'_> {
 
     fn varint_wide(&mut self, v: u64) -> EResult {
         let mut buf = [0u8; 9];
-        let n = if let Ok(v) = u16::try_from(v) {
-            buf[0] = U16_MARKER;
-            buf[1..3].copy_from_slice(&v.to_le_bytes());
-            3
-        } else if let Ok(v) = u32::try_from(v) {
-            buf[0] = U32_MARKER;
-            buf[1..5].copy_from_slice(&v.to_le_bytes());
-            5
-        } else {
-            buf[0] = U64_MARKER;
-            buf[1..9].copy_from_slice(&v.to_le_bytes());
-            9
-        };
+        let n = wide_varint(v, &mut buf);
         self.put(&buf[..n])
     }
 

@@ -46,7 +46,7 @@ mod decode;
 mod encode;
 
 pub(crate) use decode::from_slice;
-pub(crate) use encode::to_buf;
+pub(crate) use encode::{ONE_BYTE_VARINT, to_buf, wide_varint};
 
 /// How deeply options, enums, sequences and maps may nest.
 pub(crate) const MAX_DEPTH: u32 = 256;
