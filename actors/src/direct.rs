@@ -7,7 +7,7 @@
 //! interface. For a small message around a byte payload that is most of
 //! what encoding costs. A type with `#[remote(direct)]` gets a
 //! [`DirectEncode`] impl instead, generated from its definition, that
-//! writes the same bytes (bincode's format, as [`Bincode`](crate::Bincode)
+//! writes the same bytes (bincode's format, as [`Bincode`]
 //! writes them) with plain calls on a [`Writer`]. Decoding is unchanged:
 //! it still goes through serde, and a peer sees no difference on the wire
 //! (the unit tests compare both encoders' output byte for byte).
@@ -47,7 +47,7 @@ use crate::{
 };
 
 /// Writes a value in bincode's format (standard configuration: varint
-/// integers, little endian), as [`Bincode`](crate::Bincode) does, without
+/// integers, little endian), as [`Bincode`] does, without
 /// going through serde. Derived by `#[remote(direct)]`; implement it by
 /// hand only for a type whose bytes you write exactly as its `Serialize`
 /// would (the peer decodes them through serde).
