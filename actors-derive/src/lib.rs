@@ -286,6 +286,7 @@ fn direct_impl(
             quote! {
                 let Self #pattern = self;
                 #writes
+                ::core::result::Result::Ok(())
             }
         }
         Data::Enum(e) => {
@@ -303,7 +304,16 @@ fn direct_impl(
                     }
                 });
             }
-            quote!(match self { #(#arms)* })
+            if arms.is_empty() {
+                // No value exists; `match self {}` on a reference would not
+                // compile, and an `Ok` after it would be unreachable.
+                quote!(match *self {})
+            } else {
+                quote! {
+                    match self { #(#arms)* }
+                    ::core::result::Result::Ok(())
+                }
+            }
         }
         Data::Union(_) => unreachable!("refused before"),
     };
@@ -327,7 +337,6 @@ fn direct_impl(
                 __w: &mut #krate::direct::Writer<'_>,
             ) -> ::core::result::Result<(), #krate::SerializationError> {
                 #body
-                ::core::result::Result::Ok(())
             }
         }
     })

@@ -428,6 +428,19 @@ mod tests {
         pair: (u8, i8),
     }
 
+    /// The shapes with nothing to write must compile too.
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, crate::RemoteMessage)]
+    #[remote(crate = "crate", manifest = "test.Unit", direct)]
+    struct Unit;
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, crate::RemoteMessage)]
+    #[remote(crate = "crate", manifest = "test.Never", direct)]
+    enum Never {}
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, crate::RemoteMessage)]
+    #[remote(crate = "crate", manifest = "test.Wrapped", direct)]
+    struct Wrapped<T>(T, Unit);
+
     /// A field type with no `DirectEncode`: written through serde.
     #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
     struct Plain {
@@ -502,6 +515,11 @@ mod tests {
         same(&None::<u8>);
         same(&(1u8, 2u16, 3u32, 4u64));
         same(&Msg::Unit);
+        same(&Unit);
+        same(&Wrapped(Msg::Payload(SharedBytes::from(vec![1, 2])), Unit));
+        same(&Wrapped(7u64, Unit));
+        // `Never` has no value; that it derives is the test.
+        let _: Option<Never> = None;
     }
 
     impl Msg {
