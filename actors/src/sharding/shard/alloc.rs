@@ -53,16 +53,18 @@ pub(crate) fn owner(shard: u32, candidates: &[RegionId]) -> Option<&RegionId> {
         .max_by(|a, b| weight(shard, a).cmp(&weight(shard, b)).then(a.cmp(b)))
 }
 
+/// A region of node `node` (uid 7), for the shard module's tests.
+#[cfg(test)]
+pub(super) fn test_region(node: &str) -> RegionId {
+    RegionId {
+        node: node.into(),
+        uid: 7,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn r(node: &str) -> RegionId {
-        RegionId {
-            node: node.into(),
-            uid: 7,
-        }
-    }
+    use super::{test_region as r, *};
 
     #[test]
     fn shards_are_stable_and_spread() {

@@ -111,10 +111,7 @@ mod tests {
             shard: 3,
             req,
             by: "b".into(),
-            dest: RegionId {
-                node: "a".into(),
-                uid: 7,
-            },
+            dest: crate::sharding::shard::alloc::test_region("a"),
         })
     }
 

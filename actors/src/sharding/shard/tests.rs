@@ -6,14 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::*;
-
-fn r(node: &str) -> RegionId {
-    RegionId {
-        node: node.into(),
-        uid: 7,
-    }
-}
+use super::{alloc::test_region as r, *};
 
 fn env(entity: &str, origin: &str, n: u32) -> Envelope<u32> {
     Envelope {

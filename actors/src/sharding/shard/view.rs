@@ -131,13 +131,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn r(node: &str) -> RegionId {
-        RegionId {
-            node: node.into(),
-            uid: 7,
-        }
-    }
+    use crate::sharding::shard::alloc::test_region as r;
 
     fn view(candidates: &[&str], must: &[&str]) -> View {
         View {
