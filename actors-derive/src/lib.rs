@@ -226,27 +226,28 @@ fn direct_refusals(input: &DeriveInput) -> syn::Result<()> {
             }
         }
     }
-    let fields: Vec<&syn::Field> = match &input.data {
-        Data::Struct(s) => s.fields.iter().collect(),
-        Data::Enum(e) => {
-            for v in &e.variants {
-                if let Some(a) = serde_attr(&v.attrs) {
-                    return Err(syn::Error::new_spanned(a, WHY));
-                }
-            }
-            e.variants.iter().flat_map(|v| v.fields.iter()).collect()
-        }
-        Data::Union(_) => Vec::new(),
-    };
-    for f in fields {
-        if let Some(a) = serde_attr(&f.attrs) {
-            return Err(syn::Error::new_spanned(a, WHY));
-        }
+    if let Data::Enum(e) = &input.data
+        && let Some(a) = e.variants.iter().find_map(|v| serde_attr(&v.attrs))
+    {
+        return Err(syn::Error::new_spanned(a, WHY));
     }
-    Ok(())
+    match all_fields(&input.data).find_map(|f| serde_attr(&f.attrs)) {
+        Some(a) => Err(syn::Error::new_spanned(a, WHY)),
+        None => Ok(()),
+    }
 }
 
-/// The statements that write `fields`, bound by `pattern` names `f0..`.
+/// Every field of a struct, or of every variant of an enum.
+fn all_fields(data: &Data) -> Box<dyn Iterator<Item = &syn::Field> + '_> {
+    match data {
+        Data::Struct(s) => Box::new(s.fields.iter()),
+        Data::Enum(e) => Box::new(e.variants.iter().flat_map(|v| v.fields.iter())),
+        Data::Union(_) => Box::new(std::iter::empty()),
+    }
+}
+
+/// The pattern that binds `fields` to `__f0..`, and the statements that
+/// write them.
 fn write_fields(
     fields: &syn::Fields,
     krate: &Path,
@@ -359,12 +360,7 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
         direct_refusals(&input)?;
     } else {
         // `#[remote(serde)]` on a field without `direct` is a mistake.
-        let fields: Vec<&syn::Field> = match &input.data {
-            Data::Struct(s) => s.fields.iter().collect(),
-            Data::Enum(e) => e.variants.iter().flat_map(|v| v.fields.iter()).collect(),
-            Data::Union(_) => Vec::new(),
-        };
-        for f in fields {
+        for f in all_fields(&input.data) {
             through_serde(f, false)?;
         }
     }
